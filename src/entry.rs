@@ -1,0 +1,195 @@
+//! The entry encoding: one machine word per slot, decoded only here.
+//!
+//! | low bits | meaning |
+//! |---|---|
+//! | `..00`, non-zero | an item pointer (items are at least 4-byte aligned) |
+//! | `...1` | a value entry `v << 1 \| 1`, `v` in `0..=i64::MAX` |
+//! | `..10` | internal: sibling `s << 2 \| 2` (`s` < chunk size), RETRY, ZERO, or a node pointer `p \| 2` |
+//!
+//! Invariants: `RawEntry(0)` is the empty slot; a node pointer is always above
+//! [`NODE_MIN`] so it never collides with sibling, retry or zero entries; no
+//! other module shifts or masks entry bits. [`AtomicEntry`] is the only way a
+//! slot is read or written, with Acquire loads for lock-free readers and
+//! Release stores for publication.
+
+use crate::node::{Node, CHUNK_SIZE};
+use crate::sync::{AtomicUsize, Ordering};
+use core::ptr::NonNull;
+
+/// Largest payload of a value entry (the kernel's `LONG_MAX`).
+pub const MAX_VALUE: u64 = i64::MAX as u64;
+
+const INTERNAL: usize = 2;
+const RETRY_RAW: usize = (256 << 2) | INTERNAL;
+const ZERO_RAW: usize = (257 << 2) | INTERNAL;
+/// Every encoded node pointer is above this (the kernel's `xa_is_node`: > 4096).
+const NODE_MIN: usize = 4096;
+
+/// One encoded slot word.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub(crate) struct RawEntry(usize);
+
+impl core::fmt::Debug for RawEntry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.is_null() {
+            f.write_str("NULL")
+        } else if self.is_value() {
+            write!(f, "value({})", self.to_value())
+        } else if self.is_retry() {
+            f.write_str("RETRY")
+        } else if self.is_zero() {
+            f.write_str("ZERO")
+        } else if self.is_sibling() {
+            write!(f, "sibling({})", self.to_sibling())
+        } else if self.is_node() {
+            write!(f, "node({:#x})", self.0 & !3)
+        } else {
+            write!(f, "item({:#x})", self.0)
+        }
+    }
+}
+
+impl RawEntry {
+    pub(crate) const NULL: RawEntry = RawEntry(0);
+    pub(crate) const RETRY: RawEntry = RawEntry(RETRY_RAW);
+    pub(crate) const ZERO: RawEntry = RawEntry(ZERO_RAW);
+
+    /// A value entry. The caller has checked `v <= MAX_VALUE`.
+    #[inline]
+    pub(crate) fn value(v: u64) -> RawEntry {
+        debug_assert!(v <= MAX_VALUE);
+        RawEntry(((v as usize) << 1) | 1)
+    }
+
+    #[inline]
+    pub(crate) fn sibling(offset: usize) -> RawEntry {
+        debug_assert!(offset < CHUNK_SIZE);
+        RawEntry((offset << 2) | INTERNAL)
+    }
+
+    #[inline]
+    pub(crate) fn node(node: NonNull<Node>) -> RawEntry {
+        let addr = node.as_ptr().expose_provenance();
+        debug_assert!(addr & 3 == 0 && addr > NODE_MIN);
+        RawEntry(addr | INTERNAL)
+    }
+
+    /// An item pointer; `None` if it is not 4-byte aligned.
+    #[inline]
+    pub(crate) fn item<U>(ptr: NonNull<U>) -> Option<RawEntry> {
+        let addr = ptr.as_ptr().expose_provenance();
+        if addr & 3 != 0 {
+            return None;
+        }
+        Some(RawEntry(addr))
+    }
+
+    #[inline]
+    pub(crate) fn is_null(self) -> bool {
+        self.0 == 0
+    }
+    #[inline]
+    pub(crate) fn is_value(self) -> bool {
+        self.0 & 1 == 1
+    }
+    #[inline]
+    pub(crate) fn is_internal(self) -> bool {
+        self.0 & 3 == INTERNAL
+    }
+    /// An item pointer (not null, not value, not internal).
+    #[inline]
+    pub(crate) fn is_item(self) -> bool {
+        self.0 & 3 == 0 && self.0 != 0
+    }
+    #[inline]
+    pub(crate) fn is_sibling(self) -> bool {
+        self.is_internal() && self.0 < ((CHUNK_SIZE - 1) << 2 | INTERNAL)
+    }
+    #[inline]
+    pub(crate) fn is_node(self) -> bool {
+        self.is_internal() && self.0 > NODE_MIN
+    }
+    #[inline]
+    pub(crate) fn is_retry(self) -> bool {
+        self.0 == RETRY_RAW
+    }
+    #[inline]
+    pub(crate) fn is_zero(self) -> bool {
+        self.0 == ZERO_RAW
+    }
+    /// Entries a user can see: items and values (the kernel's "not advanced").
+    #[inline]
+    pub(crate) fn is_user(self) -> bool {
+        self.is_item() || self.is_value()
+    }
+
+    #[inline]
+    pub(crate) fn to_value(self) -> u64 {
+        (self.0 >> 1) as u64
+    }
+    #[inline]
+    pub(crate) fn to_sibling(self) -> usize {
+        self.0 >> 2
+    }
+    #[inline]
+    pub(crate) fn to_node(self) -> NonNull<Node> {
+        debug_assert!(self.is_node());
+        let p: *mut Node = core::ptr::with_exposed_provenance_mut(self.0 - INTERNAL);
+        // SAFETY: `is_node` guarantees the word was built by `RawEntry::node`
+        // from a non-null pointer, so subtracting the tag gives it back.
+        unsafe { NonNull::new_unchecked(p) }
+    }
+    #[inline]
+    pub(crate) fn to_item<U>(self) -> NonNull<U> {
+        debug_assert!(self.is_item());
+        let p: *mut U = core::ptr::with_exposed_provenance_mut(self.0);
+        // SAFETY: `is_item` means the word is a non-zero pointer built by
+        // `RawEntry::item`.
+        unsafe { NonNull::new_unchecked(p) }
+    }
+    /// The zero (reserved) entry reads as empty through the normal API.
+    #[inline]
+    pub(crate) fn zero_to_null(self) -> RawEntry {
+        if self.is_zero() {
+            RawEntry::NULL
+        } else {
+            self
+        }
+    }
+    #[inline]
+    pub(crate) fn bits(self) -> usize {
+        self.0
+    }
+}
+
+/// An atomic slot holding a [`RawEntry`].
+#[repr(transparent)]
+pub(crate) struct AtomicEntry(AtomicUsize);
+
+impl AtomicEntry {
+    pub(crate) fn new(e: RawEntry) -> Self {
+        AtomicEntry(AtomicUsize::new(e.0))
+    }
+    /// Lock-free read: Acquire, so a node or item published by a Release
+    /// store is seen fully initialised.
+    #[inline(always)]
+    pub(crate) fn load(&self) -> RawEntry {
+        RawEntry(self.0.load(Ordering::Acquire))
+    }
+    /// Read under the writer lock: the lock orders it after every write.
+    #[inline(always)]
+    pub(crate) fn load_locked(&self) -> RawEntry {
+        RawEntry(self.0.load(Ordering::Relaxed))
+    }
+    /// Publish an entry to lock-free readers.
+    #[inline(always)]
+    pub(crate) fn store(&self, e: RawEntry) {
+        self.0.store(e.0, Ordering::Release)
+    }
+    /// Initialise a slot of a node nobody else can see yet.
+    #[inline(always)]
+    pub(crate) fn init(&self, e: RawEntry) {
+        self.0.store(e.0, Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,104 @@
+//! Typed errors. The XArray itself only ever fails for the reasons listed in
+//! [`Error`]; operations that consume an entry hand it back inside
+//! [`Rejected`] so that a failed call never loses the caller's data.
+
+use crate::item::Entry;
+use core::fmt;
+
+/// Why an XArray operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// A node allocation failed (the kernel's `-ENOMEM`). The array is unchanged.
+    NoMemory,
+    /// The index (or a reserved entry at it) is already occupied (`-EBUSY` from
+    /// `xa_insert`), or no free ID was left in the requested range (`xa_alloc`).
+    Busy,
+    /// A value entry must fit in 63 bits (`0..=i64::MAX`); this one does not.
+    ValueOutOfRange(u64),
+    /// An order larger than 63 was requested.
+    OrderTooLarge(u32),
+    /// A multi-index request whose index is not aligned to its order.
+    Misaligned {
+        /// The index given.
+        index: u64,
+        /// The order given.
+        order: u32,
+    },
+    /// A range whose last index is below its first.
+    InvalidRange {
+        /// First index of the range.
+        first: u64,
+        /// Last index of the range.
+        last: u64,
+    },
+    /// `alloc` was called on an array not created with [`crate::Flags::ALLOC`]
+    /// or [`crate::Flags::ALLOC1`].
+    NotAllocating,
+    /// The split cannot be done in one step (the kernel's `-EINVAL` from
+    /// `xas_split_alloc`/`xas_try_split`), or the entry to split changed.
+    InvalidSplit,
+    /// A cmpxchg found a different entry than expected.
+    Mismatch,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoMemory => f.write_str("node allocation failed"),
+            Error::Busy => f.write_str("index already occupied or no free id in range"),
+            Error::ValueOutOfRange(v) => write!(f, "value {v} does not fit in 63 bits"),
+            Error::OrderTooLarge(o) => write!(f, "order {o} is larger than 63"),
+            Error::Misaligned { index, order } => {
+                write!(f, "index {index:#x} is not aligned to order {order}")
+            }
+            Error::InvalidRange { first, last } => {
+                write!(f, "invalid range: last {last:#x} < first {first:#x}")
+            }
+            Error::NotAllocating => f.write_str("array was not created as an allocating array"),
+            Error::InvalidSplit => f.write_str("split not possible in one step"),
+            Error::Mismatch => f.write_str("current entry differs from the expected one"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A failed operation that consumed an entry: the error plus the entry,
+/// handed back untouched.
+pub struct Rejected<T> {
+    /// Why the operation failed.
+    pub error: Error,
+    /// The entry the caller passed in, returned unchanged (or `None` when the
+    /// call stored no entry).
+    pub entry: Option<Entry<T>>,
+}
+
+impl<T> Rejected<T> {
+    pub(crate) fn new(error: Error, entry: Option<Entry<T>>) -> Self {
+        Rejected { error, entry }
+    }
+}
+
+impl<T> fmt::Debug for Rejected<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejected")
+            .field("error", &self.error)
+            .field("has_entry", &self.entry.is_some())
+            .finish()
+    }
+}
+
+impl<T> fmt::Display for Rejected<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> std::error::Error for Rejected<T> {}
+
+impl<T> From<Rejected<T>> for Error {
+    fn from(r: Rejected<T>) -> Error {
+        r.error
+    }
+}

@@ -1,0 +1,238 @@
+//! Tree nodes: `CHUNK_SIZE` atomic slots, three mark bitmaps, and the
+//! bookkeeping the writer needs (shift, offset in parent, counts, parent).
+//!
+//! Invariants (maintained by the writer, under the lock):
+//! - `shift` and `offset` never change once a node is published.
+//! - `count` is the number of non-empty slots (items, values, siblings,
+//!   retry/zero entries and child nodes); `nr_values` counts value entries
+//!   and the siblings of value entries.
+//! - A node reachable from the head is never empty; a node detached from the
+//!   tree is freed only through the epoch (`Guard::defer`), after its
+//!   entries have been replaced by RETRY (or NULL, for a node that emptied),
+//!   so a lock-free reader still inside it restarts instead of reading freed
+//!   memory.
+//! - Allocation goes through [`Node::alloc`], the one hook the fault
+//!   injector ([`crate::fault`]) can make fail.
+
+use crate::entry::{AtomicEntry, RawEntry};
+use crate::mark::Mark;
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::ptr::NonNull;
+
+/// log2 of the fan-out: 6 (64-way) normally, 3 (8-way, as the kernel's
+/// user-space test harness uses) under `--cfg kxarray_small_nodes` or loom.
+#[cfg(not(any(loom, kxarray_small_nodes)))]
+pub const CHUNK_SHIFT: u32 = 6;
+/// log2 of the fan-out (small-node test configuration).
+#[cfg(any(loom, kxarray_small_nodes))]
+pub const CHUNK_SHIFT: u32 = 3;
+/// Slots per node.
+pub const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
+pub(crate) const CHUNK_MASK: u64 = CHUNK_SIZE as u64 - 1;
+pub(crate) const MAX_MARKS: usize = 3;
+
+/// A node of the radix tree.
+#[repr(C)]
+pub(crate) struct Node {
+    pub(crate) shift: u8,
+    pub(crate) offset: u8,
+    count: AtomicU8,
+    nr_values: AtomicU8,
+    parent: AtomicUsize,
+    pub(crate) slots: [AtomicEntry; CHUNK_SIZE],
+    marks: [AtomicU64; MAX_MARKS],
+}
+
+/// Mask of the valid bits of a mark word.
+const FULL: u64 = if CHUNK_SIZE == 64 {
+    u64::MAX
+} else {
+    (1u64 << CHUNK_SIZE) - 1
+};
+
+impl Node {
+    /// Allocate an empty node, or `None` when the allocator (or the fault
+    /// injector) says no.
+    pub(crate) fn alloc(shift: u8, offset: u8, parent: Option<NonNull<Node>>) -> Option<NodeBox> {
+        if crate::fault::should_fail() {
+            return None;
+        }
+        let node = Self::alloc_zeroed()?;
+        // SAFETY: freshly allocated and not shared with anyone yet.
+        let n = unsafe { &mut *node.as_ptr() };
+        n.shift = shift;
+        n.offset = offset;
+        n.set_parent_init(parent);
+        Some(NodeBox(node))
+    }
+
+    #[cfg(not(loom))]
+    fn alloc_zeroed() -> Option<NonNull<Node>> {
+        let layout = std::alloc::Layout::new::<Node>();
+        // SAFETY: Node has a non-zero size. All-zero bytes are a valid Node:
+        // every field is an integer or an atomic integer.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Node;
+        NonNull::new(p)
+    }
+
+    #[cfg(loom)]
+    fn alloc_zeroed() -> Option<NonNull<Node>> {
+        let n = Box::new(Node {
+            shift: 0,
+            offset: 0,
+            count: AtomicU8::new(0),
+            nr_values: AtomicU8::new(0),
+            parent: AtomicUsize::new(0),
+            slots: core::array::from_fn(|_| AtomicEntry::new(RawEntry::NULL)),
+            marks: core::array::from_fn(|_| AtomicU64::new(0)),
+        });
+        Some(NonNull::from(Box::leak(n)))
+    }
+
+    /// Free a node that no reader can reach.
+    ///
+    /// # Safety
+    /// `node` came from `alloc` and no reference to it survives.
+    pub(crate) unsafe fn free(node: NonNull<Node>) {
+        // SAFETY: allocated by `alloc_zeroed` with the global allocator and
+        // Node's layout, which is exactly what Box expects.
+        drop(unsafe { Box::from_raw(node.as_ptr()) });
+    }
+
+    #[inline(always)]
+    pub(crate) fn slot(&self, offset: usize) -> RawEntry {
+        self.slots[offset].load()
+    }
+    #[inline(always)]
+    pub(crate) fn slot_locked(&self, offset: usize) -> RawEntry {
+        self.slots[offset].load_locked()
+    }
+    #[inline(always)]
+    pub(crate) fn set_slot(&self, offset: usize, e: RawEntry) {
+        self.slots[offset].store(e)
+    }
+
+    #[inline]
+    pub(crate) fn count(&self) -> u8 {
+        self.count.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn set_count(&self, c: u8) {
+        debug_assert!(c as usize <= CHUNK_SIZE);
+        self.count.store(c, Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn add_count(&self, d: i32) {
+        let c = self.count() as i32 + d;
+        debug_assert!((0..=CHUNK_SIZE as i32).contains(&c), "count {c}");
+        self.count.store(c as u8, Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn nr_values(&self) -> u8 {
+        self.nr_values.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn set_nr_values(&self, c: u8) {
+        self.nr_values.store(c, Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn add_nr_values(&self, d: i32) {
+        let c = self.nr_values() as i32 + d;
+        debug_assert!((0..=CHUNK_SIZE as i32).contains(&c), "nr_values {c}");
+        self.nr_values.store(c as u8, Ordering::Relaxed)
+    }
+
+    /// The parent node (lock-free readers climb with this).
+    #[inline]
+    pub(crate) fn parent(&self) -> Option<NonNull<Node>> {
+        let p: *mut Node =
+            core::ptr::with_exposed_provenance_mut(self.parent.load(Ordering::Acquire));
+        NonNull::new(p)
+    }
+    #[inline]
+    pub(crate) fn set_parent(&self, p: Option<NonNull<Node>>) {
+        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
+        self.parent.store(addr, Ordering::Release)
+    }
+    fn set_parent_init(&self, p: Option<NonNull<Node>>) {
+        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
+        self.parent.store(addr, Ordering::Relaxed)
+    }
+
+    // ---- marks ----
+    #[inline(always)]
+    pub(crate) fn marks(&self, mark: Mark) -> u64 {
+        self.marks[mark.index()].load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn get_mark(&self, offset: usize, mark: Mark) -> bool {
+        self.marks(mark) & (1 << offset) != 0
+    }
+    /// Set a mark bit; returns whether it was already set.
+    #[inline]
+    pub(crate) fn set_mark(&self, offset: usize, mark: Mark) -> bool {
+        let w = self.marks(mark);
+        let bit = 1u64 << offset;
+        if w & bit == 0 {
+            self.marks[mark.index()].store(w | bit, Ordering::Relaxed);
+            false
+        } else {
+            true
+        }
+    }
+    /// Clear a mark bit; returns whether it was set.
+    #[inline]
+    pub(crate) fn clear_mark(&self, offset: usize, mark: Mark) -> bool {
+        let w = self.marks(mark);
+        let bit = 1u64 << offset;
+        if w & bit != 0 {
+            self.marks[mark.index()].store(w & !bit, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+    #[inline]
+    pub(crate) fn any_mark(&self, mark: Mark) -> bool {
+        self.marks(mark) != 0
+    }
+    pub(crate) fn mark_all(&self, mark: Mark) {
+        self.marks[mark.index()].store(FULL, Ordering::Relaxed)
+    }
+    pub(crate) fn set_marks_word(&self, mark: Mark, w: u64) {
+        self.marks[mark.index()].store(w & FULL, Ordering::Relaxed)
+    }
+    /// The marks (bit i = mark i) of one slot.
+    pub(crate) fn slot_marks(&self, offset: usize) -> u8 {
+        let mut m = 0;
+        for mark in Mark::ALL {
+            if self.get_mark(offset, mark) {
+                m |= 1 << mark.index();
+            }
+        }
+        m
+    }
+}
+
+/// An owned node not (yet) linked into a tree: freed on drop.
+pub(crate) struct NodeBox(NonNull<Node>);
+
+impl NodeBox {
+    pub(crate) fn node_mut(&mut self) -> &mut Node {
+        // SAFETY: we own the allocation exclusively.
+        unsafe { self.0.as_mut() }
+    }
+    /// Give up ownership (the node is being linked into the tree).
+    pub(crate) fn into_raw(self) -> NonNull<Node> {
+        let p = self.0;
+        core::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for NodeBox {
+    fn drop(&mut self) {
+        // SAFETY: an unlinked node we own; nobody else has seen it.
+        unsafe { Node::free(self.0) }
+    }
+}

@@ -1,0 +1,1365 @@
+//! The array: the head pointer, the root mark flags, the writer lock and
+//! the public API built on the cursor engine.
+//!
+//! Concurrency model (the kernel's, with crossbeam-epoch standing in for
+//! RCU):
+//! - Writers serialize on one lock ([`XArray::lock`] returns an [`XaLock`],
+//!   the `xa_lock` analog). Every mutation happens under it.
+//! - Readers take no lock. They pin an epoch guard ([`crate::pin`]) and walk
+//!   the tree with Acquire loads; writers publish with Release stores, so a
+//!   reader sees for each index either the old or the new entry.
+//! - A node or item removed from the tree is handed to the epoch and freed
+//!   only after every guard that could have seen it is dropped. Readers
+//!   inside a detached node find RETRY entries and restart from the root.
+//! - Owned items come back only through `&mut self` methods (no reader can
+//!   exist then); through `&self`, removed items come back as [`Retired`]
+//!   (which keeps the epoch pinned) or as [`EntryRef`] under a guard.
+//!
+//! Invariants (checked by [`XArray::check_invariants`]): node counts match
+//! their slots; marks propagate to parents and to the root flags; no node
+//! reachable from the head is empty; the tree is no taller than its largest
+//! index needs.
+
+use crate::cursor::{dispose_item, order_shape, XaState};
+use crate::entry::{AtomicEntry, RawEntry, MAX_VALUE};
+use crate::error::{Error, Rejected};
+use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
+use crate::mark::Mark;
+use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::sync::{pin, unprotected, AtomicU64, AtomicU8, AtomicUsize, Guard, Mutex, MutexGuard, Ordering};
+use core::fmt::Write as _;
+use core::marker::PhantomData;
+use core::ops::{Bound, RangeBounds, RangeInclusive};
+use core::ptr::NonNull;
+
+const FLAG_MARK_SHIFT: u8 = 0; // bits 0..=2: root marks
+const FLAG_TRACK_FREE: u8 = 1 << 3;
+const FLAG_ZERO_BUSY: u8 = 1 << 4;
+const FLAG_ALLOC_WRAPPED: u8 = 1 << 5;
+
+/// Array flags (the kernel's `xa_flags` for allocating arrays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// A plain array.
+    pub const NONE: Flags = Flags(0);
+    /// An allocating array whose IDs start at 0 (`XA_FLAGS_ALLOC`).
+    pub const ALLOC: Flags = Flags(FLAG_TRACK_FREE | (1 << Mark::FREE.index()));
+    /// An allocating array whose IDs start at 1 (`XA_FLAGS_ALLOC1`).
+    pub const ALLOC1: Flags = Flags(FLAG_TRACK_FREE | FLAG_ZERO_BUSY);
+}
+
+/// A kernel-style XArray: a sparse array of items and value entries indexed
+/// by `u64`, with lock-free readers.
+///
+/// ```
+/// use kxarray::{Entry, XArray};
+/// use std::sync::Arc;
+///
+/// let xa: XArray<Arc<String>> = XArray::new();
+/// xa.store(4096, Entry::Item(Arc::new("page".to_string()))).unwrap();
+/// xa.store(7, Entry::Value(42)).unwrap();
+///
+/// let guard = kxarray::pin();
+/// assert_eq!(&**xa.load(4096, &guard).unwrap().item().unwrap(), "page");
+/// assert_eq!(xa.load(7, &guard).unwrap().value(), Some(42));
+/// assert!(xa.load(8, &guard).is_none());
+///
+/// let indices: Vec<u64> = xa.iter(&guard).map(|(i, _)| i).collect();
+/// assert_eq!(indices, [7, 4096]);
+/// ```
+pub struct XArray<T: Item> {
+    pub(crate) head: AtomicEntry,
+    flags: AtomicU8,
+    seq: AtomicU64,
+    nodes: AtomicUsize,
+    lock: Mutex,
+    _t: PhantomData<T>,
+}
+
+impl<T: Item> Default for XArray<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The held writer lock of an [`XArray`] (`xa_lock`), with an epoch guard
+/// for the entries it hands out. Write methods on the lock and on
+/// [`XaState`] take it as proof that the lock is held.
+pub struct XaLock<'a, T: Item> {
+    xa: &'a XArray<T>,
+    epoch: Guard,
+    _held: MutexGuard<'a>,
+}
+
+impl<T: Item> XArray<T> {
+    /// An empty array.
+    pub fn new() -> Self {
+        Self::with_flags(Flags::NONE)
+    }
+
+    /// An empty array with flags ([`Flags::ALLOC`] or [`Flags::ALLOC1`] for
+    /// ID allocation).
+    pub fn with_flags(flags: Flags) -> Self {
+        XArray {
+            head: AtomicEntry::new(RawEntry::NULL),
+            flags: AtomicU8::new(flags.0),
+            seq: AtomicU64::new(0),
+            nodes: AtomicUsize::new(0),
+            lock: Mutex::new(),
+            _t: PhantomData,
+        }
+    }
+
+    // ---- internal flag helpers ----
+    #[inline]
+    fn flags(&self) -> u8 {
+        self.flags.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn track_free(&self) -> bool {
+        self.flags() & FLAG_TRACK_FREE != 0
+    }
+    #[inline]
+    pub(crate) fn zero_busy(&self) -> bool {
+        self.flags() & FLAG_ZERO_BUSY != 0
+    }
+    /// Whether any entry carries `mark` (`xa_marked`): O(1).
+    #[inline]
+    pub fn marked(&self, mark: Mark) -> bool {
+        self.flags() & (1 << (FLAG_MARK_SHIFT + mark.index() as u8)) != 0
+    }
+    pub(crate) fn mark_set(&self, mark: Mark) {
+        let f = self.flags();
+        let bit = 1 << (FLAG_MARK_SHIFT + mark.index() as u8);
+        if f & bit == 0 {
+            self.flags.store(f | bit, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn mark_clear(&self, mark: Mark) {
+        let f = self.flags();
+        let bit = 1 << (FLAG_MARK_SHIFT + mark.index() as u8);
+        if f & bit != 0 {
+            self.flags.store(f & !bit, Ordering::Relaxed);
+        }
+    }
+    /// The shape sequence: bumped under the lock whenever a node is added or
+    /// removed or the head changes, so cursors can tell whether their
+    /// position survived a dropped lock.
+    #[inline]
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+    #[inline]
+    pub(crate) fn bump_seq(&self) {
+        self.seq
+            .store(self.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+    #[inline]
+    pub(crate) fn node_added(&self) {
+        self.nodes
+            .store(self.nodes.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+    #[inline]
+    pub(crate) fn node_removed(&self) {
+        self.nodes
+            .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+    }
+
+    /// Take the writer lock (`xa_lock`).
+    #[inline]
+    pub fn lock(&self) -> XaLock<'_, T> {
+        let held = self.lock.lock();
+        XaLock {
+            xa: self,
+            epoch: pin(),
+            _held: held,
+        }
+    }
+
+    /// Whether the writer lock is currently held by someone.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
+    // ------------------------------------------------------------------
+    // Lock-free reads
+    // ------------------------------------------------------------------
+
+    /// The entry at `index` (`xa_load`), lock-free. The result borrows the
+    /// guard: the entry stays readable until the guard is dropped, even if a
+    /// writer removes it meanwhile.
+    #[inline]
+    pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
+        let _ = guard;
+        let e = self.load_raw(index);
+        // SAFETY: read under `guard`; removed items are freed only after
+        // every guard that could see them is dropped.
+        unsafe { EntryRef::from_raw_opt(e) }
+    }
+
+    /// Same as [`XArray::load`] (the std-collections name).
+    #[inline]
+    pub fn get<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
+        self.load(index, guard)
+    }
+
+    /// Whether `index` holds an entry (reserved slots do not count).
+    pub fn contains(&self, index: u64) -> bool {
+        let guard = pin();
+        self.load(index, &guard).is_some()
+    }
+
+    /// The value entry at `index`, if it holds one (no guard needed).
+    pub fn load_value(&self, index: u64) -> Option<u64> {
+        let guard = pin();
+        self.load(index, &guard).and_then(|e| e.value())
+    }
+
+    /// The lock-free descent. Caller holds a guard (or the lock).
+    #[inline(always)]
+    pub(crate) fn load_raw(&self, index: u64) -> RawEntry {
+        'restart: loop {
+            let mut entry = self.head.load();
+            if entry.is_node() {
+                let mut node = entry.to_node();
+                // SAFETY: node pointers read under a guard stay allocated.
+                let mut n: &Node = unsafe { &*node.as_ptr() };
+                if (index >> n.shift) > CHUNK_MASK {
+                    return RawEntry::NULL;
+                }
+                loop {
+                    let mut off = ((index >> n.shift) & CHUNK_MASK) as usize;
+                    entry = n.slot(off);
+                    while entry.is_sibling() {
+                        off = entry.to_sibling();
+                        entry = n.slot(off);
+                        if n.shift != 0 && entry.is_node() {
+                            entry = RawEntry::RETRY;
+                        }
+                    }
+                    if !entry.is_node() || n.shift == 0 {
+                        break;
+                    }
+                    node = entry.to_node();
+                    // SAFETY: as above.
+                    n = unsafe { &*node.as_ptr() };
+                }
+            } else if index != 0 {
+                return RawEntry::NULL;
+            }
+            if entry.is_retry() {
+                continue 'restart;
+            }
+            return entry.zero_to_null();
+        }
+    }
+
+    /// Whether the entry at `index` has `mark` (`xa_get_mark`), lock-free.
+    pub fn get_mark(&self, index: u64, mark: Mark) -> bool {
+        let guard = pin();
+        let mut xas = XaState::new(self, &guard, index);
+        loop {
+            let e = xas.load_raw();
+            if e.is_retry() {
+                xas.reset();
+                continue;
+            }
+            if e.is_null() {
+                return false;
+            }
+            return xas.get_mark(mark);
+        }
+    }
+
+    /// The order of the entry at `index`, 0 if there is none (`xa_get_order`).
+    pub fn get_order(&self, index: u64) -> u32 {
+        let guard = pin();
+        let mut xas = XaState::new(self, &guard, index);
+        match xas.load() {
+            Some(_) => xas.get_order(),
+            None => 0,
+        }
+    }
+
+    /// Whether the array holds nothing (reserved entries count as
+    /// something, as in the kernel).
+    pub fn is_empty(&self) -> bool {
+        self.head.load().is_null()
+    }
+
+    /// The first entry at or after `start` and at most `max` that matches
+    /// `filter` (`xa_find`): `None` for any entry, `Some(mark)` for marked
+    /// ones. Returns its index and the entry.
+    pub fn find<'g>(
+        &'g self,
+        start: u64,
+        max: u64,
+        filter: Option<Mark>,
+        guard: &'g Guard,
+    ) -> Option<(u64, EntryRef<'g, T>)> {
+        let mut xas = XaState::new(self, guard, start);
+        let e = match filter {
+            Some(m) => xas.find_marked(max, m),
+            None => xas.find(max),
+        }?;
+        Some((xas.index(), e))
+    }
+
+    /// The first matching entry strictly after the entry containing `index`
+    /// (`xa_find_after`): siblings of a multi-index entry are skipped.
+    pub fn find_after<'g>(
+        &'g self,
+        index: u64,
+        max: u64,
+        filter: Option<Mark>,
+        guard: &'g Guard,
+    ) -> Option<(u64, EntryRef<'g, T>)> {
+        let start = index.checked_add(1)?;
+        let mut xas = XaState::new(self, guard, start);
+        loop {
+            let e = match filter {
+                Some(m) => xas.find_marked(max, m),
+                None => xas.find(max),
+            };
+            let e = e?;
+            if xas.on_sibling_index() {
+                continue;
+            }
+            return Some((xas.index(), e));
+        }
+    }
+
+    /// An ordered iterator over every entry (one item per multi-index entry).
+    pub fn iter<'g>(&'g self, guard: &'g Guard) -> Iter<'g, T> {
+        Iter::new(self, guard, 0, u64::MAX, None)
+    }
+
+    /// An ordered iterator over the entries in `range`.
+    pub fn range<'g, R: RangeBounds<u64>>(&'g self, range: R, guard: &'g Guard) -> Iter<'g, T> {
+        let (start, end) = bounds(range);
+        match end {
+            Some(end) => Iter::new(self, guard, start, end, None),
+            None => Iter::empty(self, guard),
+        }
+    }
+
+    /// An ordered iterator over the entries in `range` that carry `mark`.
+    pub fn iter_marked<'g, R: RangeBounds<u64>>(
+        &'g self,
+        range: R,
+        mark: Mark,
+        guard: &'g Guard,
+    ) -> Iter<'g, T> {
+        let (start, end) = bounds(range);
+        match end {
+            Some(end) => Iter::new(self, guard, start, end, Some(mark)),
+            None => Iter::empty(self, guard),
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Locked writes, one call each (the kernel's `xa_*` normal API)
+    // ------------------------------------------------------------------
+
+    fn retire(raw: RawEntry, guard: Guard) -> Option<Retired<T>> {
+        if raw.is_user() {
+            // SAFETY: the caller deferred the item's drop through `guard`'s
+            // thread-local bag while it was pinned; `Retired` keeps it pinned.
+            Some(unsafe { Retired::new(raw, guard) })
+        } else {
+            None
+        }
+    }
+
+    /// Store `entry` at `index` (`xa_store`). Storing into a multi-index
+    /// entry replaces it for every index it covers; marks are unchanged.
+    /// Returns the entry that was there.
+    pub fn store(&self, index: u64, entry: Entry<T>) -> Result<Option<Retired<T>>, Rejected<T>> {
+        let lock = self.lock();
+        let raw = lock.store_raw(index, 0, Some(entry))?;
+        let guard = lock.into_guard();
+        Ok(Self::retire(raw, guard))
+    }
+
+    /// Store `entry` as one multi-index entry covering the `2^order`
+    /// indices starting at `index`, which must be aligned to the order.
+    ///
+    /// ```
+    /// use kxarray::{Entry, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_order(512, 9, Entry::Value(3)).unwrap();
+    /// assert_eq!(xa.load_value(1000), Some(3));
+    /// assert_eq!(xa.get_order(700), 9);
+    /// assert!(xa.store_order(513, 9, Entry::Value(3)).is_err());
+    /// ```
+    pub fn store_order(
+        &self,
+        index: u64,
+        order: u32,
+        entry: Entry<T>,
+    ) -> Result<Option<Retired<T>>, Rejected<T>> {
+        if let Err(e) = check_order(index, order) {
+            return Err(Rejected::new(e, Some(entry)));
+        }
+        let lock = self.lock();
+        let raw = lock.store_raw(index, order, Some(entry))?;
+        let guard = lock.into_guard();
+        Ok(Self::retire(raw, guard))
+    }
+
+    /// Erase the entry at `index` (`xa_erase`); a multi-index entry is
+    /// erased for all its indices. Returns what was there.
+    pub fn erase(&self, index: u64) -> Option<Retired<T>> {
+        let lock = self.lock();
+        let raw = lock.erase_raw(index);
+        let guard = lock.into_guard();
+        Self::retire(raw, guard)
+    }
+
+    /// Store `entry` only if `index` is empty (`xa_insert`); `None` reserves
+    /// the index. Fails with [`Error::Busy`] if an entry (or a reservation)
+    /// is there.
+    pub fn insert(&self, index: u64, entry: Option<Entry<T>>) -> Result<(), Rejected<T>> {
+        self.lock().insert(index, entry)
+    }
+
+    /// Replace the entry at `index` with `new` if it currently is `old`
+    /// (`xa_cmpxchg`). `old == None` matches an empty or reserved index.
+    /// On success returns the replaced entry (readable under `guard`); on a
+    /// mismatch returns [`Error::Mismatch`] with `new` handed back, and
+    /// [`XArray::load`] tells what is there.
+    pub fn cmpxchg<'g>(
+        &'g self,
+        index: u64,
+        old: Option<EntryRef<'_, T>>,
+        new: Option<Entry<T>>,
+        guard: &'g Guard,
+    ) -> Result<Option<EntryRef<'g, T>>, Rejected<T>> {
+        let lock = self.lock();
+        let raw = lock.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, guard)?;
+        // SAFETY: deferred through `guard`, which outlives 'g.
+        Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    /// Reserve `index` (`xa_reserve`): it reads as empty but a later store
+    /// needs no allocation. No-op if occupied.
+    pub fn reserve(&self, index: u64) -> Result<(), Error> {
+        let lock = self.lock();
+        match lock.cmpxchg_raw(index, Some(RawEntry::NULL), None, &lock.epoch) {
+            Ok(_) => Ok(()),
+            Err(r) if r.error == Error::Mismatch => Ok(()),
+            Err(r) => Err(r.error),
+        }
+    }
+
+    /// Undo a reservation (`xa_release`); no-op if the index was used.
+    pub fn release(&self, index: u64) {
+        let lock = self.lock();
+        lock.release(index);
+    }
+
+    /// Store the value `value` at every index in `first..=last`
+    /// (`xa_store_range`), using aligned multi-index entries; `None` erases
+    /// the range. Value entries only: an item has a single owner.
+    pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
+        self.lock().store_range(first, last, value)
+    }
+
+    /// Set `mark` on the entry at `index` (no-op if empty).
+    pub fn set_mark(&self, index: u64, mark: Mark) {
+        self.lock().set_mark(index, mark)
+    }
+
+    /// Clear `mark` on the entry at `index`.
+    pub fn clear_mark(&self, index: u64, mark: Mark) {
+        self.lock().clear_mark(index, mark)
+    }
+
+    /// Allocate a free ID in `limit` and store `entry` there (`xa_alloc`).
+    /// The array must have been created with [`Flags::ALLOC`] or
+    /// [`Flags::ALLOC1`]. [`Error::Busy`] when the range is full.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC1);
+    /// assert_eq!(ids.alloc(0..=u32::MAX as u64, Some(Entry::Value(9))).unwrap(), 1);
+    /// assert_eq!(ids.alloc(0..=u32::MAX as u64, None).unwrap(), 2);
+    /// ```
+    pub fn alloc(&self, limit: RangeInclusive<u64>, entry: Option<Entry<T>>) -> Result<u64, Rejected<T>> {
+        self.lock().alloc(limit, entry)
+    }
+
+    /// Allocate cyclically (`xa_alloc_cyclic`): search from `*next`, wrap to
+    /// the start of `limit`. Returns the ID and whether the search wrapped;
+    /// `*next` becomes the ID after it.
+    pub fn alloc_cyclic(
+        &self,
+        limit: RangeInclusive<u64>,
+        next: &mut u64,
+        entry: Option<Entry<T>>,
+    ) -> Result<(u64, bool), Rejected<T>> {
+        self.lock().alloc_cyclic(limit, next, entry)
+    }
+
+    /// Remove every entry (`xa_destroy`): nodes and items are freed once
+    /// readers are done with them; marks are cleared.
+    pub fn clear(&self) {
+        let lock = self.lock();
+        lock.clear();
+    }
+
+    // ------------------------------------------------------------------
+    // Exclusive access: no lock, no epoch, owned results
+    // ------------------------------------------------------------------
+
+    fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
+        // SAFETY: `&mut self` means no reader or writer can see the tree, so
+        // deferred destruction may run at once.
+        let guard: &'static Guard = unsafe { unprotected() };
+        XaState::new(self, guard, index)
+    }
+
+    /// Store through an exclusive borrow: no lock, no epoch; the old entry
+    /// comes back owned.
+    pub fn replace(&mut self, index: u64, entry: Entry<T>) -> Result<Option<Entry<T>>, Rejected<T>> {
+        let raw = match entry.into_raw() {
+            Ok(r) => r,
+            Err((e, entry)) => return Err(Rejected::new(e, Some(entry))),
+        };
+        let mut xas = self.excl_cursor(index);
+        loop {
+            match xas.store_owned(raw) {
+                Ok(old) => {
+                    if old.is_user() {
+                        // SAFETY: unlinked from the tree and not disposed:
+                        // ownership passes to the caller.
+                        return Ok(Some(unsafe { Entry::from_raw(old) }));
+                    }
+                    return Ok(None);
+                }
+                Err(Error::NoMemory) if xas.nomem() => continue,
+                Err(e) => {
+                    // SAFETY: never published.
+                    return Err(Rejected::new(e, Some(unsafe { Entry::from_raw(raw) })));
+                }
+            }
+        }
+    }
+
+    /// Remove the entry at `index` and return it owned.
+    pub fn remove(&mut self, index: u64) -> Option<Entry<T>> {
+        let mut xas = self.excl_cursor(index);
+        let old = xas.store_owned(RawEntry::NULL).ok()?;
+        if old.is_user() {
+            // SAFETY: unlinked and not disposed: ownership passes to the caller.
+            Some(unsafe { Entry::from_raw(old) })
+        } else {
+            None
+        }
+    }
+
+    /// A shared view of the entry at `index` without pinning the epoch.
+    pub fn get_excl(&mut self, index: u64) -> Option<EntryRef<'_, T>> {
+        let e = self.load_raw(index);
+        // SAFETY: the exclusive borrow keeps every entry alive for '_.
+        unsafe { EntryRef::from_raw_opt(e) }
+    }
+
+    /// A mutable reference to the item at `index` (for uniquely owned item
+    /// types such as `Box`).
+    pub fn get_mut(&mut self, index: u64) -> Option<&mut T::Target>
+    where
+        T: crate::item::ItemMut,
+    {
+        let e = self.load_raw(index);
+        if !e.is_item() {
+            return None;
+        }
+        // SAFETY: `&mut self` excludes every other access; `ItemMut` means
+        // the array's owner is unique, so this is the only reference.
+        Some(unsafe { &mut *e.to_item::<T::Target>().as_ptr() })
+    }
+
+    // ------------------------------------------------------------------
+    // Introspection
+    // ------------------------------------------------------------------
+
+    /// Nodes currently in the tree.
+    pub fn node_count(&self) -> usize {
+        self.nodes.load(Ordering::Relaxed)
+    }
+
+    /// Levels of nodes (0 when the head holds the only entry or nothing).
+    pub fn height(&self) -> u32 {
+        let guard = pin();
+        let _ = &guard;
+        let head = self.head.load();
+        if !head.is_node() {
+            return 0;
+        }
+        // SAFETY: read under `guard`.
+        let shift = unsafe { head.to_node().as_ref() }.shift as u32;
+        shift / CHUNK_SHIFT + 1
+    }
+
+    /// Bytes of memory the tree uses (nodes plus the array itself).
+    pub fn memory_usage(&self) -> usize {
+        self.node_count() * core::mem::size_of::<Node>() + core::mem::size_of::<Self>()
+    }
+
+    /// Size of one node in bytes.
+    pub const NODE_BYTES: usize = core::mem::size_of::<Node>();
+
+    /// Check the structural invariants; `Err` describes the first violation.
+    /// Takes the lock.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let lock = self.lock();
+        let head = self.head.load_locked();
+        let mut nodes = 0usize;
+        let mut root_marks = [false; 3];
+        if head.is_node() {
+            let top = head.to_node();
+            // SAFETY: under the lock, reachable nodes are live.
+            let t = unsafe { top.as_ref() };
+            if t.parent().is_some() {
+                return Err("top node has a parent".into());
+            }
+            let m = check_node(top, None, 0, &mut nodes)?;
+            for (i, r) in root_marks.iter_mut().enumerate() {
+                *r = m & (1 << i) != 0;
+            }
+            // minimal height: a top node that only uses slot 0 could shrink
+            if t.count() == 1 && !t.slot_locked(0).is_null() && (t.slot_locked(0).is_node() || t.shift == 0) {
+                let s0 = t.slot_locked(0);
+                if !(s0.is_zero() && !self.zero_busy()) && !(t.shift == 0 && s0.is_zero()) {
+                    return Err(format!("tree not minimal: top node (shift {}) only holds slot 0", t.shift));
+                }
+            }
+        } else if head.is_internal() && !head.is_zero() {
+            return Err(format!("bad head entry {head:?}"));
+        }
+        if nodes != self.node_count() {
+            return Err(format!("node counter {} but {} nodes reachable", self.node_count(), nodes));
+        }
+        if head.is_node() {
+            for mark in Mark::ALL {
+                if self.track_free() && mark == Mark::FREE {
+                    continue;
+                }
+                if root_marks[mark.index()] != self.marked(mark) {
+                    return Err(format!("root flag {mark:?} is {} but subtree says {}", self.marked(mark), root_marks[mark.index()]));
+                }
+            }
+        } else if head.is_null() {
+            for mark in Mark::ALL {
+                if !(self.track_free() && mark == Mark::FREE) && self.marked(mark) {
+                    return Err(format!("empty array has root flag {mark:?}"));
+                }
+            }
+        }
+        drop(lock);
+        Ok(())
+    }
+
+    /// A readable dump of the tree (one line per node and entry).
+    pub fn dump(&self) -> String {
+        let _lock = self.lock();
+        let mut out = String::new();
+        let head = self.head.load_locked();
+        let _ = writeln!(out, "xarray flags {:#x} nodes {} head {:?}", self.flags(), self.node_count(), head);
+        if head.is_node() {
+            dump_node(&mut out, head.to_node(), 0, 0);
+        }
+        out
+    }
+}
+
+fn bounds<R: RangeBounds<u64>>(range: R) -> (u64, Option<u64>) {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => match s.checked_add(1) {
+            Some(s) => s,
+            None => return (0, None),
+        },
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => Some(e),
+        Bound::Excluded(&e) => e.checked_sub(1),
+        Bound::Unbounded => Some(u64::MAX),
+    };
+    match end {
+        Some(e) if e >= start => (start, Some(e)),
+        _ => (start, None),
+    }
+}
+
+pub(crate) fn check_order(index: u64, order: u32) -> Result<(), Error> {
+    if order > 63 {
+        return Err(Error::OrderTooLarge(order));
+    }
+    if index & ((1u64 << order) - 1) != 0 {
+        return Err(Error::Misaligned { index, order });
+    }
+    Ok(())
+}
+
+/// Validate a subtree; returns its aggregated marks (bit i = mark i).
+fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nodes: &mut usize) -> Result<u8, String> {
+    *nodes += 1;
+    // SAFETY: called under the lock on reachable nodes.
+    let n = unsafe { node.as_ref() };
+    if n.parent() != parent {
+        return Err(format!("node at {base:#x} shift {} has a wrong parent", n.shift));
+    }
+    let mut count = 0u32;
+    let mut values = 0u32;
+    let mut agg = 0u8;
+    let mut canon_is_value = false;
+    let mut canon: Option<usize> = None;
+    for off in 0..CHUNK_SIZE {
+        let e = n.slot_locked(off);
+        if e.is_null() {
+            for mark in Mark::ALL {
+                // Free-tracking arrays mark empty slots free.
+                if n.get_mark(off, mark) && mark != Mark::FREE {
+                    return Err(format!("empty slot {off} of node at {base:#x} has mark {mark:?}"));
+                }
+            }
+            canon = None;
+            continue;
+        }
+        count += 1;
+        if e.is_sibling() {
+            let c = e.to_sibling();
+            if canon != Some(c) || c >= off {
+                return Err(format!("slot {off} of node at {base:#x}: sibling({c}) does not follow its canonical slot"));
+            }
+            if canon_is_value {
+                values += 1;
+            }
+            for mark in Mark::ALL {
+                if n.get_mark(off, mark) && mark != Mark::FREE {
+                    return Err(format!("sibling slot {off} of node at {base:#x} carries mark {mark:?}"));
+                }
+            }
+            continue;
+        }
+        canon = Some(off);
+        canon_is_value = e.is_value();
+        if e.is_value() {
+            values += 1;
+        }
+        let child_base = base | ((off as u64) << n.shift);
+        let slot_marks = n.slot_marks(off);
+        if e.is_node() {
+            if n.shift == 0 {
+                return Err(format!("leaf at {base:#x} holds a node"));
+            }
+            let child = e.to_node();
+            // SAFETY: reachable under the lock.
+            let c = unsafe { child.as_ref() };
+            if c.shift as u32 + CHUNK_SHIFT != n.shift as u32 || c.offset as usize != off {
+                return Err(format!("child at slot {off} of node at {base:#x} has shift {} offset {}", c.shift, c.offset));
+            }
+            if c.count() == 0 {
+                return Err(format!("empty node at {child_base:#x}"));
+            }
+            let m = check_node(child, Some(node), child_base, nodes)?;
+            for mark in Mark::ALL {
+                if mark == Mark::FREE && (slot_marks & 1 != 0 || m & 1 != 0) {
+                    // free-tracking arrays: parents may be marked free
+                    // conservatively; only check non-FREE marks strictly
+                    continue;
+                }
+                let bit = 1 << mark.index();
+                if (m & bit) != (slot_marks & bit) {
+                    return Err(format!("mark {mark:?} at slot {off} of node at {base:#x} is {} but child says {}", slot_marks & bit != 0, m & bit != 0));
+                }
+            }
+            agg |= slot_marks;
+        } else {
+            if e.is_retry() {
+                return Err(format!("RETRY entry in live node at {base:#x}"));
+            }
+            agg |= slot_marks;
+        }
+    }
+    if count != n.count() as u32 {
+        return Err(format!("node at {base:#x}: count {} but {} slots used", n.count(), count));
+    }
+    if values != n.nr_values() as u32 {
+        return Err(format!("node at {base:#x}: nr_values {} but {} value slots", n.nr_values(), values));
+    }
+    if count == 0 {
+        return Err(format!("empty node at {base:#x}"));
+    }
+    Ok(agg)
+}
+
+fn dump_node(out: &mut String, node: NonNull<Node>, base: u64, depth: usize) {
+    // SAFETY: called under the lock on reachable nodes.
+    let n = unsafe { node.as_ref() };
+    let _ = writeln!(
+        out,
+        "{:indent$}node {:#x} shift {} offset {} count {} values {} marks {:#x} {:#x} {:#x}",
+        "",
+        base,
+        n.shift,
+        n.offset,
+        n.count(),
+        n.nr_values(),
+        n.marks(Mark::M0),
+        n.marks(Mark::M1),
+        n.marks(Mark::M2),
+        indent = depth * 2
+    );
+    for off in 0..CHUNK_SIZE {
+        let e = n.slot_locked(off);
+        if e.is_null() {
+            continue;
+        }
+        let idx = base | ((off as u64) << n.shift);
+        if e.is_node() && n.shift != 0 {
+            dump_node(out, e.to_node(), idx, depth + 1);
+        } else {
+            let _ = writeln!(out, "{:indent$}{:#x}: {:?}", "", idx, e, indent = depth * 2 + 2);
+        }
+    }
+}
+
+impl<T: Item> Drop for XArray<T> {
+    fn drop(&mut self) {
+        let mut xas = self.excl_cursor(0);
+        xas.destroy_all();
+    }
+}
+
+impl<T: Item> core::fmt::Debug for XArray<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("XArray")
+            .field("nodes", &self.node_count())
+            .field("empty", &self.is_empty())
+            .finish()
+    }
+}
+
+// ----------------------------------------------------------------------
+// The locked API
+// ----------------------------------------------------------------------
+
+impl<'a, T: Item> XaLock<'a, T> {
+    /// The array this lock belongs to.
+    pub fn array(&self) -> &'a XArray<T> {
+        self.xa
+    }
+
+    /// The epoch guard held with the lock: entries returned by the lock's
+    /// methods are readable while it lives.
+    pub fn guard(&self) -> &Guard {
+        &self.epoch
+    }
+
+    fn into_guard(self) -> Guard {
+        let XaLock { epoch, _held, .. } = self;
+        drop(_held);
+        epoch
+    }
+
+    /// A cursor at `index` reading under this lock's guard.
+    pub fn cursor(&self, index: u64) -> XaState<'_, T> {
+        XaState::new(self.xa, &self.epoch, index)
+    }
+
+    /// Run a cursor operation, retrying once memory has been found for it.
+    fn with_retry<R>(&self, xas: &mut XaState<'_, T>, mut f: impl FnMut(&mut XaState<'_, T>) -> R) -> R {
+        loop {
+            let r = f(xas);
+            if xas.error() == Some(Error::NoMemory) && xas.nomem() {
+                continue;
+            }
+            return r;
+        }
+    }
+
+    fn store_raw(&self, index: u64, order: u32, entry: Option<Entry<T>>) -> Result<RawEntry, Rejected<T>> {
+        let raw = match entry {
+            None => RawEntry::NULL,
+            Some(e) => match e.into_raw() {
+                Ok(r) => r,
+                Err((err, e)) => return Err(Rejected::new(err, Some(e))),
+            },
+        };
+        let mut raw = raw;
+        if raw.is_null() && self.xa.track_free() {
+            raw = RawEntry::ZERO;
+        }
+        let mut xas = self.cursor(index);
+        if order > 0 {
+            let (shift, sibs) = order_shape(order);
+            xas.set_shape(shift, sibs);
+        }
+        let track_free = self.xa.track_free();
+        let old = self.with_retry(&mut xas, |xas| {
+            let old = xas.store_raw(raw);
+            if track_free && xas.error().is_none() {
+                xas.clear_mark_raw(Mark::FREE);
+            }
+            old
+        });
+        if let Some(e) = xas.error() {
+            // SAFETY: never published.
+            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            return Err(Rejected::new(e, back));
+        }
+        let old = old.zero_to_null();
+        if old.is_user() {
+            xas.dispose(old);
+            Ok(old)
+        } else {
+            Ok(RawEntry::NULL)
+        }
+    }
+
+    /// Store under the held lock (`__xa_store`); see [`XArray::store`].
+    pub fn store(&self, index: u64, entry: Option<Entry<T>>) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
+        let raw = self.store_raw(index, 0, entry)?;
+        // SAFETY: disposed through a guard pinned by this thread, which the
+        // lock's own guard keeps pinned for '_.
+        Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    /// Store a multi-index entry under the held lock; see
+    /// [`XArray::store_order`].
+    pub fn store_order(
+        &self,
+        index: u64,
+        order: u32,
+        entry: Option<Entry<T>>,
+    ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
+        if let Err(e) = check_order(index, order) {
+            return Err(Rejected::new(e, entry));
+        }
+        let raw = self.store_raw(index, order, entry)?;
+        // SAFETY: as in `store`.
+        Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    fn erase_raw(&self, index: u64) -> RawEntry {
+        let mut xas = self.cursor(index);
+        let old = xas.store_raw(RawEntry::NULL).zero_to_null();
+        if old.is_user() {
+            xas.dispose(old);
+            old
+        } else {
+            RawEntry::NULL
+        }
+    }
+
+    /// Erase under the held lock (`__xa_erase`).
+    pub fn erase(&self, index: u64) -> Option<EntryRef<'_, T>> {
+        let raw = self.erase_raw(index);
+        // SAFETY: as in `store`.
+        unsafe { EntryRef::from_raw_opt(raw) }
+    }
+
+    /// Insert under the held lock (`__xa_insert`); see [`XArray::insert`].
+    pub fn insert(&self, index: u64, entry: Option<Entry<T>>) -> Result<(), Rejected<T>> {
+        let raw = match entry {
+            None => RawEntry::ZERO,
+            Some(e) => match e.into_raw() {
+                Ok(r) => r,
+                Err((err, e)) => return Err(Rejected::new(err, Some(e))),
+            },
+        };
+        let mut xas = self.cursor(index);
+        let track_free = self.xa.track_free();
+        let busy = self.with_retry(&mut xas, |xas| {
+            let curr = xas.load_raw();
+            if !curr.is_null() {
+                return true;
+            }
+            xas.store_raw(raw);
+            if track_free && xas.error().is_none() {
+                xas.clear_mark_raw(Mark::FREE);
+            }
+            false
+        });
+        let err = if busy { Some(Error::Busy) } else { xas.error() };
+        match err {
+            None => Ok(()),
+            Some(e) => {
+                // SAFETY: never published.
+                let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+                Err(Rejected::new(e, back))
+            }
+        }
+    }
+
+    /// `__xa_cmpxchg_raw`: `old` None/NULL matches NULL and ZERO.
+    fn cmpxchg_raw(
+        &self,
+        index: u64,
+        old: Option<RawEntry>,
+        new: Option<Entry<T>>,
+        guard: &Guard,
+    ) -> Result<RawEntry, Rejected<T>> {
+        let mut raw = match new {
+            None => RawEntry::NULL,
+            Some(e) => match e.into_raw() {
+                Ok(r) => r,
+                Err((err, e)) => return Err(Rejected::new(err, Some(e))),
+            },
+        };
+        let expect = old.unwrap_or(RawEntry::NULL);
+        if expect.is_null() && raw.is_null() {
+            // reserve: NULL -> ZERO
+            raw = RawEntry::ZERO;
+        }
+        let mut xas = XaState::new(self.xa, guard, index);
+        let track_free = self.xa.track_free();
+        let reserve_only = old.is_some() && raw.is_zero();
+        let result = self.with_retry(&mut xas, |xas| {
+            let curr = xas.load_raw();
+            let matches = if expect.is_null() {
+                if reserve_only { curr.is_null() } else { curr.is_null() || curr.is_zero() }
+            } else {
+                curr == expect
+            };
+            if !matches {
+                return Err(curr);
+            }
+            let mut store = raw;
+            if store.is_null() && track_free {
+                store = RawEntry::ZERO;
+            }
+            xas.store_raw(store);
+            if track_free && xas.error().is_none() && !store.is_null() && curr.is_null() {
+                xas.clear_mark_raw(Mark::FREE);
+            }
+            Ok(curr)
+        });
+        let give_back = |e: Error| {
+            // SAFETY: never published.
+            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            Rejected::new(e, back)
+        };
+        if let Some(e) = xas.error() {
+            return Err(give_back(e));
+        }
+        match result {
+            Ok(curr) => {
+                let curr = curr.zero_to_null();
+                if curr.is_user() {
+                    dispose_item::<T>(guard, curr);
+                }
+                Ok(curr)
+            }
+            Err(_) => Err(give_back(Error::Mismatch)),
+        }
+    }
+
+    /// Compare-and-exchange under the held lock; see [`XArray::cmpxchg`].
+    pub fn cmpxchg(
+        &self,
+        index: u64,
+        old: Option<EntryRef<'_, T>>,
+        new: Option<Entry<T>>,
+    ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
+        let raw = self.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, &self.epoch)?;
+        // SAFETY: disposed through the lock's guard, alive for '_.
+        Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    /// Undo a reservation under the held lock.
+    pub fn release(&self, index: u64) {
+        let mut xas = self.cursor(index);
+        let curr = xas.load_raw();
+        if curr.is_zero() {
+            xas.store_raw(RawEntry::NULL);
+        }
+    }
+
+    /// Store a value over a range under the held lock; see
+    /// [`XArray::store_range`].
+    pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
+        if last < first {
+            return Err(Error::InvalidRange { first, last });
+        }
+        let entry = match value {
+            Some(v) if v > MAX_VALUE => return Err(Error::ValueOutOfRange(v)),
+            Some(v) => RawEntry::value(v),
+            None => RawEntry::NULL,
+        };
+        let mut xas = self.cursor(0);
+        let mut first = first;
+        loop {
+            if !entry.is_null() {
+                let order = match last.checked_add(1) {
+                    Some(n) => n.trailing_zeros(),
+                    None => 64,
+                };
+                let order = order.min(63);
+                let (shift, sibs) = order_shape(order);
+                xas.set_index(last);
+                xas.set_shape(shift, sibs);
+                // pre-create the tree so the chunk stores below fit
+                let _ = self.with_retry(&mut xas, |xas| xas.create_pub(true));
+                if let Some(e) = xas.error() {
+                    return Err(e);
+                }
+            }
+            let mut failed = None;
+            loop {
+                xas.set_range_pub(first, last);
+                let old = xas.store_raw(entry);
+                if let Some(e) = xas.error() {
+                    failed = Some(e);
+                    break;
+                }
+                xas.dispose(old);
+                let size = xas.range_size();
+                match first.checked_add(size) {
+                    Some(f) if f <= last => first = f,
+                    _ => break,
+                }
+            }
+            match failed {
+                Some(Error::NoMemory) if xas.nomem() => continue,
+                Some(e) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Set `mark` on the entry at `index` (`__xa_set_mark`).
+    pub fn set_mark(&self, index: u64, mark: Mark) {
+        let mut xas = self.cursor(index);
+        let e = xas.load_raw();
+        if !e.is_null() {
+            xas.set_mark_raw(mark);
+        }
+    }
+
+    /// Clear `mark` on the entry at `index` (`__xa_clear_mark`).
+    pub fn clear_mark(&self, index: u64, mark: Mark) {
+        let mut xas = self.cursor(index);
+        let e = xas.load_raw();
+        if !e.is_null() {
+            xas.clear_mark_raw(mark);
+        }
+    }
+
+    /// The entry at `index`, read under the lock.
+    pub fn load(&self, index: u64) -> Option<EntryRef<'_, T>> {
+        let e = self.xa.load_raw(index);
+        // SAFETY: read under the lock and its guard.
+        unsafe { EntryRef::from_raw_opt(e) }
+    }
+
+    fn alloc_raw(&self, min: u64, max: u64, raw: RawEntry) -> Result<u64, Error> {
+        if !self.xa.track_free() {
+            return Err(Error::NotAllocating);
+        }
+        let raw = if raw.is_null() { RawEntry::ZERO } else { raw };
+        let mut xas = self.cursor(min);
+        let mut id = 0;
+        let r = self.with_retry(&mut xas, |xas| {
+            xas.set_index(min);
+            xas.find_marked_raw(max, Mark::FREE);
+            if xas.is_restart() {
+                return Err(Error::Busy);
+            }
+            id = xas.index();
+            xas.store_raw(raw);
+            if xas.error().is_none() {
+                xas.clear_mark_raw(Mark::FREE);
+            }
+            Ok(())
+        });
+        r?;
+        if let Some(e) = xas.error() {
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Allocate an ID under the held lock; see [`XArray::alloc`].
+    pub fn alloc(&self, limit: RangeInclusive<u64>, entry: Option<Entry<T>>) -> Result<u64, Rejected<T>> {
+        let raw = match entry {
+            None => RawEntry::NULL,
+            Some(e) => match e.into_raw() {
+                Ok(r) => r,
+                Err((err, e)) => return Err(Rejected::new(err, Some(e))),
+            },
+        };
+        let (min, max) = (*limit.start(), *limit.end());
+        let r = if min > max { Err(Error::Busy) } else { self.alloc_raw(min, max, raw) };
+        r.map_err(|e| {
+            // SAFETY: never published.
+            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            Rejected::new(e, back)
+        })
+    }
+
+    /// Allocate cyclically under the held lock; see [`XArray::alloc_cyclic`].
+    pub fn alloc_cyclic(
+        &self,
+        limit: RangeInclusive<u64>,
+        next: &mut u64,
+        entry: Option<Entry<T>>,
+    ) -> Result<(u64, bool), Rejected<T>> {
+        let raw = match entry {
+            None => RawEntry::NULL,
+            Some(e) => match e.into_raw() {
+                Ok(r) => r,
+                Err((err, e)) => return Err(Rejected::new(err, Some(e))),
+            },
+        };
+        let (min, max) = (*limit.start(), *limit.end());
+        let xa = self.xa;
+        let lo = min.max(*next);
+        let mut wrapped = false;
+        let mut r = if lo > max { Err(Error::Busy) } else { self.alloc_raw(lo, max, raw) };
+        if r.is_ok() && xa.flags() & FLAG_ALLOC_WRAPPED != 0 {
+            xa.flags.store(xa.flags() & !FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
+            wrapped = true;
+        }
+        if r.is_err() && lo > min && r != Err(Error::NotAllocating) {
+            r = self.alloc_raw(min, max, raw);
+            if r.is_ok() {
+                wrapped = true;
+            }
+        }
+        match r {
+            Ok(id) => {
+                *next = id.wrapping_add(1);
+                if *next == 0 || id == max {
+                    if *next == 0 {
+                        xa.flags.store(xa.flags() | FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
+                    }
+                }
+                Ok((id, wrapped))
+            }
+            Err(e) => {
+                // SAFETY: never published.
+                let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+                Err(Rejected::new(e, back))
+            }
+        }
+    }
+
+    /// Remove every entry under the held lock; see [`XArray::clear`].
+    pub fn clear(&self) {
+        let mut xas = self.cursor(0);
+        xas.destroy_all();
+    }
+}
+
+impl<T: Item> core::fmt::Debug for XaLock<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("XaLock").finish_non_exhaustive()
+    }
+}
+
+// ----------------------------------------------------------------------
+// Iteration
+// ----------------------------------------------------------------------
+
+/// An ordered, lock-free iterator over entries (one item per multi-index
+/// entry), yielding `(index, entry)`. See [`XArray::iter`].
+pub struct Iter<'g, T: Item> {
+    xas: XaState<'g, T>,
+    max: u64,
+    mark: Option<Mark>,
+    done: bool,
+}
+
+impl<'g, T: Item> Iter<'g, T> {
+    fn new(xa: &'g XArray<T>, guard: &'g Guard, start: u64, max: u64, mark: Option<Mark>) -> Self {
+        Iter {
+            xas: XaState::new(xa, guard, start),
+            max,
+            mark,
+            done: false,
+        }
+    }
+    fn empty(xa: &'g XArray<T>, guard: &'g Guard) -> Self {
+        Iter {
+            xas: XaState::new(xa, guard, 0),
+            max: 0,
+            mark: None,
+            done: true,
+        }
+    }
+}
+
+impl<'g, T: Item> Iterator for Iter<'g, T> {
+    type Item = (u64, EntryRef<'g, T>);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let e = match self.mark {
+            None => self.xas.find(self.max),
+            Some(m) => self.xas.find_marked(self.max, m),
+        };
+        match e {
+            Some(e) => Some((self.xas.index(), e)),
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+/// An owning iterator, in index order; see `XArray::into_iter`.
+pub struct IntoIter<T: Item> {
+    xa: XArray<T>,
+    next: Option<u64>,
+}
+
+impl<T: Item> Iterator for IntoIter<T> {
+    type Item = (u64, Entry<T>);
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.next?;
+        let index = {
+            let guard = pin();
+            let (i, _) = self.xa.find(start, u64::MAX, None, &guard)?;
+            i
+        };
+        self.next = index.checked_add(1);
+        let e = self.xa.remove(index)?;
+        Some((index, e))
+    }
+}
+
+impl<T: Item> IntoIterator for XArray<T> {
+    type Item = (u64, Entry<T>);
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { xa: self, next: Some(0) }
+    }
+}
+
+impl<T: Item> FromIterator<(u64, Entry<T>)> for XArray<T> {
+    fn from_iter<I: IntoIterator<Item = (u64, Entry<T>)>>(iter: I) -> Self {
+        let mut xa = XArray::new();
+        for (i, e) in iter {
+            // Values out of range are dropped with their error; items always fit.
+            let _ = xa.replace(i, e);
+        }
+        xa
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<XArray<Box<u64>>>();
+    let _ = ItemRef::<Box<u64>>::get;
+}
