@@ -29,6 +29,8 @@ use crate::sync::Guard;
 use crate::xarray::{XArray, XaLock};
 use core::ptr::NonNull;
 
+mod split;
+
 /// Where the cursor is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Pos {
@@ -82,6 +84,9 @@ pub struct XaState<'a, T: Item> {
     /// Prefilled nodes for a split, with the (entry, order) they were built for.
     split_nodes: Vec<NodeBox>,
     split_for: Option<(RawEntry, u32)>,
+    /// The split preallocation is for `try_split` (partial) rather than
+    /// `split` (uniform).
+    split_partial: bool,
 }
 
 /// Decoded order: `(shift, sibs)` for an order.
@@ -126,6 +131,7 @@ impl<'a, T: Item> XaState<'a, T> {
             need: 0,
             split_nodes: Vec::new(),
             split_for: None,
+            split_partial: false,
         }
     }
 

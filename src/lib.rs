@@ -11,7 +11,7 @@
 //! removed nodes and items are reclaimed only after every reader that could
 //! see them has left.
 //!
-//! On top sits `filemap`, a page cache of folios with shadow entries,
+//! On top sits [`filemap`], a page cache of folios with shadow entries,
 //! dirty/writeback tags, and the one-walk `add_folio` of Linux 6.10.
 //!
 //! ```
@@ -43,6 +43,8 @@ mod mark;
 mod node;
 mod sync;
 mod xarray;
+
+pub mod filemap;
 
 pub use cursor::{Conflicts, CursorIter, Stale, XaState};
 pub use entry::MAX_VALUE;

@@ -1,0 +1,209 @@
+//! Partial split: the page cache's `xas_try_split`, all levels at once.
+//!
+//! Splitting an order-`o` value entry so that one aligned block of the
+//! cursor's order `n` becomes an entry of its own touches only what that
+//! block needs: the rest of the old range keeps the value in entries of the
+//! intermediate orders `n..o` (the buddy halves that do not contain the
+//! block), exactly as repeated `xas_try_split` calls leave it, but with one
+//! walk and one node per level crossed (order 9 to order 0: one node,
+//! instead of the eight a uniform `xas_split` needs).
+//!
+//! Invariants: the nodes come from `try_split_alloc`, made without the lock
+//! and tagged with the (entry, order) they are for; `try_split` refuses (and
+//! frees them) if the entry at the cursor is no longer that entry of that
+//! order. Every slot readers can reach holds the old value, a sibling of it,
+//! or a fully initialised child node at every instant, so lock-free readers
+//! see the same value throughout.
+
+use super::{order_shape, Pos, XaState};
+use crate::entry::RawEntry;
+use crate::error::Error;
+use crate::item::Item;
+use crate::mark::Mark;
+use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::xarray::XaLock;
+use core::ptr::NonNull;
+
+/// Nodes a partial split from order `order` to order `new_order` needs.
+pub(crate) fn partial_split_nodes(order: u32, new_order: u32) -> usize {
+    let (old_shift, _) = order_shape(order);
+    let (new_shift, _) = order_shape(new_order);
+    ((old_shift - new_shift) as u32 / CHUNK_SHIFT) as usize
+}
+
+impl<T: Item> XaState<'_, T> {
+    /// Preallocate, without the lock, the nodes a [`XaState::try_split`] of
+    /// the value entry `value` of order `order` down to the cursor's order
+    /// needs: one per level crossed (order 9 to 0 with 64-slot nodes: one).
+    pub fn try_split_alloc(&mut self, value: u64, order: u32) -> Result<usize, Error> {
+        if value > crate::entry::MAX_VALUE {
+            return Err(Error::ValueOutOfRange(value));
+        }
+        if order > 63 {
+            return Err(Error::OrderTooLarge(order));
+        }
+        if order <= self.order() {
+            return Err(Error::InvalidSplit);
+        }
+        self.split_nodes.clear();
+        self.split_for = None;
+        let need = partial_split_nodes(order, self.order());
+        for _ in 0..need {
+            match Node::alloc(0, 0, None) {
+                Some(n) => self.split_nodes.push(n),
+                None => {
+                    self.split_nodes.clear();
+                    return Err(Error::NoMemory);
+                }
+            }
+        }
+        self.split_for = Some((RawEntry::value(value), order));
+        self.split_partial = true;
+        Ok(need)
+    }
+
+    /// Split the order-`order` value entry covering the cursor's range so
+    /// that the range becomes an entry of exactly the cursor's order (still
+    /// holding `value`), leaving the rest of the old range as entries of the
+    /// intermediate orders. Uses only the nodes from
+    /// [`XaState::try_split_alloc`]; allocates nothing under the lock.
+    ///
+    /// The cursor must be on the entry (after `load` or `find_conflict`);
+    /// if it is not positioned it walks there first. Afterwards it sits on
+    /// the new piece, so a `store` follows without another walk.
+    ///
+    /// Fails with [`Error::InvalidSplit`] (array unchanged, preallocation
+    /// freed) when the entry at the cursor is no longer `value` of order
+    /// `order` or the preallocation was made for something else.
+    pub fn try_split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
+        self.check_lock(lock);
+        let entry = RawEntry::value(value.min(crate::entry::MAX_VALUE));
+        if !self.split_partial || self.split_for != Some((entry, order)) {
+            self.destroy();
+            return Err(Error::InvalidSplit);
+        }
+        // Position on the entry (no walk if the cursor is already there).
+        let curr = if matches!(self.pos, Pos::Node(_)) {
+            self.reload_raw()
+        } else {
+            let (shift, sibs) = (self.shift, self.sibs);
+            // load at the old entry's level: a cursor of the old order
+            let (os, osi) = order_shape(order);
+            self.shift = os;
+            self.sibs = osi;
+            let e = self.load_raw();
+            self.shift = shift;
+            self.sibs = sibs;
+            e
+        };
+        let Pos::Node(mut node) = self.pos else {
+            self.destroy();
+            return Err(Error::InvalidSplit);
+        };
+        // the cursor must be on the canonical slot of the entry
+        let canon_ok = {
+            let n = self.nref(node);
+            let off = ((self.index >> n.shift) & CHUNK_MASK) as usize;
+            let e = n.slot_locked(off);
+            let canon = if e.is_sibling() { e.to_sibling() } else { off };
+            self.offset = canon as u8;
+            true
+        };
+        if !canon_ok || curr != entry || self.get_order() != order {
+            self.destroy();
+            return Err(Error::InvalidSplit);
+        }
+        let new_order = self.order();
+        let marks = self.nref(node).slot_marks(self.offset as usize);
+        let xa = self.xa;
+        let mut lo = order; // order of the block still to split, in `node`
+        let mut base_off = self.offset as usize; // first slot of that block in `node`
+        loop {
+            let n = self.nref(node);
+            let nshift = n.shift as u32;
+            // Halve the block, writing the buddy halves that do not contain
+            // the target, down to max(new_order, nshift).
+            let floor = new_order.max(nshift);
+            let target_off = ((self.index >> nshift) & CHUNK_MASK) as usize;
+            while lo > floor {
+                lo -= 1;
+                let slots = 1usize << (lo - nshift);
+                let lower = base_off;
+                let upper = base_off + slots;
+                let (buddy, keep) = if target_off >= upper { (lower, upper) } else { (upper, lower) };
+                self.write_piece(n, buddy, slots, entry, marks);
+                base_off = keep;
+            }
+            if new_order >= nshift {
+                // the target block is `slots` slots at base_off of this node
+                let slots = 1usize << (new_order - nshift);
+                self.write_piece(n, base_off, slots, entry, marks);
+                self.pos = Pos::Node(node);
+                self.offset = base_off as u8;
+                break;
+            }
+            // Cross a level: the target slot becomes a child full of the
+            // value (as order-(nshift-CHUNK) entries), published at once.
+            let mut child = self
+                .split_nodes
+                .pop()
+                .expect("try_split_alloc reserved one node per level");
+            let cshift = nshift - CHUNK_SHIFT;
+            {
+                let c = child.node_mut();
+                c.shift = cshift as u8;
+                c.offset = base_off as u8;
+                c.set_parent(Some(node));
+                for i in 0..CHUNK_SIZE {
+                    c.slots[i].init(entry);
+                }
+                c.set_count(CHUNK_SIZE as u8);
+                c.set_nr_values(CHUNK_SIZE as u8);
+                for mark in Mark::ALL {
+                    if marks & (1 << mark.index()) != 0 {
+                        c.mark_all(mark);
+                    }
+                }
+            }
+            let child: NonNull<Node> = child.into_raw();
+            xa.node_added();
+            n.set_slot(base_off, RawEntry::node(child));
+            n.add_nr_values(-1);
+            node = child;
+            lo = nshift; // the child slot held an order-nshift block
+            base_off = 0;
+            // Inside the child, the block of order `nshift` is the whole
+            // node: the loop above now halves it.
+            // (slots count at the child level: 1 << (lo - cshift) = CHUNK_SIZE)
+            let _ = cshift;
+        }
+        xa.bump_seq();
+        self.seq = xa.seq();
+        self.split_for = None;
+        self.split_partial = false;
+        self.split_nodes.clear();
+        Ok(())
+    }
+
+    /// Rewrite `slots` slots from `first` as one entry (canonical plus
+    /// siblings) carrying `marks`. The old contents are the same value (or
+    /// its siblings), so only the sibling links and marks change.
+    fn write_piece(&self, n: &Node, first: usize, slots: usize, entry: RawEntry, marks: u8) {
+        // Publish the canonical slot first so siblings never point at a
+        // sibling; then the siblings from high to low.
+        n.set_slot(first, entry);
+        for mark in Mark::ALL {
+            if marks & (1 << mark.index()) != 0 {
+                n.set_mark(first, mark);
+            }
+        }
+        let mut off = first + slots - 1;
+        while off > first {
+            n.set_slot(off, RawEntry::sibling(first));
+            for mark in Mark::ALL {
+                n.clear_mark(off, mark);
+            }
+            off -= 1;
+        }
+    }
+}
