@@ -762,6 +762,21 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             first_slot = false;
         }
+        // A store into part of a larger entry rewrote only its first slots
+        // (`sibs` was cut to the range); its remaining siblings now belong to
+        // the new entry, so they change kind with it (`nr_values` counts the
+        // siblings of value entries). The kernel leaves this count stale.
+        if !cur.is_null() {
+            if let Some(n) = node {
+                let n = self.nref(n);
+                let sib = RawEntry::sibling(self.offset as usize);
+                let mut o = offset + 1;
+                while o < CHUNK_SIZE && n.slot_locked(o) == sib {
+                    values += (!first.is_value()) as i32 - (!value) as i32;
+                    o += 1;
+                }
+            }
+        }
         self.update_node(node, count, values);
         if node.is_none() && ret.is_node() {
             // the whole tree was replaced at the head
@@ -1089,7 +1104,9 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline]
     fn move_index(&mut self, n: &Node, offset: u64) {
         let shift = n.shift as u32;
-        self.index &= !(CHUNK_MASK << shift);
+        // the kernel's `~XA_CHUNK_MASK << shift`: clears the bits below the
+        // node's offset too, so the index lands on the slot's first index
+        self.index &= (!CHUNK_MASK) << shift;
         self.index = self.index.wrapping_add(offset << shift);
     }
 
@@ -1353,6 +1370,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Move to the next index and return its entry (`xas_next`); wraps from
     /// `u64::MAX` to 0. On an unwalked cursor, loads the current index
     /// without moving.
+    #[allow(clippy::should_implement_trait)] // the kernel's name, not an Iterator
     pub fn next(&mut self) -> Option<EntryRef<'a, T>> {
         loop {
             let e = self.next_raw();
@@ -1580,7 +1598,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 return curr;
             }
         }
-        self.offset -= self.sibs;
+        // u8 arithmetic like the kernel's: after climbing out of the top
+        // node (cursor at the head) the offset is meaningless and may wrap
+        self.offset = self.offset.wrapping_sub(self.sibs);
         RawEntry::NULL
     }
 
@@ -1639,7 +1659,7 @@ impl<'a, T: Item> XaState<'a, T> {
             sibs = CHUNK_MASK - offset;
         }
         // (((f + sibs + 1) << shift) - 1) > last, wrapping like the kernel
-        let end = ((f + sibs + 1) << shift).wrapping_sub(1);
+        let end = (f.wrapping_add(sibs + 1) << shift).wrapping_sub(1);
         if end > last {
             sibs -= 1;
         }
@@ -1675,8 +1695,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 break;
             }
             self.index -= CHUNK_SIZE as u64;
-            loop {
-                let Pos::Node(node) = self.pos else { break };
+            while let Pos::Node(node) = self.pos {
                 let n = self.nref(node);
                 if n.shift >= shift {
                     break;
@@ -1878,6 +1897,13 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         n.add_nr_values(values);
         xa.bump_seq();
+        // Splitting the top node's only entry (an order-6k entry at index 0,
+        // which `xas_max` keeps out of the head) leaves a top node holding
+        // only a node in slot 0: shrink as a delete would, so the tree stays
+        // no taller than its largest index needs.
+        if n.parent().is_none() {
+            self.shrink();
+        }
         self.seq = xa.seq();
         self.split_for = None;
         self.split_nodes.clear();

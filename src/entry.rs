@@ -193,3 +193,70 @@ impl AtomicEntry {
         self.0.store(e.0, Ordering::Relaxed)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_disjoint() {
+        let node = crate::node::Node::alloc(0, 0, None).unwrap().into_raw();
+        let item = NonNull::<u64>::dangling(); // 8-aligned address
+        let cases = [
+            RawEntry::NULL,
+            RawEntry::RETRY,
+            RawEntry::ZERO,
+            RawEntry::value(0),
+            RawEntry::value(MAX_VALUE),
+            RawEntry::sibling(0),
+            RawEntry::sibling(CHUNK_SIZE - 2),
+            RawEntry::node(node),
+            RawEntry::item(item).unwrap(),
+        ];
+        for e in cases {
+            let kinds = [
+                e.is_null(),
+                e.is_value(),
+                e.is_retry(),
+                e.is_zero(),
+                e.is_sibling(),
+                e.is_node(),
+                e.is_item(),
+            ];
+            assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{e:?}");
+        }
+        // SAFETY: allocated above, never linked.
+        unsafe { crate::node::Node::free(node) };
+    }
+
+    #[test]
+    fn round_trips() {
+        for v in [0, 1, 12345, MAX_VALUE] {
+            assert_eq!(RawEntry::value(v).to_value(), v);
+            assert!(RawEntry::value(v).is_user());
+        }
+        for s in 0..CHUNK_SIZE - 1 {
+            let e = RawEntry::sibling(s);
+            assert!(e.is_sibling() && !e.is_node() && !e.is_user());
+            assert_eq!(e.to_sibling(), s);
+        }
+        let b = Box::new(7u32);
+        let p = NonNull::from(&*b);
+        let e = RawEntry::item(p).unwrap();
+        assert_eq!(e.to_item::<u32>(), p);
+        // misaligned pointers are refused
+        let odd = NonNull::new(core::ptr::without_provenance_mut::<u8>(0x1001)).unwrap();
+        assert!(RawEntry::item(odd).is_none());
+        assert_eq!(RawEntry::ZERO.zero_to_null(), RawEntry::NULL);
+        assert_eq!(RawEntry::value(3).zero_to_null(), RawEntry::value(3));
+    }
+
+    #[test]
+    fn atomic_entry_publishes() {
+        let a = AtomicEntry::new(RawEntry::NULL);
+        a.store(RawEntry::value(9));
+        assert_eq!(a.load(), RawEntry::value(9));
+        a.init(RawEntry::RETRY);
+        assert_eq!(a.load_locked(), RawEntry::RETRY);
+    }
+}

@@ -213,8 +213,12 @@ fn unreachable_misaligned<T, R>(t: T) -> R {
 /// (or lock, or `&XArray`) it was loaded under.
 pub struct ItemRef<'g, T: Item> {
     ptr: NonNull<T::Target>,
-    _life: PhantomData<(&'g T::Target, fn() -> T)>,
+    _life: PhantomData<Borrowed<'g, T>>,
 }
+
+/// Variance and auto-trait marker for [`ItemRef`]: a shared borrow of the
+/// target for `'g`, and no ownership of `T`.
+type Borrowed<'g, T> = (&'g <T as Item>::Target, fn() -> T);
 
 impl<T: Item> Clone for ItemRef<'_, T> {
     fn clone(&self) -> Self {

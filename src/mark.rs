@@ -48,3 +48,16 @@ impl fmt::Debug for Mark {
         write!(f, "M{}", self.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_three() {
+        assert_eq!(Mark::ALL.map(Mark::index), [0, 1, 2]);
+        assert_eq!(Mark::new(1), Some(Mark::M1));
+        assert_eq!(Mark::new(3), None);
+        assert_eq!(format!("{:?}", Mark::M2), "M2");
+    }
+}

@@ -236,3 +236,60 @@ impl Drop for NodeBox {
         unsafe { Node::free(self.0) }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_node_is_empty() {
+        let nb = Node::alloc(6, 3, None).unwrap();
+        let p = nb.into_raw();
+        // SAFETY: allocated above and not shared.
+        let n = unsafe { p.as_ref() };
+        assert_eq!((n.shift, n.offset, n.count(), n.nr_values()), (6, 3, 0, 0));
+        assert!(n.parent().is_none());
+        assert!((0..CHUNK_SIZE).all(|i| n.slot(i).is_null()));
+        assert!(Mark::ALL.iter().all(|&m| !n.any_mark(m)));
+        // SAFETY: never linked.
+        unsafe { Node::free(p) };
+    }
+
+    #[test]
+    fn mark_bits() {
+        let nb = Node::alloc(0, 0, None).unwrap();
+        let p = nb.into_raw();
+        // SAFETY: allocated above and not shared.
+        let n = unsafe { p.as_ref() };
+        assert!(!n.set_mark(5, Mark::M1));
+        assert!(n.set_mark(5, Mark::M1), "second set reports it was set");
+        assert!(n.get_mark(5, Mark::M1) && !n.get_mark(5, Mark::M0));
+        assert_eq!(n.slot_marks(5), 0b010);
+        assert!(n.clear_mark(5, Mark::M1));
+        assert!(!n.clear_mark(5, Mark::M1));
+        assert!(!n.any_mark(Mark::M1));
+        n.mark_all(Mark::M2);
+        assert!((0..CHUNK_SIZE).all(|i| n.get_mark(i, Mark::M2)));
+        n.set_marks_word(Mark::M2, u64::MAX);
+        assert_eq!(n.marks(Mark::M2).count_ones() as usize, CHUNK_SIZE);
+        // SAFETY: never linked.
+        unsafe { Node::free(p) };
+    }
+
+    #[test]
+    fn fault_injection_fails_allocation() {
+        crate::fault::fail_next_allocations(2);
+        assert!(Node::alloc(0, 0, None).is_none());
+        assert!(Node::alloc(0, 0, None).is_none());
+        let ok = Node::alloc(0, 0, None);
+        assert!(ok.is_some());
+    }
+
+    #[test]
+    fn node_fits_the_kernels_budget() {
+        // 64 slots + 3 mark words + header: the kernel's xa_node is 576 bytes.
+        if CHUNK_SIZE == 64 {
+            assert!(core::mem::size_of::<Node>() <= 576, "{}", core::mem::size_of::<Node>());
+        }
+    }
+}

@@ -199,3 +199,20 @@ fn tags_and_writeback() {
     assert!(!m.tagged(Tag::Writeback));
     m.pages().check_invariants().unwrap();
 }
+
+#[test]
+fn split_inside_a_leaf_keeps_the_lock() {
+    let m = mapping_with_shadow(1024, 9, shadow(4));
+    let mut st = AddStats::default();
+    m.add_folio_stats(&folio(1024, 0), &mut st).unwrap();
+    assert_eq!((st.walks, st.nodes, st.relocks), (1, 1, 1));
+    // 1025 now sits in an order-0 shadow piece; 1026 in an order-1 piece,
+    // 1028 in an order-2 piece: splitting those needs no node and no relock.
+    for (i, want_order) in [(1025u64, 0u32), (1026, 1), (1028, 2), (1032, 3), (1040, 4), (1056, 5)] {
+        assert_eq!(m.pages().get_order(i), want_order, "piece at {i}");
+        let mut st = AddStats::default();
+        assert_eq!(m.add_folio_stats(&folio(i, 0), &mut st).unwrap(), Some(shadow(4)));
+        assert_eq!((st.walks, st.nodes, st.relocks), (1, 0, 0), "index {i}");
+        m.pages().check_invariants().unwrap();
+    }
+}

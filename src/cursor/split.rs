@@ -32,6 +32,16 @@ pub(crate) fn partial_split_nodes(order: u32, new_order: u32) -> usize {
 }
 
 impl<T: Item> XaState<'_, T> {
+    /// How many nodes a [`XaState::try_split`] of an entry of order `order`
+    /// down to the cursor's order needs (0 when the split stays inside one
+    /// node, so it can be done without dropping the lock).
+    pub fn try_split_nodes(&self, order: u32) -> usize {
+        if order <= self.order() || order > 63 {
+            return 0;
+        }
+        partial_split_nodes(order, self.order())
+    }
+
     /// Preallocate, without the lock, the nodes a [`XaState::try_split`] of
     /// the value entry `value` of order `order` down to the cursor's order
     /// needs: one per level crossed (order 9 to 0 with 64-slot nodes: one).

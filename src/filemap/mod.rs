@@ -274,13 +274,21 @@ impl AddressSpace {
             if let Some(v) = old {
                 if order > forder {
                     if alloced.is_none() {
-                        drop(lock);
-                        if let Err(e) = xas.try_split_alloc(v, order) {
-                            break Err(e.into());
+                        if xas.try_split_nodes(order) == 0 {
+                            // Split inside one node: nothing to allocate, so
+                            // no reason to drop the lock.
+                            if let Err(e) = xas.try_split_alloc(v, order) {
+                                break Err(e.into());
+                            }
+                        } else {
+                            drop(lock);
+                            if let Err(e) = xas.try_split_alloc(v, order) {
+                                break Err(e.into());
+                            }
+                            alloced = Some((v, order));
+                            stats.relocks += 1;
+                            continue;
                         }
-                        alloced = Some((v, order));
-                        stats.relocks += 1;
-                        continue;
                     }
                     if xas.try_split(&lock, v, order).is_err() {
                         // The entry changed after all: start over.
@@ -426,7 +434,7 @@ impl AddressSpace {
             }
             xas.set_mark(&lock, Tag::Towrite.mark());
             tagged += 1;
-            if tagged % CHECK_SCHED == 0 {
+            if tagged.is_multiple_of(CHECK_SCHED) {
                 xas.pause();
                 drop(lock);
                 std::thread::yield_now();

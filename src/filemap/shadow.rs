@@ -79,3 +79,20 @@ impl Shadow {
         Shadow(v & MAX_VALUE)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_round_trips_and_truncates_eviction() {
+        let f = ShadowFields { eviction: (1 << EVICTION_BITS) + 5, memcg: u16::MAX, node: 63, workingset: true };
+        let s = Shadow::pack(f).unwrap();
+        assert!(s.to_value() <= MAX_VALUE);
+        let u = s.unpack();
+        assert_eq!(u.eviction, 5, "counter keeps its low bits");
+        assert_eq!((u.memcg, u.node, u.workingset), (u16::MAX, 63, true));
+        assert_eq!(Shadow::from_value(s.to_value()), s);
+        assert!(Shadow::pack(ShadowFields { node: 64, ..f }).is_err());
+    }
+}
