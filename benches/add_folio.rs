@@ -247,7 +247,13 @@ impl Fixture {
 
 /// Add every folio of `batch` with `path`; only this is timed.
 #[inline(never)]
-fn timed_adds(path: Path, space: &AddressSpace, batch: &[Arc<Folio>], st: &mut AddStats, expect_err: bool) -> (Duration, u64) {
+fn timed_adds(
+    path: Path,
+    space: &AddressSpace,
+    batch: &[Arc<Folio>],
+    st: &mut AddStats,
+    expect_err: bool,
+) -> (Duration, u64) {
     let mut bad = 0u64;
     let t = Instant::now();
     match path {
@@ -270,14 +276,26 @@ fn timed_adds(path: Path, space: &AddressSpace, batch: &[Arc<Folio>], st: &mut A
 }
 
 /// Run `n` adds with `path` in batches; returns the timed total.
-fn run(fx: &mut Fixture, path: Path, n: u64, st: &mut AddStats, buf: &mut Vec<Arc<Folio>>) -> Duration {
+fn run(
+    fx: &mut Fixture,
+    path: Path,
+    n: u64,
+    st: &mut AddStats,
+    buf: &mut Vec<Arc<Folio>>,
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut done = 0u64;
     while done < n {
         let b = (n - done).min(BATCH as u64) as usize;
         fx.prepare(b, buf);
         let (d, bad) = timed_adds(path, &fx.space, buf, st, fx.expect_err());
-        assert_eq!(bad, 0, "{:?}/{}: unexpected add result", fx.kind, path.name());
+        assert_eq!(
+            bad,
+            0,
+            "{:?}/{}: unexpected add result",
+            fx.kind,
+            path.name()
+        );
         total += d;
         fx.restore(buf);
         done += b as u64;
@@ -393,7 +411,11 @@ fn print_table(rows: &[Row], rounds: usize, batches: usize) {
     let refault = find(CASES[1].label);
     let split = find(CASES[2].label);
     let exists = find(CASES[5].label);
-    let same = [find(CASES[1].label), find(CASES[3].label), find(CASES[4].label)];
+    let same = [
+        find(CASES[1].label),
+        find(CASES[3].label),
+        find(CASES[4].label),
+    ];
     let ok = |b: bool| if b { "ok" } else { "MISSED" };
     let gain = |r: &Row| (r.ns[0] / r.ns[1] - 1.0) * 100.0;
     println!();
@@ -406,7 +428,10 @@ fn print_table(rows: &[Row], rounds: usize, batches: usize) {
     );
     println!(
         "  same-order shadow: 1 walk ..................... {}  {}",
-        same.iter().map(|r| format!("{:.2}", r.walks[1])).collect::<Vec<_>>().join(" / "),
+        same.iter()
+            .map(|r| format!("{:.2}", r.walks[1]))
+            .collect::<Vec<_>>()
+            .join(" / "),
         ok(same.iter().all(|r| r.walks[1] == 1.0 && r.nodes[1] == 0.0))
     );
     println!(

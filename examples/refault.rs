@@ -89,7 +89,11 @@ struct TempFile {
 impl TempFile {
     fn create(pages: u64, pat: &Pattern) -> std::io::Result<TempFile> {
         let path = std::env::temp_dir().join(format!("kxarray-refault-{}.img", std::process::id()));
-        let mut file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
         let t = TempFile {
             path,
             file: file.try_clone()?,
@@ -98,7 +102,10 @@ impl TempFile {
         let mut p = 0u64;
         while p < pages {
             let n = (pages - p).min(256) as usize;
-            for (i, page) in chunk[..n * PAGE_SIZE].chunks_exact_mut(PAGE_SIZE).enumerate() {
+            for (i, page) in chunk[..n * PAGE_SIZE]
+                .chunks_exact_mut(PAGE_SIZE)
+                .enumerate()
+            {
                 pat.fill(p + i as u64, page);
             }
             file.write_all(&chunk[..n * PAGE_SIZE])?;
@@ -224,7 +231,10 @@ fn parse() -> Config {
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = |name: &str| -> String { args.next().unwrap_or_else(|| panic!("{name} needs a value")) };
+        let mut val = |name: &str| -> String {
+            args.next()
+                .unwrap_or_else(|| panic!("{name} needs a value"))
+        };
         match a.as_str() {
             "--seconds" => c.seconds = val("--seconds").parse().unwrap_or_else(|_| usage()),
             "--threads" => c.threads = val("--threads").parse().unwrap_or_else(|_| usage()),
@@ -236,7 +246,12 @@ fn parse() -> Config {
             _ => usage(),
         }
     }
-    if c.threads == 0 || c.seconds <= 0.0 || c.file_mib < 4 || c.cache_pct == 0 || c.cache_pct >= 100 {
+    if c.threads == 0
+        || c.seconds <= 0.0
+        || c.file_mib < 4
+        || c.cache_pct == 0
+        || c.cache_pct >= 100
+    {
         usage();
     }
     c
@@ -329,7 +344,8 @@ impl Cache {
         let mut buf = vec![0u8; PAGE_SIZE << 9];
         for base in (0..pages & !511).step_by(512) {
             let f = Arc::new(Folio::new(base, 9).unwrap());
-            file.read_exact_at(&mut buf, base * PAGE_SIZE as u64).unwrap();
+            file.read_exact_at(&mut buf, base * PAGE_SIZE as u64)
+                .unwrap();
             f.fill(buf.clone());
             self.space.add_folio(&f).unwrap();
             let e = self.clock.fetch_add(1, Ordering::Relaxed);
@@ -348,7 +364,16 @@ impl Cache {
 
     /// One reader thread until `stop`.
     #[allow(clippy::too_many_arguments)]
-    fn reader(&self, id: usize, seed: u64, pages: u64, cap: u64, file: &File, pat: &Pattern, stop: &AtomicBool) -> Tally {
+    fn reader(
+        &self,
+        id: usize,
+        seed: u64,
+        pages: u64,
+        cap: u64,
+        file: &File,
+        pat: &Pattern,
+        stop: &AtomicBool,
+    ) -> Tally {
         let mut t = Tally::new();
         let mut rng = Rng(seed);
         let mut owned = self.owned[id].lock().unwrap();
@@ -368,7 +393,8 @@ impl Cache {
                     }
                     // miss: read the page, add it, maybe evict
                     let mut page = vec![0u8; PAGE_SIZE];
-                    file.read_exact_at(&mut page, idx * PAGE_SIZE as u64).unwrap();
+                    file.read_exact_at(&mut page, idx * PAGE_SIZE as u64)
+                        .unwrap();
                     let f = Arc::new(Folio::new(idx, 0).unwrap());
                     f.fill(page);
                     let mut st = AddStats::default();
@@ -417,7 +443,17 @@ impl Cache {
     }
 
     /// Run `threads` readers for `dur`, adding to this cache's tally.
-    fn phase(&mut self, cfg: &Config, phase: u64, pages: u64, cap: u64, file: &File, pat: &Pattern, dur: Duration) {
+    #[allow(clippy::too_many_arguments)] // one call site; the parameters are the run's knobs
+    fn phase(
+        &mut self,
+        cfg: &Config,
+        phase: u64,
+        pages: u64,
+        cap: u64,
+        file: &File,
+        pat: &Pattern,
+        dur: Duration,
+    ) {
         let stop = AtomicBool::new(false);
         let this = &*self;
         let start = Instant::now();
@@ -499,7 +535,10 @@ impl Cache {
             t.stats.relocks as f64 / adds,
             t.split_adds
         );
-        println!("  verify: {} reads checked, {} mismatches", t.reads, t.mismatches);
+        println!(
+            "  verify: {} reads checked, {} mismatches",
+            t.reads, t.mismatches
+        );
     }
 }
 
@@ -532,7 +571,10 @@ fn main() -> ExitCode {
     let mut caches: Vec<Cache> = if cfg.legacy {
         vec![Cache::new(Mode::Legacy, cfg.threads)]
     } else {
-        vec![Cache::new(Mode::Optimised, cfg.threads), Cache::new(Mode::Legacy, cfg.threads)]
+        vec![
+            Cache::new(Mode::Optimised, cfg.threads),
+            Cache::new(Mode::Legacy, cfg.threads),
+        ]
     };
     if cfg.thp {
         for c in &caches {

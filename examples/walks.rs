@@ -11,7 +11,11 @@ fn folio(i: u64, o: u32) -> Arc<Folio> {
 fn setup(case: &str) -> (AddressSpace, Arc<Folio>) {
     let m = AddressSpace::new();
     m.add_folio(&folio(1 << 16, 0)).unwrap();
-    let s = Shadow::pack(ShadowFields { eviction: 5, ..Default::default() }).unwrap();
+    let s = Shadow::pack(ShadowFields {
+        eviction: 5,
+        ..Default::default()
+    })
+    .unwrap();
     match case {
         "empty range" => (m, folio(1024, 0)),
         "shadow of the same order" => {
@@ -36,13 +40,21 @@ fn setup(case: &str) -> (AddressSpace, Arc<Folio>) {
 fn main() {
     println!("| case | legacy walks | legacy nodes | optimised walks | optimised nodes |");
     println!("|---|---|---|---|---|");
-    for case in ["empty range", "shadow of the same order", "order-9 shadow, order-0 folio", "conflict with a folio (EEXIST)"] {
+    for case in [
+        "empty range",
+        "shadow of the same order",
+        "order-9 shadow, order-0 folio",
+        "conflict with a folio (EEXIST)",
+    ] {
         let (m, f) = setup(case);
         let mut legacy = AddStats::default();
         let _ = add_folio_legacy_stats(&m, &f, &mut legacy);
         let (m, f) = setup(case);
         let mut opt = AddStats::default();
         let _ = m.add_folio_stats(&f, &mut opt);
-        println!("| {case} | {} | {} | {} | {} |", legacy.walks, legacy.nodes, opt.walks, opt.nodes);
+        println!(
+            "| {case} | {} | {} | {} | {} |",
+            legacy.walks, legacy.nodes, opt.walks, opt.nodes
+        );
     }
 }

@@ -457,7 +457,12 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Link a reserved node as a child of `parent` at `offset` (not yet
     /// published).
-    fn take_node(&mut self, shift: u32, parent: Option<NonNull<Node>>, offset: usize) -> NonNull<Node> {
+    fn take_node(
+        &mut self,
+        shift: u32,
+        parent: Option<NonNull<Node>>,
+        offset: usize,
+    ) -> NonNull<Node> {
         let mut nb = self.alloc.pop().expect("kxarray: node reserved before use");
         {
             let n = nb.node_mut();
@@ -666,7 +671,9 @@ impl<'a, T: Item> XaState<'a, T> {
                     self.nref(node).mark_all(Mark::FREE);
                 }
                 match parent {
-                    Some(p) => self.nref(p).set_slot(self.offset as usize, RawEntry::node(node)),
+                    Some(p) => self
+                        .nref(p)
+                        .set_slot(self.offset as usize, RawEntry::node(node)),
                     None => xa.head.store(RawEntry::node(node)),
                 }
                 xa.bump_seq();
@@ -800,7 +807,9 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// `xas_delete_node`: free empty nodes upwards, then shrink.
     fn delete_node(&mut self) {
-        let Pos::Node(mut node) = self.pos else { return };
+        let Pos::Node(mut node) = self.pos else {
+            return;
+        };
         loop {
             let n = self.nref(node);
             if n.count() != 0 {
@@ -834,7 +843,9 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// `xas_shrink`: remove top nodes that only hold slot 0.
     fn shrink(&mut self) {
-        let Pos::Node(mut node) = self.pos else { return };
+        let Pos::Node(mut node) = self.pos else {
+            return;
+        };
         let xa = self.xa;
         loop {
             let n = self.nref(node);
@@ -930,7 +941,11 @@ impl<'a, T: Item> XaState<'a, T> {
         if let Some(err) = self.error() {
             // SAFETY: `raw` was never published (create failed before any
             // change), so we still own it.
-            let back = if raw.is_null() { None } else { Some(unsafe { Entry::from_raw(raw) }) };
+            let back = if raw.is_null() {
+                None
+            } else {
+                Some(unsafe { Entry::from_raw(raw) })
+            };
             return Err(Rejected::new(err, back));
         }
         if !old.is_user() {
@@ -1405,7 +1420,10 @@ impl<'a, T: Item> XaState<'a, T> {
         // inline fast path
         if let Pos::Node(node) = self.pos {
             let n = self.nref(node);
-            if n.shift == 0 && (self.offset as u64) < CHUNK_MASK && self.offset as u64 == self.index & CHUNK_MASK {
+            if n.shift == 0
+                && (self.offset as u64) < CHUNK_MASK
+                && self.offset as u64 == self.index & CHUNK_MASK
+            {
                 self.index += 1;
                 self.offset += 1;
                 return n.slot(self.offset as usize);
@@ -1864,13 +1882,20 @@ impl<'a, T: Item> XaState<'a, T> {
         let xa = self.xa;
         loop {
             if (self.shift) < n.shift {
-                let mut child = self.split_nodes.pop().expect("split_alloc checked the count");
+                let mut child = self
+                    .split_nodes
+                    .pop()
+                    .expect("split_alloc checked the count");
                 {
                     let c = child.node_mut();
                     c.shift = n.shift - CHUNK_SHIFT as u8;
                     c.offset = offset as u8;
                     c.set_count(CHUNK_SIZE as u8);
-                    c.set_nr_values(if entry.is_value() { CHUNK_SIZE as u8 } else { 0 });
+                    c.set_nr_values(if entry.is_value() {
+                        CHUNK_SIZE as u8
+                    } else {
+                        0
+                    });
                     c.set_parent(Some(node));
                 }
                 let child = child.into_raw();
@@ -1888,7 +1913,8 @@ impl<'a, T: Item> XaState<'a, T> {
                     n.set_slot(offset, RawEntry::sibling(canon));
                     offset -= 1;
                 }
-                values += (entry.is_value() as i32 - curr.is_value() as i32) * (self.sibs as i32 + 1);
+                values +=
+                    (entry.is_value() as i32 - curr.is_value() as i32) * (self.sibs as i32 + 1);
             }
             if offset == self.offset as usize {
                 break;
@@ -1897,13 +1923,6 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         n.add_nr_values(values);
         xa.bump_seq();
-        // Splitting the top node's only entry (an order-6k entry at index 0,
-        // which `xas_max` keeps out of the head) leaves a top node holding
-        // only a node in slot 0: shrink as a delete would, so the tree stays
-        // no taller than its largest index needs.
-        if n.parent().is_none() {
-            self.shrink();
-        }
         self.seq = xa.seq();
         self.split_for = None;
         self.split_nodes.clear();

@@ -5,12 +5,15 @@
 //! The knob is per thread, so parallel tests do not disturb each other:
 //! [`fail_next_allocations`] makes the next `n` node allocations made by the
 //! calling thread fail with [`crate::Error::NoMemory`]. Every failing path
-//! leaves the array unchanged.
+//! leaves the array unchanged. Like the kernel's `xa_store`, the one-call
+//! API retries once after allocating outside the failed attempt
+//! ([`crate::XaState::nomem`]), so a single injected failure is absorbed.
 //!
 //! ```
 //! use kxarray::{fault, Entry, Error, XArray};
 //! let xa: XArray<Box<u32>> = XArray::new();
-//! fault::fail_next_allocations(1);
+//! // Fail every allocation, including the retry after `nomem`.
+//! fault::fail_next_allocations(u64::MAX);
 //! let err = xa.store(1000, Entry::Value(1)).unwrap_err();
 //! assert_eq!(err.error, Error::NoMemory);
 //! assert!(xa.is_empty());

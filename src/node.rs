@@ -289,7 +289,11 @@ mod tests {
     fn node_fits_the_kernels_budget() {
         // 64 slots + 3 mark words + header: the kernel's xa_node is 576 bytes.
         if CHUNK_SIZE == 64 {
-            assert!(core::mem::size_of::<Node>() <= 576, "{}", core::mem::size_of::<Node>());
+            assert!(
+                core::mem::size_of::<Node>() <= 576,
+                "{}",
+                core::mem::size_of::<Node>()
+            );
         }
     }
 }

@@ -26,7 +26,9 @@ use crate::error::{Error, Rejected};
 use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
 use crate::mark::Mark;
 use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::sync::{pin, unprotected, AtomicU64, AtomicU8, AtomicUsize, Guard, Mutex, MutexGuard, Ordering};
+use crate::sync::{
+    pin, unprotected, AtomicU64, AtomicU8, AtomicUsize, Guard, Mutex, MutexGuard, Ordering,
+};
 use core::fmt::Write as _;
 use core::marker::PhantomData;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
@@ -498,7 +500,11 @@ impl<T: Item> XArray<T> {
     /// assert_eq!(ids.alloc(0..=u32::MAX as u64, Some(Entry::Value(9))).unwrap(), 1);
     /// assert_eq!(ids.alloc(0..=u32::MAX as u64, None).unwrap(), 2);
     /// ```
-    pub fn alloc(&self, limit: RangeInclusive<u64>, entry: Option<Entry<T>>) -> Result<u64, Rejected<T>> {
+    pub fn alloc(
+        &self,
+        limit: RangeInclusive<u64>,
+        entry: Option<Entry<T>>,
+    ) -> Result<u64, Rejected<T>> {
         self.lock().alloc(limit, entry)
     }
 
@@ -534,7 +540,11 @@ impl<T: Item> XArray<T> {
 
     /// Store through an exclusive borrow: no lock, no epoch; the old entry
     /// comes back owned.
-    pub fn replace(&mut self, index: u64, entry: Entry<T>) -> Result<Option<Entry<T>>, Rejected<T>> {
+    pub fn replace(
+        &mut self,
+        index: u64,
+        entry: Entry<T>,
+    ) -> Result<Option<Entry<T>>, Rejected<T>> {
         let raw = match entry.into_raw() {
             Ok(r) => r,
             Err((e, entry)) => return Err(Rejected::new(e, Some(entry))),
@@ -651,13 +661,20 @@ impl<T: Item> XArray<T> {
             // Reported last, after the checks below: `store_range`'s
             // pre-create and `split` can leave such a tree, as in the kernel.
             if shrinkable && !reserved_leaf {
-                tall = Some(format!("tree not minimal: top node (shift {}) only holds slot 0", t.shift));
+                tall = Some(format!(
+                    "tree not minimal: top node (shift {}) only holds slot 0",
+                    t.shift
+                ));
             }
         } else if head.is_internal() && !head.is_zero() {
             return Err(format!("bad head entry {head:?}"));
         }
         if nodes != self.node_count() {
-            return Err(format!("node counter {} but {} nodes reachable", self.node_count(), nodes));
+            return Err(format!(
+                "node counter {} but {} nodes reachable",
+                self.node_count(),
+                nodes
+            ));
         }
         if head.is_node() {
             for mark in Mark::ALL {
@@ -665,7 +682,11 @@ impl<T: Item> XArray<T> {
                     continue;
                 }
                 if root_marks[mark.index()] != self.marked(mark) {
-                    return Err(format!("root flag {mark:?} is {} but subtree says {}", self.marked(mark), root_marks[mark.index()]));
+                    return Err(format!(
+                        "root flag {mark:?} is {} but subtree says {}",
+                        self.marked(mark),
+                        root_marks[mark.index()]
+                    ));
                 }
             }
         } else if head.is_null() {
@@ -687,7 +708,13 @@ impl<T: Item> XArray<T> {
         let _lock = self.lock();
         let mut out = String::new();
         let head = self.head.load_locked();
-        let _ = writeln!(out, "xarray flags {:#x} nodes {} head {:?}", self.flags(), self.node_count(), head);
+        let _ = writeln!(
+            out,
+            "xarray flags {:#x} nodes {} head {:?}",
+            self.flags(),
+            self.node_count(),
+            head
+        );
         if head.is_node() {
             dump_node(&mut out, head.to_node(), 0, 0);
         }
@@ -726,12 +753,20 @@ pub(crate) fn check_order(index: u64, order: u32) -> Result<(), Error> {
 }
 
 /// Validate a subtree; returns its aggregated marks (bit i = mark i).
-fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nodes: &mut usize) -> Result<u8, String> {
+fn check_node(
+    node: NonNull<Node>,
+    parent: Option<NonNull<Node>>,
+    base: u64,
+    nodes: &mut usize,
+) -> Result<u8, String> {
     *nodes += 1;
     // SAFETY: called under the lock on reachable nodes.
     let n = unsafe { node.as_ref() };
     if n.parent() != parent {
-        return Err(format!("node at {base:#x} shift {} has a wrong parent", n.shift));
+        return Err(format!(
+            "node at {base:#x} shift {} has a wrong parent",
+            n.shift
+        ));
     }
     let mut count = 0u32;
     let mut values = 0u32;
@@ -744,7 +779,9 @@ fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nod
             for mark in Mark::ALL {
                 // Free-tracking arrays mark empty slots free.
                 if n.get_mark(off, mark) && mark != Mark::FREE {
-                    return Err(format!("empty slot {off} of node at {base:#x} has mark {mark:?}"));
+                    return Err(format!(
+                        "empty slot {off} of node at {base:#x} has mark {mark:?}"
+                    ));
                 }
             }
             canon = None;
@@ -761,7 +798,9 @@ fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nod
             }
             for mark in Mark::ALL {
                 if n.get_mark(off, mark) && mark != Mark::FREE {
-                    return Err(format!("sibling slot {off} of node at {base:#x} carries mark {mark:?}"));
+                    return Err(format!(
+                        "sibling slot {off} of node at {base:#x} carries mark {mark:?}"
+                    ));
                 }
             }
             continue;
@@ -781,7 +820,10 @@ fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nod
             // SAFETY: reachable under the lock.
             let c = unsafe { child.as_ref() };
             if c.shift as u32 + CHUNK_SHIFT != n.shift as u32 || c.offset as usize != off {
-                return Err(format!("child at slot {off} of node at {base:#x} has shift {} offset {}", c.shift, c.offset));
+                return Err(format!(
+                    "child at slot {off} of node at {base:#x} has shift {} offset {}",
+                    c.shift, c.offset
+                ));
             }
             if c.count() == 0 {
                 return Err(format!("empty node at {child_base:#x}"));
@@ -795,7 +837,11 @@ fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nod
                 }
                 let bit = 1 << mark.index();
                 if (m & bit) != (slot_marks & bit) {
-                    return Err(format!("mark {mark:?} at slot {off} of node at {base:#x} is {} but child says {}", slot_marks & bit != 0, m & bit != 0));
+                    return Err(format!(
+                        "mark {mark:?} at slot {off} of node at {base:#x} is {} but child says {}",
+                        slot_marks & bit != 0,
+                        m & bit != 0
+                    ));
                 }
             }
             agg |= slot_marks;
@@ -807,10 +853,18 @@ fn check_node(node: NonNull<Node>, parent: Option<NonNull<Node>>, base: u64, nod
         }
     }
     if count != n.count() as u32 {
-        return Err(format!("node at {base:#x}: count {} but {} slots used", n.count(), count));
+        return Err(format!(
+            "node at {base:#x}: count {} but {} slots used",
+            n.count(),
+            count
+        ));
     }
     if values != n.nr_values() as u32 {
-        return Err(format!("node at {base:#x}: nr_values {} but {} value slots", n.nr_values(), values));
+        return Err(format!(
+            "node at {base:#x}: nr_values {} but {} value slots",
+            n.nr_values(),
+            values
+        ));
     }
     if count == 0 {
         return Err(format!("empty node at {base:#x}"));
@@ -844,7 +898,14 @@ fn dump_node(out: &mut String, node: NonNull<Node>, base: u64, depth: usize) {
         if e.is_node() && n.shift != 0 {
             dump_node(out, e.to_node(), idx, depth + 1);
         } else {
-            let _ = writeln!(out, "{:indent$}{:#x}: {:?}", "", idx, e, indent = depth * 2 + 2);
+            let _ = writeln!(
+                out,
+                "{:indent$}{:#x}: {:?}",
+                "",
+                idx,
+                e,
+                indent = depth * 2 + 2
+            );
         }
     }
 }
@@ -893,7 +954,11 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Run a cursor operation, retrying once memory has been found for it.
-    fn with_retry<R>(&self, xas: &mut XaState<'_, T>, mut f: impl FnMut(&mut XaState<'_, T>) -> R) -> R {
+    fn with_retry<R>(
+        &self,
+        xas: &mut XaState<'_, T>,
+        mut f: impl FnMut(&mut XaState<'_, T>) -> R,
+    ) -> R {
         loop {
             let r = f(xas);
             if xas.error() == Some(Error::NoMemory) && xas.nomem() {
@@ -903,7 +968,12 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
     }
 
-    fn store_raw(&self, index: u64, order: u32, entry: Option<Entry<T>>) -> Result<RawEntry, Rejected<T>> {
+    fn store_raw(
+        &self,
+        index: u64,
+        order: u32,
+        entry: Option<Entry<T>>,
+    ) -> Result<RawEntry, Rejected<T>> {
         let raw = match entry {
             None => RawEntry::NULL,
             Some(e) => match e.into_raw() {
@@ -930,7 +1000,11 @@ impl<'a, T: Item> XaLock<'a, T> {
         });
         if let Some(e) = xas.error() {
             // SAFETY: never published.
-            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            let back = if raw.is_user() {
+                Some(unsafe { Entry::from_raw(raw) })
+            } else {
+                None
+            };
             return Err(Rejected::new(e, back));
         }
         let old = old.zero_to_null();
@@ -943,7 +1017,11 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Store under the held lock (`__xa_store`); see [`XArray::store`].
-    pub fn store(&self, index: u64, entry: Option<Entry<T>>) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
+    pub fn store(
+        &self,
+        index: u64,
+        entry: Option<Entry<T>>,
+    ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
         let raw = self.store_raw(index, 0, entry)?;
         // SAFETY: disposed through a guard pinned by this thread, which the
         // lock's own guard keeps pinned for '_.
@@ -1011,7 +1089,11 @@ impl<'a, T: Item> XaLock<'a, T> {
             None => Ok(()),
             Some(e) => {
                 // SAFETY: never published.
-                let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+                let back = if raw.is_user() {
+                    Some(unsafe { Entry::from_raw(raw) })
+                } else {
+                    None
+                };
                 Err(Rejected::new(e, back))
             }
         }
@@ -1044,7 +1126,11 @@ impl<'a, T: Item> XaLock<'a, T> {
         let result = self.with_retry(&mut xas, |xas| {
             let curr = xas.load_raw();
             let matches = if expect.is_null() {
-                if reserve_only { curr.is_null() } else { curr.is_null() || curr.is_zero() }
+                if reserve_only {
+                    curr.is_null()
+                } else {
+                    curr.is_null() || curr.is_zero()
+                }
             } else {
                 curr == expect
             };
@@ -1063,7 +1149,11 @@ impl<'a, T: Item> XaLock<'a, T> {
         });
         let give_back = |e: Error| {
             // SAFETY: never published.
-            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            let back = if raw.is_user() {
+                Some(unsafe { Entry::from_raw(raw) })
+            } else {
+                None
+            };
             Rejected::new(e, back)
         };
         if let Some(e) = xas.error() {
@@ -1208,7 +1298,11 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Allocate an ID under the held lock; see [`XArray::alloc`].
-    pub fn alloc(&self, limit: RangeInclusive<u64>, entry: Option<Entry<T>>) -> Result<u64, Rejected<T>> {
+    pub fn alloc(
+        &self,
+        limit: RangeInclusive<u64>,
+        entry: Option<Entry<T>>,
+    ) -> Result<u64, Rejected<T>> {
         let raw = match entry {
             None => RawEntry::NULL,
             Some(e) => match e.into_raw() {
@@ -1217,10 +1311,18 @@ impl<'a, T: Item> XaLock<'a, T> {
             },
         };
         let (min, max) = (*limit.start(), *limit.end());
-        let r = if min > max { Err(Error::Busy) } else { self.alloc_raw(min, max, raw) };
+        let r = if min > max {
+            Err(Error::Busy)
+        } else {
+            self.alloc_raw(min, max, raw)
+        };
         r.map_err(|e| {
             // SAFETY: never published.
-            let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+            let back = if raw.is_user() {
+                Some(unsafe { Entry::from_raw(raw) })
+            } else {
+                None
+            };
             Rejected::new(e, back)
         })
     }
@@ -1243,9 +1345,14 @@ impl<'a, T: Item> XaLock<'a, T> {
         let xa = self.xa;
         let lo = min.max(*next);
         let mut wrapped = false;
-        let mut r = if lo > max { Err(Error::Busy) } else { self.alloc_raw(lo, max, raw) };
+        let mut r = if lo > max {
+            Err(Error::Busy)
+        } else {
+            self.alloc_raw(lo, max, raw)
+        };
         if r.is_ok() && xa.flags() & FLAG_ALLOC_WRAPPED != 0 {
-            xa.flags.store(xa.flags() & !FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
+            xa.flags
+                .store(xa.flags() & !FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
             wrapped = true;
         }
         if r.is_err() && lo > min && r != Err(Error::NotAllocating) {
@@ -1258,13 +1365,18 @@ impl<'a, T: Item> XaLock<'a, T> {
             Ok(id) => {
                 *next = id.wrapping_add(1);
                 if *next == 0 {
-                    xa.flags.store(xa.flags() | FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
+                    xa.flags
+                        .store(xa.flags() | FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
                 }
                 Ok((id, wrapped))
             }
             Err(e) => {
                 // SAFETY: never published.
-                let back = if raw.is_user() { Some(unsafe { Entry::from_raw(raw) }) } else { None };
+                let back = if raw.is_user() {
+                    Some(unsafe { Entry::from_raw(raw) })
+                } else {
+                    None
+                };
                 Err(Rejected::new(e, back))
             }
         }
@@ -1361,7 +1473,10 @@ impl<T: Item> IntoIterator for XArray<T> {
     type Item = (u64, Entry<T>);
     type IntoIter = IntoIter<T>;
     fn into_iter(self) -> IntoIter<T> {
-        IntoIter { xa: self, next: Some(0) }
+        IntoIter {
+            xa: self,
+            next: Some(0),
+        }
     }
 }
 

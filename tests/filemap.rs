@@ -2,11 +2,19 @@
 //! figures, the legacy baseline, eviction, lookup and tags.
 
 use kxarray::filemap::legacy::add_folio_legacy_stats;
-use kxarray::filemap::{AddError, AddStats, AddressSpace, Folio, Lookup, Shadow, ShadowFields, Tag};
+use kxarray::filemap::{
+    AddError, AddStats, AddressSpace, Folio, Lookup, Shadow, ShadowFields, Tag,
+};
 use std::sync::Arc;
 
 fn shadow(n: u64) -> Shadow {
-    Shadow::pack(ShadowFields { eviction: n, memcg: 3, node: 1, workingset: n % 2 == 0 }).unwrap()
+    Shadow::pack(ShadowFields {
+        eviction: n,
+        memcg: 3,
+        node: 1,
+        workingset: n.is_multiple_of(2),
+    })
+    .unwrap()
 }
 
 fn folio(index: u64, order: u32) -> Arc<Folio> {
@@ -29,7 +37,11 @@ fn mapping_with_shadow(index: u64, order: u32, s: Shadow) -> AddressSpace {
 
 type AddFn = fn(&AddressSpace, &Arc<Folio>, &mut AddStats) -> Result<Option<Shadow>, AddError>;
 
-fn optimised(m: &AddressSpace, f: &Arc<Folio>, st: &mut AddStats) -> Result<Option<Shadow>, AddError> {
+fn optimised(
+    m: &AddressSpace,
+    f: &Arc<Folio>,
+    st: &mut AddStats,
+) -> Result<Option<Shadow>, AddError> {
     m.add_folio_stats(f, st)
 }
 
@@ -86,7 +98,9 @@ fn split_order9_shadow_for_order0_folio() {
                 assert_eq!(st.walks, 5, "{name}");
                 assert_eq!(st.nodes, 8, "{name}");
             }
-            m.pages().check_invariants().unwrap_or_else(|e| panic!("{name}: {e}\n{}", m.pages().dump()));
+            m.pages()
+                .check_invariants()
+                .unwrap_or_else(|e| panic!("{name}: {e}\n{}", m.pages().dump()));
             // Every other index of the old shadow still reads the shadow.
             for i in base..base + 512 {
                 match m.lookup_entry(i) {
@@ -106,7 +120,11 @@ fn split_order9_shadow_for_order0_folio() {
             if name == "optimised" {
                 // only the covered part was split: the far half is still one
                 // order-8 entry
-                let far = if target - base < 256 { base + 256 } else { base };
+                let far = if target - base < 256 {
+                    base + 256
+                } else {
+                    base
+                };
                 assert_eq!(m.pages().get_order(far), 8);
             }
         }
@@ -120,11 +138,19 @@ fn exists_costs_one_walk_and_no_node() {
         m.add_folio(&folio(0, 9)).unwrap();
         m.add_folio(&folio(4096, 0)).unwrap();
         let mut st = AddStats::default();
-        assert_eq!(add(&m, &folio(64, 0), &mut st), Err(AddError::Exists), "{name}");
+        assert_eq!(
+            add(&m, &folio(64, 0), &mut st),
+            Err(AddError::Exists),
+            "{name}"
+        );
         let want = if name == "optimised" { 1 } else { 3 };
         assert_eq!(st.walks, want, "{name}");
         let mut st = AddStats::default();
-        assert_eq!(add(&m, &folio(4096, 0), &mut st), Err(AddError::Exists), "{name}");
+        assert_eq!(
+            add(&m, &folio(4096, 0), &mut st),
+            Err(AddError::Exists),
+            "{name}"
+        );
         if name == "optimised" {
             assert_eq!(st.walks, 1);
             assert_eq!(st.nodes, 0);
@@ -154,10 +180,19 @@ fn larger_folio_over_several_small_shadows() {
 
 #[test]
 fn bad_input_is_typed() {
-    assert_eq!(Folio::new(3, 2).unwrap_err(), AddError::Misaligned { index: 3, order: 2 });
-    assert!(matches!(Folio::new(0, 40), Err(AddError::OrderTooLarge(40))));
-    assert!(matches!(Folio::new(u64::MAX & !1, 1), Ok(_)));
-    assert!(matches!(Folio::new(u64::MAX - 3, 3), Err(AddError::Misaligned { .. })));
+    assert_eq!(
+        Folio::new(3, 2).unwrap_err(),
+        AddError::Misaligned { index: 3, order: 2 }
+    );
+    assert!(matches!(
+        Folio::new(0, 40),
+        Err(AddError::OrderTooLarge(40))
+    ));
+    assert!(Folio::new(!1, 1).is_ok());
+    assert!(matches!(
+        Folio::new(u64::MAX - 3, 3),
+        Err(AddError::Misaligned { .. })
+    ));
 }
 
 #[test]
@@ -185,8 +220,15 @@ fn tags_and_writeback() {
     }
     assert!(m.tagged(Tag::Dirty));
     assert_eq!(m.tag_for_writeback(0, u64::MAX), 34);
-    let towrite: Vec<u64> = m.folios_tagged(0, u64::MAX, Tag::Towrite).iter().map(|f| f.index()).collect();
-    assert_eq!(towrite, (0..100u64).step_by(3).map(|i| i * 4).collect::<Vec<_>>());
+    let towrite: Vec<u64> = m
+        .folios_tagged(0, u64::MAX, Tag::Towrite)
+        .iter()
+        .map(|f| f.index())
+        .collect();
+    assert_eq!(
+        towrite,
+        (0..100u64).step_by(3).map(|i| i * 4).collect::<Vec<_>>()
+    );
     for f in &m.folios_tagged(0, u64::MAX, Tag::Towrite) {
         assert!(m.start_writeback(f.index()));
     }
@@ -208,10 +250,20 @@ fn split_inside_a_leaf_keeps_the_lock() {
     assert_eq!((st.walks, st.nodes, st.relocks), (1, 1, 1));
     // 1025 now sits in an order-0 shadow piece; 1026 in an order-1 piece,
     // 1028 in an order-2 piece: splitting those needs no node and no relock.
-    for (i, want_order) in [(1025u64, 0u32), (1026, 1), (1028, 2), (1032, 3), (1040, 4), (1056, 5)] {
+    for (i, want_order) in [
+        (1025u64, 0u32),
+        (1026, 1),
+        (1028, 2),
+        (1032, 3),
+        (1040, 4),
+        (1056, 5),
+    ] {
         assert_eq!(m.pages().get_order(i), want_order, "piece at {i}");
         let mut st = AddStats::default();
-        assert_eq!(m.add_folio_stats(&folio(i, 0), &mut st).unwrap(), Some(shadow(4)));
+        assert_eq!(
+            m.add_folio_stats(&folio(i, 0), &mut st).unwrap(),
+            Some(shadow(4))
+        );
         assert_eq!((st.walks, st.nodes, st.relocks), (1, 0, 0), "index {i}");
         m.pages().check_invariants().unwrap();
     }

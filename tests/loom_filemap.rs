@@ -30,7 +30,13 @@ mod tests {
     const SMALL: u64 = BASE + 5;
 
     fn shadow(n: u64) -> Shadow {
-        Shadow::pack(ShadowFields { eviction: n, memcg: 1, node: 0, workingset: false }).unwrap()
+        Shadow::pack(ShadowFields {
+            eviction: n,
+            memcg: 1,
+            node: 0,
+            workingset: false,
+        })
+        .unwrap()
     }
 
     fn folio(index: u64, order: u32) -> Arc<Folio> {
@@ -45,7 +51,10 @@ mod tests {
 
     fn builder(preemption: usize) -> loom::model::Builder {
         let mut b = loom::model::Builder::new();
-        let preemption = std::env::var("KX_LOOM_PREEMPT").ok().and_then(|v| v.parse().ok()).unwrap_or(preemption);
+        let preemption = std::env::var("KX_LOOM_PREEMPT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(preemption);
         b.preemption_bound = Some(preemption);
         b.max_branches = 100_000;
         b
@@ -54,7 +63,11 @@ mod tests {
     /// Run `f` under loom with `preemption` as the bound, report how many
     /// executions were explored, and return how many of them `f` flagged
     /// (returned true for: the interleaving of interest was reached).
-    fn check<F: Fn() -> bool + Sync + Send + 'static>(name: &str, preemption: usize, f: F) -> usize {
+    fn check<F: Fn() -> bool + Sync + Send + 'static>(
+        name: &str,
+        preemption: usize,
+        f: F,
+    ) -> usize {
         let n = Arc::new(AtomicUsize::new(0));
         let hits = Arc::new(AtomicUsize::new(0));
         let (n2, hits2) = (n.clone(), hits.clone());
@@ -66,7 +79,10 @@ mod tests {
             }
         });
         let (n, hits) = (n.load(Ordering::Relaxed), hits.load(Ordering::Relaxed));
-        eprintln!("{name}: {n} executions ({hits} flagged) in {:?}", start.elapsed());
+        eprintln!(
+            "{name}: {n} executions ({hits} flagged) in {:?}",
+            start.elapsed()
+        );
         hits
     }
 
@@ -125,7 +141,10 @@ mod tests {
                 (Ok(Some(s)), Err(AddError::Exists)) => {
                     assert_eq!(*s, s1);
                     for i in BASE..END {
-                        assert!(Arc::ptr_eq(&m.lookup(i).expect("big folio"), &big), "index {i}");
+                        assert!(
+                            Arc::ptr_eq(&m.lookup(i).expect("big folio"), &big),
+                            "index {i}"
+                        );
                     }
                     assert_eq!(m.nr_pages(), 1 << SHADOW_ORDER);
                     assert_eq!(m.nr_shadow_pages(), 0);
@@ -255,7 +274,10 @@ mod tests {
                 loom::thread::spawn(move || {
                     // The folio's own index: the shadow, then the folio.
                     let a = m.lookup_entry(SMALL);
-                    assert!(is_shadow(&a, s1) || is_folio(&a, &f), "index {SMALL}: {a:?}");
+                    assert!(
+                        is_shadow(&a, s1) || is_folio(&a, &f),
+                        "index {SMALL}: {a:?}"
+                    );
                     // Its buddy (SMALL - 1 = 12), split off as an order-0
                     // piece: always S1.
                     let b = m.lookup_entry(SMALL - 1);
@@ -266,7 +288,10 @@ mod tests {
                     // Once the folio was seen it stays.
                     let d = m.lookup(SMALL);
                     if is_folio(&a, &f) {
-                        assert!(matches!(&d, Some(g) if Arc::ptr_eq(g, &f)), "folio vanished: {d:?}");
+                        assert!(
+                            matches!(&d, Some(g) if Arc::ptr_eq(g, &f)),
+                            "folio vanished: {d:?}"
+                        );
                     } else {
                         assert!(d.is_none() || Arc::ptr_eq(d.as_ref().unwrap(), &f), "{d:?}");
                     }
@@ -289,7 +314,11 @@ mod tests {
 
     type Add = fn(&AddressSpace, &Arc<Folio>, &mut AddStats) -> Result<Option<Shadow>, AddError>;
 
-    fn optimised(m: &AddressSpace, f: &Arc<Folio>, st: &mut AddStats) -> Result<Option<Shadow>, AddError> {
+    fn optimised(
+        m: &AddressSpace,
+        f: &Arc<Folio>,
+        st: &mut AddStats,
+    ) -> Result<Option<Shadow>, AddError> {
         m.add_folio_stats(f, st)
     }
 
@@ -333,7 +362,11 @@ mod tests {
                 is_shadow(&l, s1) || is_shadow(&l, s2) || is_folio(&l, &fb)
             };
             if !ok {
-                let who = if is_folio(&l, &fa) { " (A's folio outside its index)" } else { "" };
+                let who = if is_folio(&l, &fa) {
+                    " (A's folio outside its index)"
+                } else {
+                    ""
+                };
                 errs.push(format!("index {i}: {l:?}{who}"));
             }
         }
@@ -356,11 +389,19 @@ mod tests {
     fn replaced_shadow_optimised_holds() {
         // flagged: A's preallocation (for S1) went stale because B replaced
         // the shadow while A was unlocked; A noticed, dropped it and redid it
-        let hits = check("(d) replaced shadow, optimised", WRITERS, || match replaced_shadow_scenario(optimised) {
-            Ok(relocks) => relocks > 1,
-            Err(e) => panic!("optimised add_folio broke the invariant: {e}"),
-        });
-        assert!(hits > 0, "the stale-preallocation interleaving was not reached");
+        let hits =
+            check(
+                "(d) replaced shadow, optimised",
+                WRITERS,
+                || match replaced_shadow_scenario(optimised) {
+                    Ok(relocks) => relocks > 1,
+                    Err(e) => panic!("optimised add_folio broke the invariant: {e}"),
+                },
+            );
+        assert!(
+            hits > 0,
+            "the stale-preallocation interleaving was not reached"
+        );
     }
 
     /// The pre-6.10 algorithm (`add_folio_legacy`) preallocates the split
@@ -392,16 +433,26 @@ mod tests {
                     VIOLATIONS.fetch_add(1, Ordering::Relaxed);
                     // The only way it breaks is the race described above:
                     // the tree stays sound, A's folio just covers too much.
-                    assert!(e.contains("A's folio outside its index") && !e.contains("check_invariants"), "{e}");
+                    assert!(
+                        e.contains("A's folio outside its index")
+                            && !e.contains("check_invariants"),
+                        "{e}"
+                    );
                     FIRST.lock().unwrap().get_or_insert(e);
                     true
                 }
             }
         });
-        let (n, v) = (EXECUTIONS.load(Ordering::Relaxed), VIOLATIONS.load(Ordering::Relaxed));
+        let (n, v) = (
+            EXECUTIONS.load(Ordering::Relaxed),
+            VIOLATIONS.load(Ordering::Relaxed),
+        );
         let first = FIRST.lock().unwrap().clone();
         eprintln!("legacy race: {v} of {n} executions violate the invariant; first: {first:?}");
-        assert!(v > 0, "loom found no violating interleaving of the legacy add ({n} executions)");
+        assert!(
+            v > 0,
+            "loom found no violating interleaving of the legacy add ({n} executions)"
+        );
         let first = first.unwrap();
         assert!(first.contains("A's folio outside its index"), "{first}");
     }

@@ -7,14 +7,35 @@ fn val(xa: &XArray<Box<u64>>, i: u64) -> Option<u64> {
 #[test]
 fn basic_store_load_erase() {
     let xa: XArray<Box<u64>> = XArray::new();
-    for &i in &[0u64, 1, 63, 64, 4095, 4096, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+    for &i in &[
+        0u64,
+        1,
+        63,
+        64,
+        4095,
+        4096,
+        u32::MAX as u64,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
         xa.store(i, Entry::Value(i & kxarray::MAX_VALUE)).unwrap();
         xa.check_invariants().unwrap();
         assert_eq!(val(&xa, i), Some(i & kxarray::MAX_VALUE), "index {i}");
     }
-    for &i in &[0u64, 1, 63, 64, 4095, 4096, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+    for &i in &[
+        0u64,
+        1,
+        63,
+        64,
+        4095,
+        4096,
+        u32::MAX as u64,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
         assert!(xa.erase(i).is_some());
-        xa.check_invariants().unwrap_or_else(|e| panic!("{e}\n{}", xa.dump()));
+        xa.check_invariants()
+            .unwrap_or_else(|e| panic!("{e}\n{}", xa.dump()));
         assert_eq!(val(&xa, i), None);
     }
     assert!(xa.is_empty());

@@ -140,7 +140,11 @@ impl<T: Item> XaState<'_, T> {
                 let slots = 1usize << (lo - nshift);
                 let lower = base_off;
                 let upper = base_off + slots;
-                let (buddy, keep) = if target_off >= upper { (lower, upper) } else { (upper, lower) };
+                let (buddy, keep) = if target_off >= upper {
+                    (lower, upper)
+                } else {
+                    (upper, lower)
+                };
                 self.write_piece(n, buddy, slots, entry, marks);
                 base_off = keep;
             }

@@ -27,7 +27,10 @@ use crate::{fault, pin, Entry, EntryRef, Error, XaState};
 use std::sync::Arc;
 
 /// `add_folio` before Linux 6.10; see the module docs.
-pub fn add_folio_legacy(space: &AddressSpace, folio: &Arc<Folio>) -> Result<Option<Shadow>, AddError> {
+pub fn add_folio_legacy(
+    space: &AddressSpace,
+    folio: &Arc<Folio>,
+) -> Result<Option<Shadow>, AddError> {
     let mut stats = AddStats::default();
     add_folio_legacy_stats(space, folio, &mut stats)
 }

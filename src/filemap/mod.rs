@@ -82,10 +82,15 @@ impl fmt::Display for AddError {
         match self {
             AddError::Exists => f.write_str("a folio is already present in the range"),
             AddError::NoMemory => f.write_str("node allocation failed"),
-            AddError::Misaligned { index, order } => write!(f, "index {index} not aligned to order {order}"),
+            AddError::Misaligned { index, order } => {
+                write!(f, "index {index} not aligned to order {order}")
+            }
             AddError::OrderTooLarge(o) => write!(f, "folio order {o} above {MAX_FOLIO_ORDER}"),
             AddError::IndexOverflow { index, order } => {
-                write!(f, "folio of order {order} at {index} runs past the last index")
+                write!(
+                    f,
+                    "folio of order {order} at {index} runs past the last index"
+                )
             }
         }
     }
@@ -196,7 +201,8 @@ impl AddressSpace {
 
     fn account_add(&self, folio_pages: u64, shadow_pages: u64) {
         self.nr_pages.fetch_add(folio_pages, Ordering::Relaxed);
-        self.nr_shadow_pages.fetch_sub(shadow_pages, Ordering::Relaxed);
+        self.nr_shadow_pages
+            .fetch_sub(shadow_pages, Ordering::Relaxed);
     }
 
     /// Add a folio (`__filemap_add_folio`). Returns the last shadow entry the
@@ -208,7 +214,11 @@ impl AddressSpace {
     }
 
     /// [`AddressSpace::add_folio`], adding what the call cost to `stats`.
-    pub fn add_folio_stats(&self, folio: &Arc<Folio>, stats: &mut AddStats) -> Result<Option<Shadow>, AddError> {
+    pub fn add_folio_stats(
+        &self,
+        folio: &Arc<Folio>,
+        stats: &mut AddStats,
+    ) -> Result<Option<Shadow>, AddError> {
         let index = folio.index();
         let forder = folio.order();
         let nr = folio.nr_pages();
@@ -342,7 +352,9 @@ impl AddressSpace {
                 EntryRef::Item(r) => {
                     let folio = r.to_owned();
                     match xas.reload() {
-                        Ok(Some(EntryRef::Item(again))) if again.ptr_eq(r) => return Some(Lookup::Folio(folio)),
+                        Ok(Some(EntryRef::Item(again))) if again.ptr_eq(r) => {
+                            return Some(Lookup::Folio(folio))
+                        }
                         _ => xas.reset(),
                     }
                 }
@@ -355,10 +367,11 @@ impl AddressSpace {
     /// Returns false if the folio was not in the cache.
     pub fn remove_folio(&self, folio: &Arc<Folio>, shadow: Option<Shadow>) -> bool {
         let lock = self.pages.lock();
-        let mut xas = match XaState::with_order(&self.pages, lock.guard(), folio.index(), folio.order()) {
-            Ok(x) => x,
-            Err(_) => return false,
-        };
+        let mut xas =
+            match XaState::with_order(&self.pages, lock.guard(), folio.index(), folio.order()) {
+                Ok(x) => x,
+                Err(_) => return false,
+            };
         match xas.load() {
             Some(EntryRef::Item(r)) if core::ptr::eq(r.as_ptr(), Arc::as_ptr(folio)) => {}
             _ => return false,
@@ -385,7 +398,8 @@ impl AddressSpace {
         if let Some(EntryRef::Value(_)) = xas.load() {
             let order = xas.get_order();
             let _ = xas.store(&lock, None);
-            self.nr_shadow_pages.fetch_sub(1 << order, Ordering::Relaxed);
+            self.nr_shadow_pages
+                .fetch_sub(1 << order, Ordering::Relaxed);
             return true;
         }
         false
@@ -396,7 +410,12 @@ impl AddressSpace {
         self.pages.marked(tag.mark())
     }
 
-    fn with_folio_at(&self, lock: &XaLock<'_, Arc<Folio>>, index: u64, f: impl FnOnce(&mut XaState<'_, Arc<Folio>>, &Folio)) -> bool {
+    fn with_folio_at(
+        &self,
+        lock: &XaLock<'_, Arc<Folio>>,
+        index: u64,
+        f: impl FnOnce(&mut XaState<'_, Arc<Folio>>, &Folio),
+    ) -> bool {
         let mut xas = XaState::new(&self.pages, lock.guard(), index);
         match xas.load() {
             Some(EntryRef::Item(r)) => {

@@ -86,7 +86,12 @@ mod tests {
 
     #[test]
     fn pack_round_trips_and_truncates_eviction() {
-        let f = ShadowFields { eviction: (1 << EVICTION_BITS) + 5, memcg: u16::MAX, node: 63, workingset: true };
+        let f = ShadowFields {
+            eviction: (1 << EVICTION_BITS) + 5,
+            memcg: u16::MAX,
+            node: 63,
+            workingset: true,
+        };
         let s = Shadow::pack(f).unwrap();
         assert!(s.to_value() <= MAX_VALUE);
         let u = s.unpack();

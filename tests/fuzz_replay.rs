@@ -1,0 +1,74 @@
+//! Replays the saved fuzz corpus (`fuzz/corpus/split_insert/`) and crash
+//! regressions (`fuzz/regressions/split_insert/`) through the same harness
+//! the `split_insert` fuzz target runs, so a plain `cargo test` checks them.
+
+mod fuzz_common;
+
+use std::path::{Path, PathBuf};
+
+fn inputs(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.expect("readable directory entry").path())
+            .filter(|p| p.is_file())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    files.sort();
+    files
+}
+
+fn replay(files: &[PathBuf]) {
+    for f in files {
+        let data = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
+        let r = std::panic::catch_unwind(|| fuzz_common::run_bytes(&data));
+        if let Err(e) = r {
+            std::panic::resume_unwind(Box::new(format!(
+                "fuzz input {} failed: {}",
+                f.display(),
+                e.downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| e.downcast_ref::<&str>().copied())
+                    .unwrap_or("(non-string panic)")
+            )));
+        }
+    }
+}
+
+#[test]
+fn replay_split_insert_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/split_insert");
+    let files = inputs(&dir);
+    assert!(
+        !files.is_empty(),
+        "fuzz corpus {} is missing or empty",
+        dir.display()
+    );
+    replay(&files);
+}
+
+#[test]
+fn replay_split_insert_regressions() {
+    // Optional: crash inputs saved after a fix (may not exist).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/split_insert");
+    replay(&inputs(&dir));
+}
+
+/// Debug aid: `FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
+/// --nocapture` prints the decoded ops of one input, then runs it.
+#[test]
+fn replay_one() {
+    let Some(path) = std::env::var_os("FUZZ_INPUT") else {
+        return;
+    };
+    let data = std::fs::read(&path).expect("read FUZZ_INPUT");
+    match fuzz_common::decode(&data) {
+        Some(ops) => {
+            for (i, op) in ops.iter().enumerate().take(fuzz_common::MAX_OPS) {
+                println!("{i}: {op:?}");
+            }
+            fuzz_common::run(&ops);
+        }
+        None => println!("input does not decode"),
+    }
+}
