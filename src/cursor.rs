@@ -308,10 +308,20 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut offset = ((self.index >> n.shift) & CHUNK_MASK) as usize;
         let mut entry = n.slot(offset);
         self.pos = Pos::Node(node);
-        while entry.is_sibling() {
-            offset = entry.to_sibling();
-            entry = n.slot(offset);
-            if n.shift != 0 && entry.is_node() {
+        if entry.is_sibling() {
+            let at = offset;
+            let first = entry;
+            while entry.is_sibling() {
+                offset = entry.to_sibling();
+                entry = n.slot(offset);
+                if n.shift != 0 && entry.is_node() {
+                    entry = RawEntry::RETRY;
+                }
+            }
+            // The canonical slot may now hold a new entry stored after the
+            // one this sibling belonged to was erased (see XArray::load_raw):
+            // then the sibling slot changed too, and the reader retries.
+            if n.slot(at) != first {
                 entry = RawEntry::RETRY;
             }
         }
@@ -633,21 +643,28 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 self.bounds_at_root = false;
                 let mut head = xa.head.load_locked();
-                if head.is_null() && xa.zero_busy() {
-                    head = RawEntry::ZERO;
-                }
-                let need = self.plan_top(head, allow_root);
-                if !self.reserve(need) {
-                    return RawEntry::NULL;
-                }
-                self.pos = Pos::Head;
-                shift = self.expand(head);
-                if shift == 0 && !allow_root {
-                    shift = CHUNK_SHIFT;
+                if head.is_node() && self.max_needed() <= max_index(head) {
+                    // The range fits under the current top node: no
+                    // expansion to plan (the common case of a store).
+                    shift = self.nref(head.to_node()).shift as u32 + CHUNK_SHIFT;
+                } else {
+                    if head.is_null() && xa.zero_busy() {
+                        head = RawEntry::ZERO;
+                    }
+                    let need = self.plan_top(head, allow_root);
+                    if !self.reserve(need) {
+                        return RawEntry::NULL;
+                    }
+                    self.pos = Pos::Head;
+                    shift = self.expand(head);
+                    if shift == 0 && !allow_root {
+                        shift = CHUNK_SHIFT;
+                    }
+                    head = xa.head.load_locked();
                 }
                 self.pos = Pos::Head;
                 self.seq = xa.seq();
-                entry = xa.head.load_locked();
+                entry = head;
                 parent = None;
             }
             Pos::Error(_) => return RawEntry::NULL,
@@ -956,8 +973,83 @@ impl<'a, T: Item> XaState<'a, T> {
         Ok(unsafe { EntryRef::from_raw_opt(old) })
     }
 
+    /// The common store, fast: an order-0 item or value into a slot of an
+    /// existing leaf. One locked descent, one slot write, the leaf's counts;
+    /// marks are untouched (as `xas_store` leaves them for a non-NULL entry).
+    /// Returns `None` when the case is not that simple; the cursor is then
+    /// either positioned where the descent stopped (so `store_raw` carries on
+    /// without another walk) or reset.
+    #[inline]
+    pub(crate) fn store_fast(&mut self, entry: RawEntry) -> Option<RawEntry> {
+        if self.shift != 0 || self.sibs != 0 || !entry.is_user() || self.pos != Pos::Restart {
+            return None;
+        }
+        let xa = self.xa;
+        let head = xa.head.load_locked();
+        if !head.is_node() {
+            return None;
+        }
+        let mut node = head.to_node();
+        let mut n = self.nref(node);
+        let mut shift = n.shift as u32;
+        if (self.index >> shift) > CHUNK_MASK {
+            return None; // needs expansion: the general path walks
+        }
+        self.walks += 1;
+        self.seq = xa.seq();
+        self.bounds_at_root = false;
+        loop {
+            let off = ((self.index >> shift) & CHUNK_MASK) as usize;
+            let e = n.slot_locked(off);
+            if shift == 0 {
+                self.pos = Pos::Node(node);
+                self.offset = off as u8;
+                if e.is_internal() {
+                    // sibling, reserved or retry: let store_raw decide
+                    if e.is_sibling() {
+                        self.pos = Pos::Restart;
+                        self.walks -= 1;
+                    }
+                    return None;
+                }
+                if off + 1 < CHUNK_SIZE && n.slot_locked(off + 1) == RawEntry::sibling(off) {
+                    // the canonical slot of a multi-index entry: its
+                    // siblings change kind with it, store_raw accounts them
+                    return None;
+                }
+                n.set_slot(off, entry);
+                if e.is_null() {
+                    n.add_count(1);
+                }
+                let dv = entry.is_value() as i32 - e.is_value() as i32;
+                if dv != 0 {
+                    n.add_nr_values(dv);
+                }
+                return Some(e);
+            }
+            if !e.is_node() {
+                if e.is_null() {
+                    // a missing subtree: create() continues from here
+                    self.pos = Pos::Node(node);
+                    self.offset = off as u8;
+                } else {
+                    // a multi-index entry above the leaves
+                    self.pos = Pos::Restart;
+                    self.walks -= 1;
+                }
+                return None;
+            }
+            node = e.to_node();
+            n = self.nref(node);
+            shift -= CHUNK_SHIFT;
+        }
+    }
+
     /// Store through an exclusive borrow: the old entry is returned owned.
     pub(crate) fn store_owned(&mut self, raw: RawEntry) -> Result<RawEntry, Error> {
+        if let Some(old) = self.store_fast(raw) {
+            return Ok(old);
+        }
         let old = self.store_raw(raw);
         match self.error() {
             Some(e) => Err(e),
@@ -1203,6 +1295,30 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         RawEntry::NULL
+    }
+
+    /// The leaf the cursor sits on, for an iterator that scans its slots
+    /// directly: `(leaf, current offset, last offset to scan, index of slot
+    /// 0)`, the last offset bounded by `max`. `None` unless the cursor is on
+    /// an entry in a leaf.
+    #[inline]
+    pub(crate) fn leaf_window(&self, max: u64) -> Option<(&'a Node, usize, usize, u64)> {
+        let Pos::Node(n) = self.pos else { return None };
+        let n = self.nref(n);
+        if n.shift != 0 || self.offset as u64 != self.index & CHUNK_MASK || self.index > max {
+            return None;
+        }
+        let base = self.index & !CHUNK_MASK;
+        let last = (max - base).min(CHUNK_MASK);
+        Some((n, self.offset as usize, last as usize, base))
+    }
+
+    /// Move the cursor to `offset` of the leaf it is on (after an iterator
+    /// scanned the leaf directly).
+    #[inline]
+    pub(crate) fn set_leaf_offset(&mut self, offset: usize) {
+        self.offset = offset as u8;
+        self.index = (self.index & !CHUNK_MASK) | offset as u64;
     }
 
     /// `xas_next_entry`: the inline fast path of iteration within a leaf.

@@ -222,44 +222,61 @@ impl<T: Item> XArray<T> {
     /// The lock-free descent. Caller holds a guard (or the lock).
     #[inline(always)]
     pub(crate) fn load_raw(&self, index: u64) -> RawEntry {
-        'restart: loop {
-            let mut entry = self.head.load();
-            if entry.is_node() {
-                let mut node = entry.to_node();
-                // SAFETY: node pointers read under a guard stay allocated.
-                let mut n: &Node = unsafe { &*node.as_ptr() };
-                // Only the top node's shift is read: a child's shift is its
-                // parent's minus CHUNK_SHIFT (shifts never change once
-                // published), so the descent touches one cache line per level
-                // (the slot) instead of two (header + slot).
-                let mut shift = n.shift as u32;
-                if (index >> shift) > CHUNK_MASK {
-                    return RawEntry::NULL;
-                }
-                loop {
-                    let mut off = ((index >> shift) & CHUNK_MASK) as usize;
-                    entry = n.slot(off);
-                    while entry.is_sibling() {
-                        off = entry.to_sibling();
-                        entry = n.slot(off);
-                        if shift != 0 && entry.is_node() {
-                            entry = RawEntry::RETRY;
-                        }
-                    }
-                    if !entry.is_node() || shift == 0 {
-                        break;
-                    }
-                    node = entry.to_node();
-                    // SAFETY: as above.
-                    n = unsafe { &*node.as_ptr() };
-                    shift -= CHUNK_SHIFT;
-                    debug_assert_eq!(n.shift as u32, shift);
-                }
-            } else if index != 0 {
+        loop {
+            let head = self.head.load();
+            if !head.is_node() {
+                // an entry for index 0 held in the head (or nothing)
+                return if index == 0 {
+                    head.zero_to_null()
+                } else {
+                    RawEntry::NULL
+                };
+            }
+            // SAFETY: node pointers read under a guard stay allocated.
+            let mut n: &Node = unsafe { &*head.to_node().as_ptr() };
+            // Only the top node's shift is read: a child's shift is its
+            // parent's minus CHUNK_SHIFT (shifts never change once published),
+            // so each level touches one cache line (the slot), and the loop
+            // below has one well-predicted exit per level.
+            let mut shift = n.shift as u32;
+            if (index >> shift) > CHUNK_MASK {
                 return RawEntry::NULL;
             }
+            let entry = loop {
+                let mut e = n.slot(((index >> shift) & CHUNK_MASK) as usize);
+                if !e.is_internal() {
+                    break e; // an item, a value, or empty: the common exit
+                }
+                if e.is_node() {
+                    // SAFETY: as above.
+                    n = unsafe { &*e.to_node().as_ptr() };
+                    shift = shift.wrapping_sub(CHUNK_SHIFT);
+                    debug_assert_eq!(n.shift as u32, shift);
+                    continue;
+                }
+                // A sibling of a multi-index entry: its canonical slot is in
+                // the same node. A node there means a concurrent split or
+                // store replaced the entry: retry from the head.
+                let off = ((index >> shift) & CHUNK_MASK) as usize;
+                let first = e;
+                while e.is_sibling() {
+                    e = n.slot(e.to_sibling());
+                    if e.is_node() {
+                        e = RawEntry::RETRY;
+                    }
+                }
+                // If the entry was erased and another stored at the canonical
+                // slot meanwhile, the canonical slot belongs to a new entry
+                // that need not cover `index`: the sibling slot has changed
+                // then (the erase cleared it before the new store, and the
+                // Acquire load above orders this re-read after both).
+                if n.slot(off) != first {
+                    e = RawEntry::RETRY;
+                }
+                break e;
+            };
             if entry.is_retry() {
-                continue 'restart;
+                continue;
             }
             return entry.zero_to_null();
         }
@@ -992,7 +1009,10 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
         let track_free = self.xa.track_free();
         let old = self.with_retry(&mut xas, |xas| {
-            let old = xas.store_raw(raw);
+            let old = match xas.store_fast(raw) {
+                Some(old) => old,
+                None => xas.store_raw(raw),
+            };
             if track_free && xas.error().is_none() {
                 xas.clear_mark_raw(Mark::FREE);
             }
@@ -1406,6 +1426,10 @@ pub struct Iter<'g, T: Item> {
     max: u64,
     mark: Option<Mark>,
     done: bool,
+    /// Fast path for unmarked iteration: the leaf being scanned, the offset
+    /// of the last entry returned, the last offset to scan, and the index of
+    /// slot 0. The cursor is brought up to date before any slow step.
+    leaf: Option<(&'g Node, usize, usize, u64)>,
 }
 
 impl<'g, T: Item> Iter<'g, T> {
@@ -1415,6 +1439,7 @@ impl<'g, T: Item> Iter<'g, T> {
             max,
             mark,
             done: false,
+            leaf: None,
         }
     }
     fn empty(xa: &'g XArray<T>, guard: &'g Guard) -> Self {
@@ -1423,6 +1448,7 @@ impl<'g, T: Item> Iter<'g, T> {
             max: 0,
             mark: None,
             done: true,
+            leaf: None,
         }
     }
 }
@@ -1431,6 +1457,23 @@ impl<'g, T: Item> Iterator for Iter<'g, T> {
     type Item = (u64, EntryRef<'g, T>);
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some((leaf, off, last, base)) = &mut self.leaf {
+            while *off < *last {
+                let e = leaf.slot(*off + 1);
+                if e.is_internal() {
+                    break; // sibling, retry, reserved: the cursor decides
+                }
+                *off += 1;
+                if !e.is_null() {
+                    // SAFETY: read under the iterator's guard, which lives
+                    // for 'g; removed items are freed only after it drops.
+                    return Some((*base + *off as u64, unsafe { EntryRef::from_raw(e) }));
+                }
+            }
+            let off = *off;
+            self.xas.set_leaf_offset(off);
+            self.leaf = None;
+        }
         if self.done {
             return None;
         }
@@ -1439,7 +1482,12 @@ impl<'g, T: Item> Iterator for Iter<'g, T> {
             Some(m) => self.xas.find_marked(self.max, m),
         };
         match e {
-            Some(e) => Some((self.xas.index(), e)),
+            Some(e) => {
+                if self.mark.is_none() {
+                    self.leaf = self.xas.leaf_window(self.max);
+                }
+                Some((self.xas.index(), e))
+            }
             None => {
                 self.done = true;
                 None
