@@ -10,8 +10,11 @@
 //!
 //! A real temporary file (`--file-mib`, default 128) with deterministic
 //! contents is created in `std::env::temp_dir()` and removed at the end.
+//! By default misses copy the page from a RAM image of that file (`--backend
+//! ram`, the analog of the seed's `brd` RAM disk, so the page cache and not a
+//! syscall dominates a miss); `--backend file` `pread`s it from the file.
 //! `--threads` readers (default 4) each pick a random page; a read looks the
-//! folio up lock-free (`lookup`); on a miss it `pread`s the page, builds an
+//! folio up lock-free (`lookup`); on a miss it reads the page, builds an
 //! order-0 folio, adds it (`add_folio_stats`, or `add_folio_legacy_stats`
 //! with `--legacy`), and if the cache holds more than `--cache-pct` (default
 //! 50) percent of the file it evicts a random folio of the ones it added,
@@ -77,6 +80,27 @@ impl Pattern {
             acc |= u64::from_le_bytes(w.try_into().unwrap()) ^ t ^ pk;
         }
         acc == 0 && buf.len() == PAGE_SIZE
+    }
+}
+
+/// Where misses read from: the temporary file (`pread`), or a RAM copy of
+/// it, the analog of the seed's `brd` RAM disk, so the page cache rather
+/// than the syscall dominates a miss.
+enum Backend {
+    File(File),
+    Ram(Vec<u8>),
+}
+
+impl Backend {
+    fn read(&self, buf: &mut [u8], page: u64) {
+        let off = page * PAGE_SIZE as u64;
+        match self {
+            Backend::File(f) => f.read_exact_at(buf, off).unwrap(),
+            Backend::Ram(v) => {
+                let off = off as usize;
+                buf.copy_from_slice(&v[off..off + buf.len()]);
+            }
+        }
     }
 }
 
@@ -213,10 +237,11 @@ struct Config {
     thp: bool,
     file_mib: u64,
     cache_pct: u64,
+    ram: bool,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: refault [--seconds S (5)] [--threads N (4)] [--legacy] [--thp] [--file-mib M (128)] [--cache-pct P (50)]");
+    eprintln!("usage: refault [--seconds S (5)] [--threads N (4)] [--legacy] [--thp] [--file-mib M (128)] [--cache-pct P (50)] [--backend ram|file (ram)]");
     std::process::exit(2)
 }
 
@@ -228,6 +253,7 @@ fn parse() -> Config {
         thp: false,
         file_mib: 128,
         cache_pct: 50,
+        ram: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -241,6 +267,13 @@ fn parse() -> Config {
             "--file-mib" => c.file_mib = val("--file-mib").parse().unwrap_or_else(|_| usage()),
             "--cache-pct" => c.cache_pct = val("--cache-pct").parse().unwrap_or_else(|_| usage()),
             "--legacy" => c.legacy = true,
+            "--backend" => {
+                c.ram = match val("--backend").as_str() {
+                    "ram" => true,
+                    "file" => false,
+                    _ => usage(),
+                }
+            }
             "--thp" => c.thp = true,
             "-h" | "--help" => usage(),
             _ => usage(),
@@ -340,12 +373,11 @@ impl Cache {
 
     /// The seed's THP pre-phase: every 2 MiB of the file cached as an
     /// order-9 folio, then reclaimed, leaving order-9 shadows.
-    fn populate_thp(&self, pages: u64, file: &File) {
+    fn populate_thp(&self, pages: u64, file: &Backend) {
         let mut buf = vec![0u8; PAGE_SIZE << 9];
         for base in (0..pages & !511).step_by(512) {
             let f = Arc::new(Folio::new(base, 9).unwrap());
-            file.read_exact_at(&mut buf, base * PAGE_SIZE as u64)
-                .unwrap();
+            file.read(&mut buf, base);
             f.fill(buf.clone());
             self.space.add_folio(&f).unwrap();
             let e = self.clock.fetch_add(1, Ordering::Relaxed);
@@ -370,7 +402,7 @@ impl Cache {
         seed: u64,
         pages: u64,
         cap: u64,
-        file: &File,
+        file: &Backend,
         pat: &Pattern,
         stop: &AtomicBool,
     ) -> Tally {
@@ -393,8 +425,7 @@ impl Cache {
                     }
                     // miss: read the page, add it, maybe evict
                     let mut page = vec![0u8; PAGE_SIZE];
-                    file.read_exact_at(&mut page, idx * PAGE_SIZE as u64)
-                        .unwrap();
+                    file.read(&mut page, idx);
                     let f = Arc::new(Folio::new(idx, 0).unwrap());
                     f.fill(page);
                     let mut st = AddStats::default();
@@ -450,7 +481,7 @@ impl Cache {
         phase: u64,
         pages: u64,
         cap: u64,
-        file: &File,
+        file: &Backend,
         pat: &Pattern,
         dur: Duration,
     ) {
@@ -567,6 +598,21 @@ fn main() -> ExitCode {
         cfg.seconds,
         if cfg.thp { ", THP pre-phase (order-9 shadows)" } else { "" }
     );
+    let backend = if cfg.ram {
+        let mut v = vec![0u8; pages as usize * PAGE_SIZE];
+        Backend::File(tmp.file.try_clone().expect("dup file")).read(&mut v, 0);
+        Backend::Ram(v)
+    } else {
+        Backend::File(tmp.file.try_clone().expect("dup file"))
+    };
+    println!(
+        "backend: {}",
+        if cfg.ram {
+            "ram (a RAM copy of the file, like the seed's brd device)"
+        } else {
+            "file (pread)"
+        }
+    );
     let dur = Duration::from_secs_f64(cfg.seconds);
     let mut caches: Vec<Cache> = if cfg.legacy {
         vec![Cache::new(Mode::Legacy, cfg.threads)]
@@ -578,11 +624,11 @@ fn main() -> ExitCode {
     };
     if cfg.thp {
         for c in &caches {
-            c.populate_thp(pages, &tmp.file);
+            c.populate_thp(pages, &backend);
         }
     }
     if caches.len() == 1 {
-        caches[0].phase(&cfg, 0, pages, cap, &tmp.file, &pat, dur);
+        caches[0].phase(&cfg, 0, pages, cap, &backend, &pat, dur);
     } else {
         // Alternate slices of about 0.5 s per mode, in ABBA order, so that
         // load from other processes hits both modes alike.
@@ -592,7 +638,7 @@ fn main() -> ExitCode {
         for p in 0..pairs {
             let order = if p % 2 == 0 { [0usize, 1] } else { [1, 0] };
             for which in order {
-                caches[which].phase(&cfg, phase, pages, cap, &tmp.file, &pat, slice);
+                caches[which].phase(&cfg, phase, pages, cap, &backend, &pat, slice);
                 phase += 1;
             }
         }
