@@ -1400,6 +1400,7 @@ impl<'a, T: Item> XaState<'a, T> {
     pub(crate) fn find_marked_raw(&mut self, max: u64, mark: Mark) -> RawEntry {
         let xa = self.xa;
         let mut advance = true;
+        let mut climbed = false;
         if let Pos::Error(_) = self.pos {
             return RawEntry::NULL;
         }
@@ -1448,15 +1449,26 @@ impl<'a, T: Item> XaState<'a, T> {
                     None => break,
                 }
                 advance = false;
+                climbed = true;
                 continue;
             }
             if !advance {
                 let entry = n.slot(self.offset as usize);
                 if entry.is_sibling() {
-                    self.offset = entry.to_sibling() as u8;
-                    self.move_index(n, self.offset as u64);
+                    if climbed {
+                        // Just climbed out of the child at the previous
+                        // slot: a sibling here belongs to an entry stored
+                        // over that child meanwhile, which lies behind the
+                        // cursor. Moving back to it would make a lock-free
+                        // walk go backwards; step past it instead.
+                        advance = true;
+                    } else {
+                        self.offset = entry.to_sibling() as u8;
+                        self.move_index(n, self.offset as u64);
+                    }
                 }
             }
+            climbed = false;
             let offset = Self::find_chunk(n, self.offset as usize, advance, mark);
             if offset > self.offset as usize {
                 advance = false;

@@ -63,3 +63,8 @@ pub use crossbeam_epoch::Guard;
 pub fn pin() -> Guard {
     crossbeam_epoch::pin()
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
