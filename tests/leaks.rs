@@ -1,0 +1,142 @@
+//! No node is leaked: a counting global allocator checks that split
+//! preallocations that are abandoned or refused, failed allocations, and
+//! whole arrays give back every byte.
+
+use kxarray::filemap::{AddError, AddressSpace, Folio, Shadow, ShadowFields};
+use kxarray::{Entry, Error, XArray, XaState};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The tests below measure the process-wide live byte count: run them one
+/// at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+// SAFETY: forwards to the system allocator and only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout, forwarded.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout, forwarded.
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: allocated above with this layout.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+fn shadow(n: u64) -> Shadow {
+    Shadow::pack(ShadowFields {
+        eviction: n,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn abandoned_and_refused_split_preallocations_are_freed() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_order(512, 9, Entry::Value(7)).unwrap();
+    let guard = kxarray::pin();
+    let before = live();
+    {
+        // abandoned: preallocated, never used
+        let mut xas = XaState::with_order(&xa, &guard, 700, 0).unwrap();
+        assert_eq!(
+            xas.try_split_alloc(7, 9).unwrap() as u64,
+            u64::from(9 / kxarray::CHUNK_SHIFT)
+        );
+        assert!(xas.preallocated() > 0);
+        assert!(live() > before);
+    }
+    assert_eq!(live(), before, "dropped cursor freed its preallocation");
+    {
+        // refused: the entry is not the one the nodes were made for
+        let lock = xa.lock();
+        let mut xas = XaState::with_order(&xa, lock.guard(), 700, 0).unwrap();
+        xas.try_split_alloc(8, 9).unwrap();
+        assert_eq!(xas.try_split(&lock, 8, 9), Err(Error::InvalidSplit));
+        assert_eq!(xas.preallocated(), 0, "refusal frees at once");
+        // uniform split, wrong order
+        xas.split_alloc(7, 8).ok();
+        assert!(xas.split(&lock, 7, 9).is_err());
+        assert_eq!(xas.preallocated(), 0);
+    }
+    assert_eq!(live(), before);
+    assert_eq!(xa.get_order(600), 9, "nothing changed");
+    xa.check_invariants().unwrap();
+}
+
+#[test]
+fn failed_adds_and_dropped_arrays_free_everything() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let m = AddressSpace::new();
+    let big = Arc::new(Folio::new(512, 9).unwrap());
+    m.add_folio(&big).unwrap();
+    assert!(m.remove_folio(&big, Some(shadow(1))));
+    let big_gone = Arc::downgrade(&big);
+    drop(big);
+    let guard = kxarray::pin(); // keep the epoch machinery's allocations steady
+    let mid = live();
+    // the split's node cannot be had: the add fails, nothing stays
+    kxarray::fault::fail_next_allocations(u64::MAX);
+    let f = Arc::new(Folio::new(700, 0).unwrap());
+    assert_eq!(m.add_folio(&f), Err(AddError::NoMemory));
+    kxarray::fault::fail_next_allocations(0);
+    drop(f);
+    assert_eq!(live(), mid, "failed add leaves no allocation behind");
+    // a conflicting add allocates nothing either
+    let g = Arc::new(Folio::new(600, 0).unwrap());
+    m.add_folio(&g).unwrap();
+    let mid = live();
+    let h = Arc::new(Folio::new(600, 0).unwrap());
+    assert_eq!(m.add_folio(&h), Err(AddError::Exists));
+    drop(h);
+    assert_eq!(live(), mid);
+    m.pages().check_invariants().unwrap();
+    drop(guard);
+    // Dropping the mapping frees its nodes at once, exactly.
+    let nodes = m.pages().node_count();
+    assert!(nodes > 0);
+    let before_drop = live();
+    drop(m);
+    assert_eq!(
+        before_drop - live(),
+        (nodes * XArray::<Box<u64>>::NODE_BYTES) as isize
+    );
+    assert_eq!(
+        Arc::strong_count(&g),
+        1,
+        "the tree's reference to g was dropped"
+    );
+    // The evicted folio was retired through the epoch: it goes once readers
+    // are done (bounded wait: other tests may hold guards).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while big_gone.upgrade().is_some() && std::time::Instant::now() < deadline {
+        kxarray::pin().flush();
+        std::thread::yield_now();
+    }
+    assert!(big_gone.upgrade().is_none(), "the evicted folio was freed");
+}
