@@ -5,35 +5,46 @@
 use kxarray::filemap::{AddError, AddressSpace, Folio, Shadow, ShadowFields};
 use kxarray::{Entry, Error, XArray, XaState};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 struct Counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-/// The tests below measure the process-wide live byte count: run them one
-/// at a time.
+thread_local! {
+    /// Live bytes allocated minus freed by this thread: the test harness
+    /// and other tests allocate on their own threads, so a process-wide
+    /// count would be noisy. Everything measured here is allocated and
+    /// freed synchronously on the test's thread.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+/// Serialize the tests anyway (the fault injector is per thread, the epoch
+/// is global).
 static SERIAL: Mutex<()> = Mutex::new(());
+
+fn count(d: isize) {
+    // `try_with`: allocations during thread teardown are not counted.
+    let _ = LIVE.try_with(|l| l.set(l.get() + d));
+}
 
 // SAFETY: forwards to the system allocator and only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        count(l.size() as isize);
         // SAFETY: same layout, forwarded.
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        count(l.size() as isize);
         // SAFETY: same layout, forwarded.
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        count(-(l.size() as isize));
         // SAFETY: allocated above with this layout.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
+        count(n as isize - l.size() as isize);
         // SAFETY: forwarded.
         unsafe { System.realloc(p, l, n) }
     }
@@ -43,7 +54,7 @@ unsafe impl GlobalAlloc for Counting {
 static A: Counting = Counting;
 
 fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
+    LIVE.with(|l| l.get())
 }
 
 fn shadow(n: u64) -> Shadow {
