@@ -118,6 +118,10 @@ pub struct AddStats {
     pub nodes: u64,
     /// Times the lock was dropped to allocate and the call went round again.
     pub relocks: u64,
+    /// Split preallocations thrown away because the entry they were made
+    /// for changed while the lock was dropped (the race the 6.10 patch
+    /// closed; here detected and redone).
+    pub stale: u64,
 }
 
 impl core::ops::AddAssign for AddStats {
@@ -125,6 +129,7 @@ impl core::ops::AddAssign for AddStats {
         self.walks += o.walks;
         self.nodes += o.nodes;
         self.relocks += o.relocks;
+        self.stale += o.stale;
     }
 }
 
@@ -279,6 +284,7 @@ impl AddressSpace {
                     // Raced while unlocked: the preallocation is stale.
                     xas.destroy();
                     alloced = None;
+                    stats.stale += 1;
                 }
             }
             if let Some(v) = old {
@@ -303,6 +309,7 @@ impl AddressSpace {
                     if xas.try_split(&lock, v, order).is_err() {
                         // The entry changed after all: start over.
                         alloced = None;
+                        stats.stale += 1;
                         xas.reset();
                         drop(lock);
                         continue;
