@@ -549,21 +549,19 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             return chain(shift + CHUNK_SHIFT);
         }
+        // New top levels, as `expand` will add them.
         let mut levels = 0usize;
-        let mut cur = head;
         let mut shift = if head.is_node() {
             self.nref(head.to_node()).shift as u32 + CHUNK_SHIFT
         } else {
             0
         };
-        let mut cur_max = max_index(cur);
+        let mut cur_max = max_index(head);
         while max > cur_max {
             levels += 1;
             cur_max = ((CHUNK_SIZE as u64) << shift).wrapping_sub(1);
             shift += CHUNK_SHIFT;
-            cur = RawEntry::NULL;
         }
-        let _ = cur;
         if levels > 0 {
             let top_shift = shift - CHUNK_SHIFT;
             let offset = (self.index >> top_shift) & CHUNK_MASK;

@@ -110,16 +110,15 @@ impl<T: Item> XaState<'_, T> {
             self.destroy();
             return Err(Error::InvalidSplit);
         };
-        // the cursor must be on the canonical slot of the entry
-        let canon_ok = {
+        // Put the cursor on the entry's canonical slot (it may have been
+        // reached through a sibling), then check entry and order.
+        {
             let n = self.nref(node);
             let off = ((self.index >> n.shift) & CHUNK_MASK) as usize;
             let e = n.slot_locked(off);
-            let canon = if e.is_sibling() { e.to_sibling() } else { off };
-            self.offset = canon as u8;
-            true
-        };
-        if !canon_ok || curr != entry || self.get_order() != order {
+            self.offset = if e.is_sibling() { e.to_sibling() } else { off } as u8;
+        }
+        if curr != entry || self.get_order() != order {
             self.destroy();
             return Err(Error::InvalidSplit);
         }
@@ -184,12 +183,10 @@ impl<T: Item> XaState<'_, T> {
             n.set_slot(base_off, RawEntry::node(child));
             n.add_nr_values(-1);
             node = child;
-            lo = nshift; // the child slot held an order-nshift block
+            // Inside the child, the order-`nshift` block the slot held is
+            // the whole node: the next round halves it.
+            lo = nshift;
             base_off = 0;
-            // Inside the child, the block of order `nshift` is the whole
-            // node: the loop above now halves it.
-            // (slots count at the child level: 1 << (lo - cshift) = CHUNK_SIZE)
-            let _ = cshift;
         }
         xa.bump_seq();
         self.seq = xa.seq();
