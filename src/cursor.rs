@@ -239,9 +239,8 @@ impl<'a, T: Item> XaState<'a, T> {
 
     #[inline(always)]
     fn nref(&self, n: NonNull<Node>) -> &'a Node {
-        // SAFETY: `n` was read from the tree while `self.guard` was pinned
-        // (or under the lock, which also holds a guard); nodes are freed only
-        // through the epoch, so it stays allocated for 'a.
+        // SAFETY: `n` was read under `self.guard` (or the lock's guard); nodes
+        // are freed only through the epoch, so it stays allocated for 'a.
         unsafe { &*n.as_ptr() }
     }
 
@@ -491,9 +490,8 @@ impl<'a, T: Item> XaState<'a, T> {
     fn free_node(&mut self, node: NonNull<Node>) {
         self.xa.node_removed();
         let p = SendPtr(node.as_ptr() as usize);
-        // SAFETY: the node is unreachable from the tree; readers that found
-        // it earlier are pinned, so the epoch runs this only after they
-        // leave. The closure owns the only remaining reference.
+        // SAFETY: the node is unreachable; pinned readers delay the deferred
+        // free until they leave, and the closure owns the last reference.
         unsafe {
             self.guard.defer_unchecked(move || {
                 let p = p;
@@ -954,13 +952,10 @@ impl<'a, T: Item> XaState<'a, T> {
         };
         let old = self.store_raw(raw);
         if let Some(err) = self.error() {
-            // SAFETY: `raw` was never published (create failed before any
-            // change), so we still own it.
-            let back = if raw.is_null() {
-                None
-            } else {
-                Some(unsafe { Entry::from_raw(raw) })
-            };
+            let back = (!raw.is_null()).then(|| {
+                // SAFETY: `raw` was never published (create failed first).
+                unsafe { Entry::from_raw(raw) }
+            });
             return Err(Rejected::new(err, back));
         }
         if !old.is_user() {
@@ -2077,9 +2072,8 @@ impl<'a, T: Item> XaState<'a, T> {
 
 pub(crate) fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
     let p = SendPtr(e.bits());
-    // SAFETY: the item is no longer reachable from the tree; pinned readers
-    // that may still hold it keep the epoch from running this until they
-    // leave. The closure owns the array's reference to it.
+    // SAFETY: the item is unreachable; pinned readers delay the deferred drop
+    // until they leave, and the closure owns the array's reference to it.
     unsafe {
         guard.defer_unchecked(move || {
             let p = p;
