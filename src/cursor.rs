@@ -54,6 +54,11 @@ pub(crate) enum Pos {
 /// at construction; writes (`store`, `set_mark`, `find_conflict`, `split`,
 /// …) take the array's [`XaLock`].
 ///
+/// # Panics
+///
+/// Write methods panic if given the lock of a different array (a
+/// programming error, like a `RefCell` borrowed twice).
+///
 /// ```
 /// use kxarray::{Entry, XArray, XaState};
 /// let xa: XArray<Box<u64>> = XArray::new();
