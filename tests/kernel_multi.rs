@@ -9,73 +9,10 @@
 //! No analog here: `check_split_2` (`xas_try_split`) and
 //! `check_create_range_3` (a cursor put into an error state by hand).
 
-use kxarray::{Entry, EntryRef, Error, Mark, XArray, XaState, CHUNK_SHIFT, MAX_VALUE};
+use kxarray::{Entry, EntryRef, Error, Mark, XaState, CHUNK_SHIFT};
 
-type B = Box<u64>;
-type XA = XArray<B>;
-
-const MAX: u64 = u64::MAX;
-const ITEM: u64 = u64::MAX;
-
-fn mk(i: u64) -> u64 {
-    i & MAX_VALUE
-}
-
-fn ev(e: Option<EntryRef<'_, B>>) -> Option<u64> {
-    e.map(|e| e.value().unwrap_or(ITEM))
-}
-
-fn ld(xa: &XA, i: u64) -> Option<u64> {
-    let g = kxarray::pin();
-    ev(xa.load(i, &g))
-}
-
-fn inv(xa: &XA) {
-    xa.check_invariants()
-        .unwrap_or_else(|e| panic!("{e}\n{}", xa.dump()));
-}
-
-fn store_index(xa: &XA, i: u64) -> Option<u64> {
-    xa.store(i, Entry::Value(mk(i)))
-        .unwrap()
-        .map(|r| r.value().unwrap_or(ITEM))
-}
-
-fn erase_index(xa: &XA, i: u64) {
-    let old = xa.erase(i).map(|r| r.value().unwrap_or(ITEM));
-    assert_eq!(old, Some(mk(i)), "erase {i:#x}\n{}", xa.dump());
-    assert_eq!(ld(xa, i), None, "load after erase {i:#x}");
-}
-
-fn item(v: u64) -> Entry<B> {
-    Entry::Item(Box::new(v))
-}
-
-/// Store through a cursor under a fresh lock, retrying on memory shortage
-/// (`do { lock; xas_store; unlock } while (xas_nomem())`).
-fn xas_store_locked(xas: &mut XaState<'_, B>, entry: Option<Entry<B>>) -> Option<u64> {
-    let xa = xas.array();
-    let mut entry = entry;
-    loop {
-        let lock = xa.lock();
-        match xas.store(&lock, entry) {
-            Ok(old) => return ev(old),
-            Err(r) => {
-                assert_eq!(r.error, Error::NoMemory);
-                entry = r.entry;
-                drop(lock);
-                assert!(xas.nomem());
-            }
-        }
-    }
-}
-
-/// The test file's `xa_store_order` (index rounded down to the order).
-fn store_order(xa: &XA, index: u64, order: u32, entry: Option<Entry<B>>) -> Option<u64> {
-    let g = kxarray::pin();
-    let mut xas = XaState::with_order(xa, &g, index, order).unwrap();
-    xas_store_locked(&mut xas, entry)
-}
+mod kernel_common;
+use kernel_common::*;
 
 fn erase_all(xa: &XA) {
     let lock = xa.lock();

@@ -11,90 +11,10 @@
 //! and `check_align_1` (misaligned `char *` items cannot exist in a typed
 //! array); see `tests/kernel_multi.rs` for the multi-index half.
 
-use kxarray::{fault, Entry, EntryRef, Error, Flags, Mark, XArray, XaState, CHUNK_SIZE, MAX_VALUE};
+use kxarray::{fault, Entry, EntryRef, Error, Flags, Mark, XArray, XaState, CHUNK_SIZE};
 
-type B = Box<u64>;
-type XA = XArray<B>;
-
-const MAX: u64 = u64::MAX;
-/// What `ev` reports for an item (values never reach it: they are <= i64::MAX).
-const ITEM: u64 = u64::MAX;
-
-/// `xa_mk_index`: the value entry for an index.
-fn mk(i: u64) -> u64 {
-    i & MAX_VALUE
-}
-
-/// An entry as a comparable number: the value, or `ITEM` for an item.
-fn ev(e: Option<EntryRef<'_, B>>) -> Option<u64> {
-    e.map(|e| e.value().unwrap_or(ITEM))
-}
-
-fn ld(xa: &XA, i: u64) -> Option<u64> {
-    let g = kxarray::pin();
-    ev(xa.load(i, &g))
-}
-
-fn inv(xa: &XA) {
-    xa.check_invariants()
-        .unwrap_or_else(|e| panic!("{e}\n{}", xa.dump()));
-}
-
-/// `xa_store_index`: returns the old entry.
-fn store_index(xa: &XA, i: u64) -> Option<u64> {
-    xa.store(i, Entry::Value(mk(i)))
-        .unwrap()
-        .map(|r| r.value().unwrap_or(ITEM))
-}
-
-/// `xa_erase_index`: erase must return `mk(i)` and leave `i` empty.
-fn erase_index(xa: &XA, i: u64) {
-    let old = xa.erase(i).map(|r| r.value().unwrap_or(ITEM));
-    assert_eq!(old, Some(mk(i)), "erase {i:#x}\n{}", xa.dump());
-    assert_eq!(ld(xa, i), None, "load after erase {i:#x}");
-}
-
-fn item(v: u64) -> Entry<B> {
-    Entry::Item(Box::new(v))
-}
-
-/// The test file's `xa_store_order`: an order-`order` cursor (index rounded
-/// down), lock, store, retry on memory shortage.
-fn store_order(xa: &XA, index: u64, order: u32, entry: Option<Entry<B>>) -> Option<u64> {
-    let g = kxarray::pin();
-    let mut xas = XaState::with_order(xa, &g, index, order).unwrap();
-    let mut entry = entry;
-    loop {
-        let lock = xa.lock();
-        match xas.store(&lock, entry) {
-            Ok(old) => return ev(old),
-            Err(r) => {
-                assert_eq!(r.error, Error::NoMemory);
-                entry = r.entry;
-                drop(lock);
-                assert!(xas.nomem());
-            }
-        }
-    }
-}
-
-/// Store through a cursor under a fresh lock, retrying on memory shortage.
-fn xas_store_locked<'a>(xas: &mut XaState<'a, B>, entry: Option<Entry<B>>) -> Option<u64> {
-    let xa = xas.array();
-    let mut entry = entry;
-    loop {
-        let lock = xa.lock();
-        match xas.store(&lock, entry) {
-            Ok(old) => return ev(old),
-            Err(r) => {
-                assert_eq!(r.error, Error::NoMemory);
-                entry = r.entry;
-                drop(lock);
-                assert!(xas.nomem());
-            }
-        }
-    }
-}
+mod kernel_common;
+use kernel_common::*;
 
 fn count_marked(xas: &mut XaState<'_, B>, max: u64, mark: Mark) -> usize {
     let mut n = 0;
