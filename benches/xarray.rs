@@ -541,6 +541,20 @@ fn bench_shape(mode: &mut Mode, s: &Shape) {
                 }),
             ),
             (
+                // the kernel's xa_load: a fresh cursor per key, whose walk
+                // counter is kept (shows what cursor + counter cost)
+                "kxarray/cursor",
+                c,
+                load_case(keys, move |keys| {
+                    let g = kxarray::pin();
+                    for &k in keys {
+                        let mut xas = XaState::new(xa, &g, k);
+                        black_box(xas.load());
+                        black_box(xas.walks());
+                    }
+                }),
+            ),
+            (
                 "BTreeMap",
                 c,
                 load_case(keys, move |keys| {
@@ -853,7 +867,7 @@ fn print_table(shapes: &[&str]) {
                 } else if title == "kxarray alt" {
                     let alt = match op {
                         "store" => Some(("replace", "kxarray/replace")),
-                        "iter" => Some(("cursor", "kxarray/cursor")),
+                        "iter" | "load_hit" | "load_miss" => Some(("cursor", "kxarray/cursor")),
                         _ => None,
                     };
                     match alt.and_then(|(label, st)| result(shape, op, st).map(|v| (label, v))) {
@@ -872,7 +886,7 @@ fn print_table(shapes: &[&str]) {
         }
     }
     println!();
-    println!("kxarray: `load` under one pinned guard; store = `lock.store` under one held lock (alt: `xa.replace`); erase = `lock.erase`; iter = `xa.iter(&g)` (alt: `XaState::find` loop). HashMap iteration is unordered.");
+    println!("kxarray: `load` under one pinned guard; store = `lock.store` under one held lock (alt: `xa.replace`); erase = `lock.erase`; iter = `xa.iter(&g)` (alt: `XaState::find` loop); load alt = a fresh `XaState` per key with its walk counter (the kernel's `xa_load`). HashMap iteration is unordered.");
     println!();
     println!("## Bytes per entry (2^20 entries)");
     println!();
