@@ -82,11 +82,19 @@ pub struct XaState<'a, T: Item> {
     walks: u64,
     /// `pos == Bounds` was decided at the root by this walk.
     bounds_at_root: bool,
+    /// Preallocated nodes, boxed so that a cursor that allocates nothing
+    /// (most of them) stays small and cheap to create and drop.
+    pre: Option<Box<Prealloc>>,
+}
+
+/// Nodes a cursor holds in reserve.
+#[derive(Default)]
+struct Prealloc {
     /// Blank nodes reserved for this operation.
     alloc: Vec<NodeBox>,
     /// Nodes the last failed operation needed (for `nomem`).
     need: usize,
-    /// Prefilled nodes for a split, with the (entry, order) they were built for.
+    /// Nodes for a split, with the (entry, order) they were made for.
     split_nodes: Vec<NodeBox>,
     split_for: Option<(RawEntry, u32)>,
     /// The split preallocation is for `try_split` (partial) rather than
@@ -132,11 +140,7 @@ impl<'a, T: Item> XaState<'a, T> {
             seq: 0,
             walks: 0,
             bounds_at_root: false,
-            alloc: Vec::new(),
-            need: 0,
-            split_nodes: Vec::new(),
-            split_for: None,
-            split_partial: false,
+            pre: None,
         }
     }
 
@@ -308,17 +312,27 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Step into `node` at the cursor's index, resolving siblings.
     #[inline(always)]
     fn descend(&mut self, node: NonNull<Node>) -> RawEntry {
+        let shift = self.nref(node).shift as u32;
+        self.descend_at(node, shift)
+    }
+
+    /// `descend` for a node whose shift the caller knows (a child's shift is
+    /// its parent's minus CHUNK_SHIFT), so the node's header line is not
+    /// touched: one cache line per level, the slot's.
+    #[inline(always)]
+    fn descend_at(&mut self, node: NonNull<Node>, shift: u32) -> RawEntry {
         let n = self.nref(node);
-        let mut offset = ((self.index >> n.shift) & CHUNK_MASK) as usize;
+        debug_assert_eq!(n.shift as u32, shift);
+        let mut offset = ((self.index >> shift) & CHUNK_MASK) as usize;
         let mut entry = n.slot(offset);
         self.pos = Pos::Node(node);
-        if entry.is_sibling() {
+        if entry.is_internal() && !entry.is_node() && entry.is_sibling() {
             let at = offset;
             let first = entry;
             while entry.is_sibling() {
                 offset = entry.to_sibling();
                 entry = n.slot(offset);
-                if n.shift != 0 && entry.is_node() {
+                if shift != 0 && entry.is_node() {
                     entry = RawEntry::RETRY;
                 }
             }
@@ -337,16 +351,23 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline]
     pub(crate) fn load_raw(&mut self) -> RawEntry {
         let mut entry = self.start();
-        while entry.is_node() {
-            let node = entry.to_node();
-            let shift = self.nref(node).shift;
-            if self.shift > shift {
+        if !entry.is_node() {
+            return entry;
+        }
+        // Only the first node's header is read; below it shifts step down
+        // by CHUNK_SHIFT (they never change once published).
+        let mut node = entry.to_node();
+        let mut shift = self.nref(node).shift as u32;
+        loop {
+            if self.shift as u32 > shift {
                 break;
             }
-            entry = self.descend(node);
-            if shift == 0 {
+            entry = self.descend_at(node, shift);
+            if shift == 0 || !entry.is_node() {
                 break;
             }
+            node = entry.to_node();
+            shift -= CHUNK_SHIFT;
         }
         entry
     }
@@ -456,17 +477,58 @@ impl<'a, T: Item> XaState<'a, T> {
     /// On failure sets `Error::NoMemory`, remembers `need`, and allocates
     /// nothing.
     fn reserve(&mut self, need: usize) -> bool {
-        while self.alloc.len() < need {
+        if self.pre.as_ref().map_or(0, |p| p.alloc.len()) >= need {
+            return true;
+        }
+        let pre = self.pre();
+        while pre.alloc.len() < need {
             match Node::alloc(0, 0, None) {
-                Some(n) => self.alloc.push(n),
+                Some(n) => pre.alloc.push(n),
                 None => {
-                    self.need = need;
+                    pre.need = need;
                     self.set_err(Error::NoMemory);
                     return false;
                 }
             }
         }
         true
+    }
+
+    /// The cursor's reserve, created on first use.
+    fn pre(&mut self) -> &mut Prealloc {
+        self.pre.get_or_insert_with(Box::default)
+    }
+
+    /// Forget (and free) any split preallocation.
+    pub(crate) fn clear_split(&mut self) {
+        if let Some(p) = self.pre.as_mut() {
+            p.split_nodes.clear();
+            p.split_for = None;
+            p.split_partial = false;
+        }
+    }
+
+    /// What the split preallocation was made for: (entry, order, partial).
+    pub(crate) fn split_tag(&self) -> Option<(RawEntry, u32, bool)> {
+        let p = self.pre.as_ref()?;
+        p.split_for.map(|(e, o)| (e, o, p.split_partial))
+    }
+
+    pub(crate) fn set_split_tag(&mut self, entry: RawEntry, order: u32, partial: bool) {
+        let p = self.pre();
+        p.split_for = Some((entry, order));
+        p.split_partial = partial;
+    }
+
+    pub(crate) fn push_split_node(&mut self, n: NodeBox) {
+        self.pre().split_nodes.push(n);
+    }
+
+    pub(crate) fn pop_split_node(&mut self) -> NodeBox {
+        self.pre
+            .as_mut()
+            .and_then(|p| p.split_nodes.pop())
+            .expect("kxarray: split node preallocated")
     }
 
     /// Link a reserved node as a child of `parent` at `offset` (not yet
@@ -477,7 +539,11 @@ impl<'a, T: Item> XaState<'a, T> {
         parent: Option<NonNull<Node>>,
         offset: usize,
     ) -> NonNull<Node> {
-        let mut nb = self.alloc.pop().expect("kxarray: node reserved before use");
+        let mut nb = self
+            .pre
+            .as_mut()
+            .and_then(|p| p.alloc.pop())
+            .expect("kxarray: node reserved before use");
         {
             let n = nb.node_mut();
             n.shift = shift as u8;
@@ -1060,13 +1126,16 @@ impl<'a, T: Item> XaState<'a, T> {
     /// reset); false if there was no memory error or allocation failed again.
     pub fn nomem(&mut self) -> bool {
         if self.pos != Pos::Error(Error::NoMemory) {
-            self.alloc.clear();
+            if let Some(p) = self.pre.as_mut() {
+                p.alloc.clear();
+            }
             return false;
         }
-        let need = self.need.max(1);
-        while self.alloc.len() < need {
+        let pre = self.pre();
+        let need = pre.need.max(1);
+        while pre.alloc.len() < need {
             match Node::alloc(0, 0, None) {
-                Some(n) => self.alloc.push(n),
+                Some(n) => pre.alloc.push(n),
                 None => return false,
             }
         }
@@ -1076,14 +1145,14 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Free every node this cursor preallocated (`xas_destroy`).
     pub fn destroy(&mut self) {
-        self.alloc.clear();
-        self.split_nodes.clear();
-        self.split_for = None;
+        self.pre = None;
     }
 
     /// Nodes preallocated and not yet used (blank plus split nodes).
     pub fn preallocated(&self) -> usize {
-        self.alloc.len() + self.split_nodes.len()
+        self.pre
+            .as_ref()
+            .map_or(0, |p| p.alloc.len() + p.split_nodes.len())
     }
 
     // ------------------------------------------------------------------
@@ -1935,8 +2004,7 @@ impl<'a, T: Item> XaState<'a, T> {
         if order > 63 {
             return Err(Error::OrderTooLarge(order));
         }
-        self.split_nodes.clear();
-        self.split_for = None;
+        self.clear_split();
         let entry = RawEntry::value(value);
         if self.shift as u32 + 2 * CHUNK_SHIFT <= order {
             return Err(Error::InvalidSplit);
@@ -1948,14 +2016,14 @@ impl<'a, T: Item> XaState<'a, T> {
             let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
             for _ in 0..=sibs {
                 let Some(mut nb) = Node::alloc(0, 0, None) else {
-                    self.split_nodes.clear();
+                    self.clear_split();
                     return Err(Error::NoMemory);
                 };
                 self.fill_for_split(nb.node_mut(), entry);
-                self.split_nodes.push(nb);
+                self.push_split_node(nb);
             }
         }
-        self.split_for = Some((entry, order));
+        self.set_split_tag(entry, order, false);
         Ok(())
     }
 
@@ -1983,9 +2051,8 @@ impl<'a, T: Item> XaState<'a, T> {
     pub fn split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
         let entry = RawEntry::value(value.min(crate::entry::MAX_VALUE));
-        if self.split_for != Some((entry, order)) {
-            self.split_nodes.clear();
-            self.split_for = None;
+        if self.split_tag() != Some((entry, order, false)) {
+            self.clear_split();
             return Err(Error::InvalidSplit);
         }
         let curr = self.load_raw();
@@ -2008,10 +2075,7 @@ impl<'a, T: Item> XaState<'a, T> {
         let xa = self.xa;
         loop {
             if (self.shift) < n.shift {
-                let mut child = self
-                    .split_nodes
-                    .pop()
-                    .expect("split_alloc checked the count");
+                let mut child = self.pop_split_node();
                 {
                     let c = child.node_mut();
                     c.shift = n.shift - CHUNK_SHIFT as u8;
@@ -2050,8 +2114,7 @@ impl<'a, T: Item> XaState<'a, T> {
         n.add_nr_values(values);
         xa.bump_seq();
         self.seq = xa.seq();
-        self.split_for = None;
-        self.split_nodes.clear();
+        self.clear_split();
         Ok(())
     }
 

@@ -55,20 +55,18 @@ impl<T: Item> XaState<'_, T> {
         if order <= self.order() {
             return Err(Error::InvalidSplit);
         }
-        self.split_nodes.clear();
-        self.split_for = None;
+        self.clear_split();
         let need = partial_split_nodes(order, self.order());
         for _ in 0..need {
             match Node::alloc(0, 0, None) {
-                Some(n) => self.split_nodes.push(n),
+                Some(n) => self.push_split_node(n),
                 None => {
-                    self.split_nodes.clear();
+                    self.clear_split();
                     return Err(Error::NoMemory);
                 }
             }
         }
-        self.split_for = Some((RawEntry::value(value), order));
-        self.split_partial = true;
+        self.set_split_tag(RawEntry::value(value), order, true);
         Ok(need)
     }
 
@@ -88,7 +86,7 @@ impl<T: Item> XaState<'_, T> {
     pub fn try_split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
         let entry = RawEntry::value(value.min(crate::entry::MAX_VALUE));
-        if !self.split_partial || self.split_for != Some((entry, order)) {
+        if self.split_tag() != Some((entry, order, true)) {
             self.destroy();
             return Err(Error::InvalidSplit);
         }
@@ -157,10 +155,7 @@ impl<T: Item> XaState<'_, T> {
             }
             // Cross a level: the target slot becomes a child full of the
             // value (as order-(nshift-CHUNK) entries), published at once.
-            let mut child = self
-                .split_nodes
-                .pop()
-                .expect("try_split_alloc reserved one node per level");
+            let mut child = self.pop_split_node();
             let cshift = nshift - CHUNK_SHIFT;
             {
                 let c = child.node_mut();
@@ -190,9 +185,7 @@ impl<T: Item> XaState<'_, T> {
         }
         xa.bump_seq();
         self.seq = xa.seq();
-        self.split_for = None;
-        self.split_partial = false;
-        self.split_nodes.clear();
+        self.clear_split();
         Ok(())
     }
 
