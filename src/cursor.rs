@@ -326,22 +326,8 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut offset = ((self.index >> shift) & CHUNK_MASK) as usize;
         let mut entry = n.slot(offset);
         self.pos = Pos::Node(node);
-        if entry.is_internal() && !entry.is_node() && entry.is_sibling() {
-            let at = offset;
-            let first = entry;
-            while entry.is_sibling() {
-                offset = entry.to_sibling();
-                entry = n.slot(offset);
-                if shift != 0 && entry.is_node() {
-                    entry = RawEntry::RETRY;
-                }
-            }
-            // The canonical slot may now hold a new entry stored after the
-            // one this sibling belonged to was erased (see XArray::load_raw):
-            // then the sibling slot changed too, and the reader retries.
-            if n.slot(at) != first {
-                entry = RawEntry::RETRY;
-            }
+        if entry.is_sibling() {
+            (entry, offset) = n.resolve_sibling(offset, entry);
         }
         self.offset = offset as u8;
         entry

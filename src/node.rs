@@ -142,6 +142,33 @@ impl Node {
         self.nr_values.store(c as u8, Ordering::Relaxed)
     }
 
+    /// Follow the sibling entry `first`, read from slot `at`, to its
+    /// canonical slot in this node; returns the entry there and its offset.
+    ///
+    /// Lock-free readers race with writers here, and get RETRY (restart from
+    /// the head) in two cases: the canonical slot holds a node (a concurrent
+    /// split or store replaced the entry), or the sibling slot no longer
+    /// holds `first` (the entry was erased and another stored at the
+    /// canonical slot, which need not cover the reader's index: the erase
+    /// cleared the sibling before that store was published, and the Acquire
+    /// load of the canonical slot orders this re-read after both).
+    #[inline]
+    pub(crate) fn resolve_sibling(&self, at: usize, first: RawEntry) -> (RawEntry, usize) {
+        let mut e = first;
+        let mut offset = at;
+        while e.is_sibling() {
+            offset = e.to_sibling();
+            e = self.slot(offset);
+            if e.is_node() {
+                return (RawEntry::RETRY, offset);
+            }
+        }
+        if self.slot(at) != first {
+            return (RawEntry::RETRY, offset);
+        }
+        (e, offset)
+    }
+
     /// The parent node (lock-free readers climb with this).
     #[inline]
     pub(crate) fn parent(&self) -> Option<NonNull<Node>> {

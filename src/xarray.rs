@@ -254,24 +254,11 @@ impl<T: Item> XArray<T> {
                     debug_assert_eq!(n.shift as u32, shift);
                     continue;
                 }
-                // A sibling of a multi-index entry: its canonical slot is in
-                // the same node. A node there means a concurrent split or
-                // store replaced the entry: retry from the head.
-                let off = ((index >> shift) & CHUNK_MASK) as usize;
-                let first = e;
-                while e.is_sibling() {
-                    e = n.slot(e.to_sibling());
-                    if e.is_node() {
-                        e = RawEntry::RETRY;
-                    }
-                }
-                // If the entry was erased and another stored at the canonical
-                // slot meanwhile, the canonical slot belongs to a new entry
-                // that need not cover `index`: the sibling slot has changed
-                // then (the erase cleared it before the new store, and the
-                // Acquire load above orders this re-read after both).
-                if n.slot(off) != first {
-                    e = RawEntry::RETRY;
+                // A sibling of a multi-index entry (or RETRY, or a reserved
+                // entry): follow it to its canonical slot in this node.
+                if e.is_sibling() {
+                    let off = ((index >> shift) & CHUNK_MASK) as usize;
+                    e = n.resolve_sibling(off, e).0;
                 }
                 break e;
             };
