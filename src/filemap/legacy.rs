@@ -23,7 +23,7 @@
 //! re-validating the entry and order under the lock.
 
 use super::{AddError, AddStats, AddressSpace, Folio, Shadow};
-use crate::{fault, pin, Entry, EntryRef, Error, XaState};
+use crate::{fault, pin, EntryRef, XaState};
 use std::sync::Arc;
 
 /// `add_folio` before Linux 6.10; see the module docs.
@@ -106,21 +106,10 @@ pub fn add_folio_legacy_stats(
             }
         }
         // (5) store
-        match xas.store(&lock, Some(Entry::Item(Arc::clone(folio)))) {
-            Ok(_) => {
-                space.account_add(nr, shadow_pages);
-                xas.destroy();
-                break Ok(old.map(Shadow::from_value));
-            }
-            Err(r) if r.error == Error::NoMemory => {
-                drop(lock);
-                if xas.nomem() {
-                    stats.relocks += 1;
-                    continue;
-                }
-                break Err(AddError::NoMemory);
-            }
-            Err(r) => break Err(r.error.into()),
+        match space.store_folio(&mut xas, lock, folio, shadow_pages, stats) {
+            Ok(true) => break Ok(old.map(Shadow::from_value)),
+            Ok(false) => continue,
+            Err(e) => break Err(e),
         }
     };
     stats.walks += xas.walks() + other_walks;

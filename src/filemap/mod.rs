@@ -318,25 +318,44 @@ impl AddressSpace {
                     shadow_pages = nr;
                 }
             }
-            match xas.store(&lock, Some(Entry::Item(Arc::clone(folio)))) {
-                Ok(_) => {
-                    self.account_add(nr, shadow_pages);
-                    break Ok(old.map(Shadow::from_value));
-                }
-                Err(r) if r.error == Error::NoMemory => {
-                    drop(lock);
-                    if xas.nomem() {
-                        stats.relocks += 1;
-                        continue;
-                    }
-                    break Err(AddError::NoMemory);
-                }
-                Err(r) => break Err(r.error.into()),
+            match self.store_folio(&mut xas, lock, folio, shadow_pages, stats) {
+                Ok(true) => break Ok(old.map(Shadow::from_value)),
+                Ok(false) => continue,
+                Err(e) => break Err(e),
             }
         };
         stats.walks += xas.walks();
         stats.nodes += fault::allocations() - allocs0;
         result
+    }
+
+    /// The last step of both add algorithms: store the folio over the
+    /// cursor's range and account it. `Ok(false)` means a node was missing:
+    /// the lock was dropped, memory found (`xas_nomem`), and the caller must
+    /// go round again.
+    pub(super) fn store_folio(
+        &self,
+        xas: &mut XaState<'_, Arc<Folio>>,
+        lock: XaLock<'_, Arc<Folio>>,
+        folio: &Arc<Folio>,
+        shadow_pages: u64,
+        stats: &mut AddStats,
+    ) -> Result<bool, AddError> {
+        match xas.store(&lock, Some(Entry::Item(Arc::clone(folio)))) {
+            Ok(_) => {
+                self.account_add(folio.nr_pages(), shadow_pages);
+                Ok(true)
+            }
+            Err(r) if r.error == Error::NoMemory => {
+                drop(lock);
+                if xas.nomem() {
+                    stats.relocks += 1;
+                    return Ok(false);
+                }
+                Err(AddError::NoMemory)
+            }
+            Err(r) => Err(r.error.into()),
+        }
     }
 
     /// The folio covering `index`, lock-free (`filemap_get_folio` without
