@@ -1928,16 +1928,35 @@ impl<'a, T: Item> XaState<'a, T> {
         self.pos = Pos::Restart;
     }
 
-    pub(crate) fn create_pub(&mut self, allow_root: bool) -> RawEntry {
-        self.create(allow_root)
-    }
-
     pub(crate) fn set_range_pub(&mut self, first: u64, last: u64) {
         self.set_range(first, last)
     }
 
     pub(crate) fn range_size(&self) -> u64 {
         self.size()
+    }
+
+    /// The first and last index of the entry the cursor is on, after a
+    /// `load_raw` that found one: its canonical slot and the sibling slots
+    /// that follow it, at the node's shift (wrapping arithmetic: the top
+    /// node of a full-height tree spans all of `u64`).
+    pub(crate) fn entry_extent(&self) -> (u64, u64) {
+        let Pos::Node(node) = self.pos else {
+            return (self.index, self.index);
+        };
+        let n = self.nref(node);
+        let shift = n.shift as u32;
+        let canon = self.offset as usize;
+        let mut end = canon;
+        while end + 1 < CHUNK_SIZE && n.slot_locked(end + 1) == RawEntry::sibling(canon) {
+            end += 1;
+        }
+        let base = self.index & !((CHUNK_SIZE as u64) << shift).wrapping_sub(1);
+        let first = base + ((canon as u64) << shift);
+        let last = first
+            .wrapping_add(((end - canon + 1) as u64) << shift)
+            .wrapping_sub(1);
+        (first, last)
     }
 
     /// `xas_sibling`: the index lies past the canonical slot of the entry

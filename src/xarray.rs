@@ -480,6 +480,20 @@ impl<T: Item> XArray<T> {
     /// Store the value `value` at every index in `first..=last`
     /// (`xa_store_range`), using aligned multi-index entries; `None` erases
     /// the range. Value entries only: an item has a single owner.
+    ///
+    /// An existing multi-index entry that reaches outside the range is
+    /// replaced (or erased) whole, as a [`store`](XArray::store) into any of
+    /// its indices would; every index of the range is stored either way
+    /// (the kernel's `xa_store_range` can miss part of the range there).
+    ///
+    /// ```
+    /// use kxarray::{Entry, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_order(4, 2, Entry::Value(1)).unwrap(); // indices 4..=7
+    /// xa.store_range(6, 9, Some(2)).unwrap();
+    /// let v: Vec<_> = (4..=10).map(|i| xa.load_value(i)).collect();
+    /// assert_eq!(v, [Some(2), Some(2), Some(2), Some(2), Some(2), Some(2), None]);
+    /// ```
     pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
         self.lock().store_range(first, last, value)
     }
@@ -1211,45 +1225,69 @@ impl<'a, T: Item> XaLock<'a, T> {
             Some(v) => RawEntry::value(v),
             None => RawEntry::NULL,
         };
-        let mut xas = self.cursor(0);
-        let mut first = first;
-        loop {
-            if !entry.is_null() {
-                let order = match last.checked_add(1) {
-                    Some(n) => n.trailing_zeros(),
-                    None => 64,
-                };
-                let order = order.min(63);
-                let (shift, sibs) = order_shape(order);
-                xas.set_index(last);
-                xas.set_shape(shift, sibs);
-                // pre-create the tree so the chunk stores below fit
-                let _ = self.with_retry(&mut xas, |xas| xas.create_pub(true));
-                if let Some(e) = xas.error() {
-                    return Err(e);
+        // Ranges still to store, the next one last. Each step stores one
+        // aligned block (`xas_set_range`) or replaces one entry that
+        // straddles a block's edge, so every step makes progress.
+        let mut todo = vec![(first, last)];
+        while let Some(&(first, last)) = todo.last() {
+            let mut xas = self.cursor(first);
+            xas.set_range_pub(first, last);
+            let block_last = first.wrapping_add(xas.range_size()).wrapping_sub(1);
+            // An entry that covers `first` but begins before it or ends
+            // after the block (a larger entry, or a run of slots a previous
+            // `store_range` made), or one that begins inside the block and
+            // ends after it, cannot be stored over block-wise: a block store
+            // would start from that entry's canonical slot and miss part of
+            // the range. Replace the straddling entry whole instead (storing
+            // into any index of an entry replaces all of it, as `store`
+            // does), then store the rest of the range around it.
+            let straddler = self
+                .extent_at(first)
+                .filter(|&(s, t)| s < first || t > block_last);
+            let straddler =
+                straddler.or_else(|| self.extent_at(block_last).filter(|&(_, t)| t > block_last));
+            let (mut xas, covered) = match straddler {
+                Some((s, t)) => (self.cursor(s.max(first)), Some((s, t))),
+                None => (xas, None),
+            };
+            let old = xas.store_raw(entry);
+            if let Some(e) = xas.error() {
+                if e == Error::NoMemory && xas.nomem() {
+                    continue; // memory found: retry the same step
                 }
+                return Err(e);
             }
-            let mut failed = None;
-            loop {
-                xas.set_range_pub(first, last);
-                let old = xas.store_raw(entry);
-                if let Some(e) = xas.error() {
-                    failed = Some(e);
-                    break;
+            xas.dispose(old);
+            todo.pop();
+            let done_to = match covered {
+                Some((s, t)) => {
+                    if s > first {
+                        // the straddler began inside the block: store what
+                        // lies before it after the part beyond it
+                        if t < last {
+                            todo.push((t + 1, last));
+                        }
+                        todo.push((first, s - 1));
+                        continue;
+                    }
+                    t
                 }
-                xas.dispose(old);
-                let size = xas.range_size();
-                match first.checked_add(size) {
-                    Some(f) if f <= last => first = f,
-                    _ => break,
-                }
-            }
-            match failed {
-                Some(Error::NoMemory) if xas.nomem() => continue,
-                Some(e) => return Err(e),
-                None => return Ok(()),
+                None => block_last,
+            };
+            if done_to < last {
+                todo.push((done_to + 1, last));
             }
         }
+        Ok(())
+    }
+
+    /// The first and last index of the entry at `index`, if there is one.
+    fn extent_at(&self, index: u64) -> Option<(u64, u64)> {
+        let mut probe = self.cursor(index);
+        if probe.load_raw().is_null() {
+            return None;
+        }
+        Some(probe.entry_extent())
     }
 
     /// Set `mark` on the entry at `index` (`__xa_set_mark`).

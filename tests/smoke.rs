@@ -79,3 +79,75 @@ fn cursor_walks() {
     xa.check_invariants().unwrap();
     assert_eq!(val(&xa, 66), Some(9));
 }
+
+/// `store_range` over part of an existing entry stores every index of the
+/// range. A block that starts on a sibling slot (or an entry that starts
+/// inside a block and runs past it) is replaced whole first, as `store`
+/// into any index of a multi-index entry does; the kernel's
+/// `xa_store_range` stores such a block from the straddler's canonical
+/// slot and leaves the rest of the range unstored.
+#[test]
+fn store_range_over_part_of_an_entry() {
+    let vals = |xa: &XArray<Box<u64>>, r: std::ops::RangeInclusive<u64>| -> Vec<Option<u64>> {
+        r.map(|i| val(xa, i)).collect()
+    };
+    // an order-2 entry at 4..=7, the range 6..=9 starts on its sibling
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_order(4, 2, Entry::Value(1)).unwrap();
+    xa.set_mark(4, Mark::M0);
+    xa.store_range(6, 9, Some(2)).unwrap();
+    let two = Some(2);
+    assert_eq!(
+        vals(&xa, 3..=10),
+        [None, two, two, two, two, two, two, None]
+    );
+    assert!(
+        xa.get_mark(5, Mark::M0),
+        "the replaced entry keeps its marks"
+    );
+    xa.check_invariants().unwrap();
+
+    // runs of slots from an earlier store_range, overlapped at both ends
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_range(1, 6, Some(1)).unwrap();
+    xa.store_range(5, 10, Some(2)).unwrap();
+    assert_eq!(
+        vals(&xa, 0..=11),
+        [None, two, two, two, two, two, two, two, two, two, two, None]
+    );
+    xa.check_invariants().unwrap();
+    xa.store_range(8, 12, Some(3)).unwrap(); // 8..=12 starts inside the run 5..=10
+    assert!(vals(&xa, 8..=12).iter().all(|v| *v == Some(3)));
+    assert_eq!(val(&xa, 13), None);
+    xa.check_invariants().unwrap();
+
+    // an entry that starts inside the block and ends after it
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_range(8, 11, Some(1)).unwrap();
+    xa.store_range(6, 9, Some(2)).unwrap();
+    assert_eq!(
+        vals(&xa, 5..=12),
+        [None, two, two, two, two, two, two, None]
+    );
+    xa.check_invariants().unwrap();
+
+    // erasing part of an entry erases it whole, and every index of the range
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_range(1, 6, Some(1)).unwrap();
+    xa.store_range(9, 20, Some(4)).unwrap();
+    xa.store_range(5, 10, None).unwrap();
+    assert!(vals(&xa, 5..=10).iter().all(Option::is_none));
+    xa.check_invariants().unwrap();
+    assert!(vals(&xa, 0..=30)
+        .iter()
+        .all(|v| v.is_none() || *v == Some(4)));
+
+    // a larger aligned entry covering the whole range: replaced whole
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store_order(0, 12, Entry::Value(1)).unwrap();
+    xa.store_range(100, 200, Some(2)).unwrap();
+    assert_eq!(val(&xa, 150), Some(2));
+    assert_eq!(val(&xa, 4095), Some(2));
+    assert_eq!(val(&xa, 4096), None);
+    xa.check_invariants().unwrap();
+}
