@@ -1225,30 +1225,33 @@ impl<'a, T: Item> XaLock<'a, T> {
             Some(v) => RawEntry::value(v),
             None => RawEntry::NULL,
         };
-        // Ranges still to store, the next one last. Each step stores one
-        // aligned block (`xas_set_range`) or replaces one entry that
-        // straddles a block's edge, so every step makes progress.
-        let mut todo = vec![(first, last)];
-        while let Some(&(first, last)) = todo.last() {
-            let mut xas = self.cursor(first);
-            xas.set_range_pub(first, last);
-            let block_last = first.wrapping_add(xas.range_size()).wrapping_sub(1);
-            // An entry that covers `first` but begins before it or ends
-            // after the block (a larger entry, or a run of slots a previous
-            // `store_range` made), or one that begins inside the block and
-            // ends after it, cannot be stored over block-wise: a block store
-            // would start from that entry's canonical slot and miss part of
-            // the range. Replace the straddling entry whole instead (storing
-            // into any index of an entry replaces all of it, as `store`
-            // does), then store the rest of the range around it.
-            let straddler = self
-                .extent_at(first)
-                .filter(|&(s, t)| s < first || t > block_last);
-            let straddler =
-                straddler.or_else(|| self.extent_at(block_last).filter(|&(_, t)| t > block_last));
-            let (mut xas, covered) = match straddler {
-                Some((s, t)) => (self.cursor(s.max(first)), Some((s, t))),
-                None => (xas, None),
+        // Each step stores one aligned block (`xas_set_range`) or replaces
+        // one entry that straddles a block's edge, so every step moves
+        // `first` forward.
+        let mut first = first;
+        loop {
+            // An entry that covers `first` but begins before it or ends after
+            // the block (a larger entry, or a run of slots a previous
+            // `store_range` made) cannot be stored over block-wise: a block
+            // store would start from that entry's canonical slot and miss
+            // part of the range. Replace it whole instead (storing into any
+            // index of an entry replaces all of it, as `store` does). An
+            // entry that begins inside the block and ends after it is left
+            // for a later step: the block is cut to end before it.
+            let mut limit = last;
+            let (mut xas, block_last) = loop {
+                let mut xas = self.cursor(first);
+                xas.set_range_pub(first, limit);
+                let block_last = first.wrapping_add(xas.range_size()).wrapping_sub(1);
+                if let Some((s, t)) = self.extent_at(first) {
+                    if s < first || t > block_last {
+                        break (self.cursor(first), t);
+                    }
+                }
+                match self.extent_at(block_last) {
+                    Some((s, t)) if t > block_last && s > first => limit = s - 1,
+                    _ => break (xas, block_last),
+                }
             };
             let old = xas.store_raw(entry);
             if let Some(e) = xas.error() {
@@ -1258,27 +1261,11 @@ impl<'a, T: Item> XaLock<'a, T> {
                 return Err(e);
             }
             xas.dispose(old);
-            todo.pop();
-            let done_to = match covered {
-                Some((s, t)) => {
-                    if s > first {
-                        // the straddler began inside the block: store what
-                        // lies before it after the part beyond it
-                        if t < last {
-                            todo.push((t + 1, last));
-                        }
-                        todo.push((first, s - 1));
-                        continue;
-                    }
-                    t
-                }
-                None => block_last,
-            };
-            if done_to < last {
-                todo.push((done_to + 1, last));
+            match block_last.checked_add(1) {
+                Some(next) if block_last < last => first = next,
+                _ => return Ok(()),
             }
         }
-        Ok(())
     }
 
     /// The first and last index of the entry at `index`, if there is one.

@@ -220,53 +220,48 @@ impl Model {
         old
     }
     /// `store_range` (`None` erases): block by block as `xas_set_range`
-    /// cuts the range, except that an entry straddling a block's edge (one
-    /// covering the block's first index but starting before it or ending
-    /// after the block, or one starting inside the block and ending after
-    /// it) is replaced (or erased) whole first, and the range is stored
-    /// around it. The kernel's `xa_store_range` stores such a block from
+    /// cuts the range, except that an entry covering the block's first
+    /// index but starting before it or ending after the block is replaced
+    /// (or erased) whole, and a block is cut short before an entry that
+    /// starts inside it and ends after it. The kernel's `xa_store_range` stores such a block from
     /// the straddler's canonical slot and misses part of the range.
     fn store_range(&mut self, first: u64, last: u64, v: Option<V>) {
-        let mut todo = vec![(first, last)];
-        while let Some(&(f, l)) = todo.last() {
-            todo.pop();
-            let (shift, nslots) = set_range(f, l);
-            let bl = (f as u128 + ((nslots as u128) << shift) - 1) as u64;
-            let straddler = self
-                .containing(f)
-                .filter(|(s, r)| *s < f || Self::end(*s, r) > bl)
-                .or_else(|| self.containing(bl).filter(|(s, r)| Self::end(*s, r) > bl));
-            let done_to = match straddler {
-                Some((s, r)) => {
-                    match v {
-                        Some(v) => self.runs.get_mut(&s).unwrap().v = v,
-                        None => {
-                            self.runs.remove(&s);
-                        }
+        let mut f = first;
+        loop {
+            let mut limit = last;
+            let (bl, straddler) = loop {
+                let (shift, nslots) = set_range(f, limit);
+                let bl = (f as u128 + ((nslots as u128) << shift) - 1) as u64;
+                if let Some((s, r)) = self.containing(f) {
+                    if s < f || Self::end(s, &r) > bl {
+                        break (Self::end(s, &r), Some(s));
                     }
-                    let t = Self::end(s, &r);
-                    if s > f {
-                        if t < l {
-                            todo.push((t + 1, l));
-                        }
-                        todo.push((f, s - 1));
-                        continue;
-                    }
-                    t
                 }
-                None => {
-                    match v {
-                        Some(v) => {
-                            self.store_block(f, shift, nslots, v);
+                match self.containing(bl) {
+                    Some((s, r)) if Self::end(s, &r) > bl && s > f => limit = s - 1,
+                    _ => {
+                        match v {
+                            Some(v) => {
+                                self.store_block(f, shift, nslots, v);
+                            }
+                            None => self.erase_range(f, bl),
                         }
-                        None => self.erase_range(f, bl),
+                        break (bl, None);
                     }
-                    bl
                 }
             };
-            if done_to < l {
-                todo.push((done_to + 1, l));
+            if let Some(s) = straddler {
+                match v {
+                    Some(v) => self.runs.get_mut(&s).unwrap().v = v,
+                    None => {
+                        self.runs.remove(&s);
+                    }
+                }
             }
+            if bl >= last {
+                return;
+            }
+            f = bl + 1;
         }
     }
     fn erase(&mut self, i: u64) -> Option<V> {
