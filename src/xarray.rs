@@ -1253,11 +1253,10 @@ impl<'a, T: Item> XaLock<'a, T> {
                     _ => break (xas, block_last),
                 }
             };
-            let old = xas.store_raw(entry);
+            // `nomem` allocates without dropping the lock, so the same
+            // cursor retries the same step with its preallocated nodes.
+            let old = self.with_retry(&mut xas, |xas| xas.store_raw(entry));
             if let Some(e) = xas.error() {
-                if e == Error::NoMemory && xas.nomem() {
-                    continue; // memory found: retry the same step
-                }
                 return Err(e);
             }
             xas.dispose(old);

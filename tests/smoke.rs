@@ -151,3 +151,25 @@ fn store_range_over_part_of_an_entry() {
     assert_eq!(val(&xa, 4096), None);
     xa.check_invariants().unwrap();
 }
+
+/// A failed node allocation inside `store_range` is retried through the
+/// same cursor (`nomem` preallocates, then the step runs again), so the
+/// preallocated node is used, not dropped and allocated again.
+#[test]
+fn store_range_retries_after_a_failed_allocation() {
+    let xa: XArray<Box<u64>> = XArray::new();
+    xa.store(0, Entry::Value(0)).unwrap();
+    let before = kxarray::fault::allocations();
+    kxarray::fault::fail_next_allocations(1);
+    xa.store_range(1000, 5000, Some(7)).unwrap();
+    assert!([1000, 3000, 5000].iter().all(|&i| val(&xa, i) == Some(7)));
+    assert_eq!(val(&xa, 999), None);
+    assert_eq!(val(&xa, 5001), None);
+    xa.check_invariants().unwrap();
+    let used = kxarray::fault::allocations() - before;
+    assert_eq!(
+        used as usize,
+        xa.node_count(),
+        "the node `nomem` preallocated is the one used"
+    );
+}
