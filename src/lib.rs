@@ -44,6 +44,7 @@ mod node;
 mod sync;
 mod xarray;
 
+pub mod backend;
 pub mod filemap;
 
 pub use cursor::{Conflicts, CursorIter, Stale, XaState};
