@@ -1,0 +1,2 @@
+//! The NBD (network block device) protocol and server for kxarray's
+//! backends.
