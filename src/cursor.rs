@@ -11,9 +11,17 @@
 //! - Every node pointer in `pos` was read while `guard` was pinned, and nodes
 //!   are only freed through the epoch, so dereferencing it is sound for the
 //!   cursor's lifetime even if the node has since been detached.
-//! - A write operation first re-validates the position: if the tree changed
-//!   shape (`XArray::seq`) since the cursor walked, it restarts from the root
-//!   (the kernel's `xas_reset` after dropping the lock, made automatic).
+//! - A write operation first re-validates the position: if the tree was
+//!   modified (`XArray::seq`: bumped after every store, split and node
+//!   change) since the cursor walked, it restarts from the root (the
+//!   kernel's `xas_reset` after dropping the lock, made automatic). Only the
+//!   writes that cannot change any slot's kind or a node's membership (an
+//!   order-0 store into a plain leaf slot, marks) leave the counter alone,
+//!   so a position the counter vouches for is exact: never a write through
+//!   a slot that has become a sibling or a stale canonical slot.
+//! - A panic inside a write (a bug, or an item's `Drop` run inline on the
+//!   `&mut` paths) poisons the array ([`XArray::is_poisoned`]) through
+//!   [`PoisonOnUnwind`], so a half-written tree is never used again.
 //! - Node allocations for one operation happen before the tree is touched
 //!   (`reserve`), so a failed allocation leaves the array unchanged.
 //! - Nodes preallocated for a split (`split_nodes`) are tagged with the entry
@@ -29,7 +37,10 @@ use crate::sync::Guard;
 use crate::xarray::{XArray, XaLock};
 use core::ptr::NonNull;
 
+mod range;
 mod split;
+
+pub use range::MAX_RANGE_NODES;
 
 /// Where the cursor is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -118,6 +129,29 @@ fn max_index(entry: RawEntry) -> u64 {
     // holds a guard or the lock).
     let shift = unsafe { entry.to_node().as_ref() }.shift as u32;
     ((CHUNK_SIZE as u64) << shift).wrapping_sub(1)
+}
+
+/// Poisons the array if dropped during a panic: armed at the start of a
+/// write and defused (`mem::forget`) at its end, so the normal path costs
+/// nothing.
+pub(crate) struct PoisonOnUnwind<'a, T: Item>(&'a XArray<T>);
+
+impl<'a, T: Item> PoisonOnUnwind<'a, T> {
+    #[inline(always)]
+    pub(crate) fn arm(xa: &'a XArray<T>) -> Self {
+        PoisonOnUnwind(xa)
+    }
+    #[inline(always)]
+    pub(crate) fn defuse(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl<T: Item> Drop for PoisonOnUnwind<'_, T> {
+    #[cold]
+    fn drop(&mut self) {
+        self.0.poison();
+    }
 }
 
 struct SendPtr(usize);
@@ -437,8 +471,8 @@ impl<'a, T: Item> XaState<'a, T> {
             core::ptr::eq(lock.array(), self.xa),
             "kxarray: XaState used with the lock of another XArray"
         );
-        // The position is still exact if the tree has not changed shape since
-        // it was established; otherwise walk again.
+        // The position is still exact if no write that could move or retype
+        // its slot happened since it was established; otherwise walk again.
         if self.is_valid() && self.seq != self.xa.seq() {
             self.pos = Pos::Restart;
         }
@@ -448,8 +482,10 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// Whether the position taken before the lock was (re)acquired is still
-    /// exact: true when the tree has not changed shape since; otherwise the
-    /// cursor is reset so that the next operation walks from the root.
+    /// exact: true when no store, split or node change happened since (only
+    /// order-0 stores into plain leaf slots and mark changes, which cannot
+    /// move or retype a slot, do not count); otherwise the cursor is reset
+    /// so that the next operation walks from the root.
     pub fn revalidate(&mut self, lock: &XaLock<'_, T>) -> bool {
         self.check_lock(lock);
         self.is_valid()
@@ -767,6 +803,13 @@ impl<'a, T: Item> XaState<'a, T> {
     /// (NOT disposed: the caller owns it); every other displaced item and
     /// node is disposed of here.
     pub(crate) fn store_raw(&mut self, entry: RawEntry) -> RawEntry {
+        let bomb = PoisonOnUnwind::arm(self.xa);
+        let r = self.store_raw_inner(entry);
+        bomb.defuse();
+        r
+    }
+
+    fn store_raw_inner(&mut self, entry: RawEntry) -> RawEntry {
         let value = entry.is_value();
         let mut first = if !entry.is_null() {
             let allow_root = !entry.is_node() && !entry.is_zero();
@@ -811,6 +854,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 Some(n) => self.nref(n).set_slot(offset, cur),
                 None => self.xa.head.store(cur),
             }
+            crate::fault::slot_written();
             if next.is_node() && node.is_none_or(|n| self.nref(n).shift != 0) {
                 self.free_nodes(next.to_node());
                 self.xa.bump_seq();
@@ -855,10 +899,12 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         self.update_node(node, count, values);
-        if node.is_none() && ret.is_node() {
-            // the whole tree was replaced at the head
-            self.xa.bump_seq();
-        }
+        // Every other cursor's position may be stale now (a slot became or
+        // stopped being a sibling, a canonical slot moved, a node went):
+        // bump after the last write, so a lock-free walk that read the old
+        // counter is re-done. This cursor's own position is exact.
+        self.xa.bump_seq();
+        self.seq = self.xa.seq();
         ret
     }
 
@@ -1831,92 +1877,6 @@ impl<'a, T: Item> XaState<'a, T> {
     // Ranges
     // ------------------------------------------------------------------
 
-    /// Point the cursor at the largest aligned block that starts at `first`
-    /// and ends at or before `last` (`xas_set_range`).
-    pub(crate) fn set_range(&mut self, first: u64, last: u64) {
-        let mut shift = 0u32;
-        let mut sibs = last - first;
-        let mut offset = CHUNK_MASK;
-        let mut f = first;
-        self.set_index(first);
-        while f & CHUNK_MASK == 0 {
-            if sibs < CHUNK_MASK {
-                break;
-            }
-            if sibs == CHUNK_MASK && offset < CHUNK_MASK {
-                break;
-            }
-            shift += CHUNK_SHIFT;
-            if offset == CHUNK_MASK {
-                offset = sibs & CHUNK_MASK;
-            }
-            sibs >>= CHUNK_SHIFT;
-            f >>= CHUNK_SHIFT;
-        }
-        let offset = f & CHUNK_MASK;
-        if offset + sibs > CHUNK_MASK {
-            sibs = CHUNK_MASK - offset;
-        }
-        // (((f + sibs + 1) << shift) - 1) > last, wrapping like the kernel
-        let end = (f.wrapping_add(sibs + 1) << shift).wrapping_sub(1);
-        if end > last {
-            sibs -= 1;
-        }
-        self.shift = shift as u8;
-        self.sibs = sibs as u8;
-    }
-
-    /// Make every slot of the cursor's range exist, so that order-0 stores
-    /// into it need no allocation (`xas_create_range`). Leaves the cursor at
-    /// the start of the range with order 0.
-    pub fn create_range(&mut self, lock: &XaLock<'_, T>) -> Result<(), Error> {
-        self.check_lock(lock);
-        let index = self.index;
-        let shift = self.shift;
-        let sibs = self.sibs;
-        self.index |= ((sibs as u64 + 1) << shift).wrapping_sub(1);
-        if let Pos::Node(n) = self.pos {
-            if self.nref(n).shift == self.shift {
-                self.offset |= sibs;
-            }
-        }
-        self.shift = 0;
-        self.sibs = 0;
-        loop {
-            self.create(true);
-            if let Some(e) = self.error() {
-                self.shift = shift;
-                self.sibs = sibs;
-                self.index = index;
-                return Err(e);
-            }
-            if self.index <= (index | CHUNK_MASK) {
-                break;
-            }
-            self.index -= CHUNK_SIZE as u64;
-            while let Pos::Node(node) = self.pos {
-                let n = self.nref(node);
-                if n.shift >= shift {
-                    break;
-                }
-                let parent = n.parent();
-                self.pos = match parent {
-                    Some(p) => Pos::Node(p),
-                    None => Pos::Head,
-                };
-                self.offset = n.offset.wrapping_sub(1);
-                if n.offset != 0 {
-                    break;
-                }
-            }
-        }
-        self.index = index;
-        if let Pos::Node(n) = self.pos {
-            self.offset = ((self.index >> self.nref(n).shift) & CHUNK_MASK) as u8;
-        }
-        Ok(())
-    }
-
     // ------------------------------------------------------------------
     // Crate-internal helpers for the array's own operations
     // ------------------------------------------------------------------
@@ -1926,14 +1886,6 @@ impl<'a, T: Item> XaState<'a, T> {
         self.sibs = sibs;
         self.index &= !(self.size().wrapping_sub(1));
         self.pos = Pos::Restart;
-    }
-
-    pub(crate) fn set_range_pub(&mut self, first: u64, last: u64) {
-        self.set_range(first, last)
-    }
-
-    pub(crate) fn range_size(&self) -> u64 {
-        self.size()
     }
 
     /// The first and last index of the entry the cursor is on, after a
@@ -2049,13 +2001,21 @@ impl<'a, T: Item> XaState<'a, T> {
     /// the cursor's order, all holding `value` (`xas_split`), using the
     /// nodes from [`XaState::split_alloc`]. No allocation happens here.
     ///
-    /// Fails with [`Error::InvalidSplit`] (array unchanged, preallocation
-    /// freed) if the entry at the cursor is not `value` of order `order`, or
-    /// if the preallocation was made for another entry or order: the check
-    /// the kernel's pre-6.10 page cache lacked.
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`] if `value` does not fit in 63 bits (it
+    /// cannot be the entry's); [`Error::InvalidSplit`] if the entry at the
+    /// cursor is not `value` of order `order`, or if the preallocation was
+    /// made for another entry or order: the check the kernel's pre-6.10 page
+    /// cache lacked. Either way the array is unchanged and the preallocation
+    /// freed.
     pub fn split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
-        let entry = RawEntry::value(value.min(crate::entry::MAX_VALUE));
+        if value > crate::entry::MAX_VALUE {
+            self.clear_split();
+            return Err(Error::ValueOutOfRange(value));
+        }
+        let entry = RawEntry::value(value);
         if self.split_tag() != Some((entry, order, false)) {
             self.clear_split();
             return Err(Error::InvalidSplit);
@@ -2072,6 +2032,7 @@ impl<'a, T: Item> XaState<'a, T> {
             self.destroy();
             return Err(Error::InvalidSplit);
         }
+        let bomb = PoisonOnUnwind::arm(self.xa);
         let n = self.nref(node);
         let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
         let marks = n.slot_marks(self.offset as usize);
@@ -2097,6 +2058,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 xa.node_added();
                 self.set_split_marks(n, offset, Some(self.nref(child)), marks);
                 n.set_slot(offset, RawEntry::node(child));
+                crate::fault::slot_written();
                 if curr.is_value() {
                     values -= 1;
                 }
@@ -2104,6 +2066,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 let canon = offset - self.sibs as usize;
                 self.set_split_marks(n, canon, None, marks);
                 n.set_slot(canon, entry);
+                crate::fault::slot_written();
                 while offset > canon {
                     n.set_slot(offset, RawEntry::sibling(canon));
                     offset -= 1;
@@ -2119,6 +2082,7 @@ impl<'a, T: Item> XaState<'a, T> {
         n.add_nr_values(values);
         xa.bump_seq();
         self.seq = xa.seq();
+        bomb.defuse();
         self.clear_split();
         Ok(())
     }

@@ -40,6 +40,14 @@ pub enum Error {
     InvalidSplit,
     /// A cmpxchg found a different entry than expected.
     Mismatch,
+    /// [`crate::XaState::create_range`] over a range that spans more nodes
+    /// than [`crate::MAX_RANGE_NODES`]; nothing was allocated or changed.
+    RangeTooLarge {
+        /// Nodes the range spans.
+        nodes: u64,
+        /// The bound.
+        max: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -58,6 +66,9 @@ impl fmt::Display for Error {
             Error::NotAllocating => f.write_str("array was not created as an allocating array"),
             Error::InvalidSplit => f.write_str("split not possible in one step"),
             Error::Mismatch => f.write_str("current entry differs from the expected one"),
+            Error::RangeTooLarge { nodes, max } => {
+                write!(f, "range spans {nodes} nodes, more than the {max} allowed")
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
-//! Fault injection for node allocation, so tests can drive the
-//! out-of-memory paths (the kernel's user-space harness fails `GFP_NOWAIT`
-//! allocations for the same reason).
+//! Fault injection, so tests can drive the out-of-memory paths (the
+//! kernel's user-space harness fails `GFP_NOWAIT` allocations for the same
+//! reason) and the panic-safety path (a panic in the middle of a write).
 //!
 //! The knob is per thread, so parallel tests do not disturb each other:
 //! [`fail_next_allocations`] makes the next `n` node allocations made by the
@@ -26,6 +26,44 @@ use std::cell::Cell;
 thread_local! {
     static FAIL: Cell<u64> = const { Cell::new(0) };
     static ALLOCATED: Cell<u64> = const { Cell::new(0) };
+    static PANIC_AFTER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Make the `n`-th slot write of a multi-slot write path (the general
+/// store, `store_range`, both splits) on this thread panic right after the
+/// slot was written, leaving the write half done (0 disarms). The array is
+/// then poisoned ([`crate::XArray::is_poisoned`]): this is how tests check
+/// that a panic under the lock never leaves a half-written tree in use.
+///
+/// ```
+/// use kxarray::{fault, Entry, XArray};
+/// let xa: XArray<Box<u32>> = XArray::new();
+/// xa.store_order(0, 4, Entry::Value(1)).unwrap();
+/// fault::panic_after_slot_writes(1);
+/// let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+///     xa.store_range(0, 100, Some(2))
+/// }));
+/// fault::panic_after_slot_writes(0);
+/// assert!(r.is_err());
+/// assert!(xa.is_poisoned());
+/// assert_eq!(xa.load_value(0), None); // a poisoned array reads as empty
+/// ```
+pub fn panic_after_slot_writes(n: u64) {
+    PANIC_AFTER.with(|c| c.set(n));
+}
+
+/// Called after a slot write on the multi-slot write paths.
+#[inline]
+pub(crate) fn slot_written() {
+    PANIC_AFTER.with(|c| {
+        let n = c.get();
+        if n != 0 {
+            c.set(n - 1);
+            if n == 1 {
+                panic!("kxarray::fault: injected panic in the middle of a write");
+            }
+        }
+    })
 }
 
 /// Make the next `n` node allocations on this thread fail (0 disables).

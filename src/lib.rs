@@ -47,7 +47,7 @@ mod xarray;
 pub mod backend;
 pub mod filemap;
 
-pub use cursor::{Conflicts, CursorIter, Stale, XaState};
+pub use cursor::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
 pub use entry::MAX_VALUE;
 pub use error::{Error, Rejected};
 pub use item::{CloneItem, Entry, EntryRef, Item, ItemMut, ItemRef, Retired};

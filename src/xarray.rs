@@ -18,10 +18,17 @@
 //! Invariants (checked by [`XArray::check_invariants`]): node counts match
 //! their slots; marks propagate to parents and to the root flags; no node
 //! reachable from the head is empty; the tree is no taller than its largest
-//! index needs.
+//! index needs; every multi-index entry is an aligned power-of-two block.
+//!
+//! Panic safety: a panic inside a write (a bug in the crate, or an item's
+//! `Drop` run inline on the `&mut` paths) poisons the array: the tree as
+//! the panic left it is detached and leaked (never freed, never read
+//! again), readers see an empty array, and [`XArray::lock`] panics. A panic
+//! anywhere else (an item's `Drop` run by the epoch, user code holding the
+//! lock) leaves the tree consistent and the array usable.
 
 use crate::cursor::{dispose_item, order_shape, XaState};
-use crate::entry::{AtomicEntry, RawEntry, MAX_VALUE};
+use crate::entry::{AtomicEntry, RawEntry};
 use crate::error::{Error, Rejected};
 use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
 use crate::mark::Mark;
@@ -34,10 +41,13 @@ use core::marker::PhantomData;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
 use core::ptr::NonNull;
 
+mod range;
+
 const FLAG_MARK_SHIFT: u8 = 0; // bits 0..=2: root marks
 const FLAG_TRACK_FREE: u8 = 1 << 3;
 const FLAG_ZERO_BUSY: u8 = 1 << 4;
 const FLAG_ALLOC_WRAPPED: u8 = 1 << 5;
+const FLAG_POISONED: u8 = 1 << 6;
 
 /// Array flags (the kernel's `xa_flags` for allocating arrays).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -76,6 +86,11 @@ pub struct XArray<T: Item> {
     flags: AtomicU8,
     seq: AtomicU64,
     nodes: AtomicUsize,
+    /// The span `create_range` made nodes for under the held lock
+    /// (`first > last`: none); nodes in it still empty when the lock is
+    /// released are removed then.
+    created_first: AtomicU64,
+    created_last: AtomicU64,
     lock: Mutex,
     _t: PhantomData<T>,
 }
@@ -92,7 +107,31 @@ impl<T: Item> Default for XArray<T> {
 pub struct XaLock<'a, T: Item> {
     xa: &'a XArray<T>,
     epoch: Guard,
-    _held: MutexGuard<'a>,
+    _held: Held<'a, T>,
+}
+
+/// The mutex guard inside an [`XaLock`]: before unlocking, it removes the
+/// nodes `create_range` made that no store filled, so no empty node
+/// outlives the lock.
+struct Held<'a, T: Item> {
+    xa: &'a XArray<T>,
+    _guard: MutexGuard<'a>,
+}
+
+impl<T: Item> Drop for Held<'_, T> {
+    fn drop(&mut self) {
+        let xa = self.xa;
+        let first = xa.created_first.load(Ordering::Relaxed);
+        let last = xa.created_last.load(Ordering::Relaxed);
+        if first <= last {
+            xa.created_first.store(u64::MAX, Ordering::Relaxed);
+            xa.created_last.store(0, Ordering::Relaxed);
+            if !xa.is_poisoned() {
+                let guard = pin();
+                XaState::new(xa, &guard, first).sweep_empty(first, last);
+            }
+        }
+    }
 }
 
 impl<T: Item> XArray<T> {
@@ -109,6 +148,8 @@ impl<T: Item> XArray<T> {
             flags: AtomicU8::new(flags.0),
             seq: AtomicU64::new(0),
             nodes: AtomicUsize::new(0),
+            created_first: AtomicU64::new(u64::MAX),
+            created_last: AtomicU64::new(0),
             lock: Mutex::new(),
             _t: PhantomData,
         }
@@ -146,9 +187,19 @@ impl<T: Item> XArray<T> {
             self.flags.store(f & !bit, Ordering::Relaxed);
         }
     }
-    /// The shape sequence: bumped under the lock whenever a node is added or
-    /// removed or the head changes, so cursors can tell whether their
-    /// position survived a dropped lock.
+    /// Record (under the lock) that `create_range` made nodes for
+    /// `first..=last`; see [`Held`].
+    pub(crate) fn note_created(&self, first: u64, last: u64) {
+        let f = self.created_first.load(Ordering::Relaxed).min(first);
+        let l = self.created_last.load(Ordering::Relaxed).max(last);
+        self.created_first.store(f, Ordering::Relaxed);
+        self.created_last.store(l, Ordering::Relaxed);
+    }
+
+    /// The modification sequence: bumped under the lock after every write
+    /// that can move or retype a slot (every general store, every split,
+    /// every node added or removed, every head change), so cursors can tell
+    /// whether their position survived a dropped lock.
     #[inline]
     pub(crate) fn seq(&self) -> u64 {
         self.seq.load(Ordering::Acquire)
@@ -169,14 +220,49 @@ impl<T: Item> XArray<T> {
             .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
     }
 
+    /// Whether a panic inside a write poisoned the array (see the module
+    /// documentation): it then reads as empty and refuses writes.
+    pub fn is_poisoned(&self) -> bool {
+        self.flags() & FLAG_POISONED != 0
+    }
+
+    /// Called under the lock when a write unwinds: detach (and leak) the
+    /// half-written tree so that nothing reads or frees it again.
+    #[cold]
+    pub(crate) fn poison(&self) {
+        self.flags
+            .store(self.flags() | FLAG_POISONED, Ordering::Relaxed);
+        self.head.store(RawEntry::NULL);
+        self.bump_seq();
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn poisoned_panic() -> ! {
+        panic!("kxarray: the array was poisoned by a panic inside a write")
+    }
+
     /// Take the writer lock (`xa_lock`).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`]): a panic inside an
+    /// earlier write left it unusable. Every writing method panics for the
+    /// same reason.
     #[inline]
     pub fn lock(&self) -> XaLock<'_, T> {
         let held = self.lock.lock();
+        if self.flags() & FLAG_POISONED != 0 {
+            drop(held);
+            Self::poisoned_panic();
+        }
         XaLock {
             xa: self,
             epoch: pin(),
-            _held: held,
+            _held: Held {
+                xa: self,
+                _guard: held,
+            },
         }
     }
 
@@ -478,8 +564,10 @@ impl<T: Item> XArray<T> {
     }
 
     /// Store the value `value` at every index in `first..=last`
-    /// (`xa_store_range`), using aligned multi-index entries; `None` erases
-    /// the range. Value entries only: an item has a single owner.
+    /// (`xa_store_range`), as aligned power-of-two multi-index entries (the
+    /// fewest that tile the range; any range up to all of `0..=u64::MAX`);
+    /// `None` erases the range. Value entries only: an item has a single
+    /// owner.
     ///
     /// An existing multi-index entry that reaches outside the range is
     /// replaced (or erased) whole, as a [`store`](XArray::store) into any of
@@ -550,6 +638,13 @@ impl<T: Item> XArray<T> {
     // ------------------------------------------------------------------
 
     fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
+        if self.is_poisoned() {
+            Self::poisoned_panic();
+        }
+        self.excl_cursor_unchecked(index)
+    }
+
+    fn excl_cursor_unchecked(&mut self, index: u64) -> XaState<'_, T> {
         // SAFETY: `&mut self` means no reader or writer can see the tree, so
         // deferred destruction may run at once.
         let guard: &'static Guard = unsafe { unprotected() };
@@ -558,6 +653,15 @@ impl<T: Item> XArray<T> {
 
     /// Store through an exclusive borrow: no lock, no epoch; the old entry
     /// comes back owned.
+    ///
+    /// # Errors
+    ///
+    /// The entry is handed back in [`Rejected`] when a value is out of range
+    /// or a node cannot be allocated; the array is then unchanged.
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`]).
     pub fn replace(
         &mut self,
         index: u64,
@@ -588,6 +692,10 @@ impl<T: Item> XArray<T> {
     }
 
     /// Remove the entry at `index` and return it owned.
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`]).
     pub fn remove(&mut self, index: u64) -> Option<Entry<T>> {
         let mut xas = self.excl_cursor(index);
         let old = xas.store_owned(RawEntry::NULL).ok()?;
@@ -654,6 +762,9 @@ impl<T: Item> XArray<T> {
     /// Check the structural invariants; `Err` describes the first violation.
     /// Takes the lock.
     pub fn check_invariants(&self) -> Result<(), String> {
+        if self.is_poisoned() {
+            return Err("array poisoned by a panic inside a write".into());
+        }
         let lock = self.lock();
         let head = self.head.load_locked();
         let mut nodes = 0usize;
@@ -930,7 +1041,8 @@ fn dump_node(out: &mut String, node: NonNull<Node>, base: u64, depth: usize) {
 
 impl<T: Item> Drop for XArray<T> {
     fn drop(&mut self) {
-        let mut xas = self.excl_cursor(0);
+        // A poisoned array's old tree is leaked; what the head holds is not.
+        let mut xas = self.excl_cursor_unchecked(0);
         xas.destroy_all();
     }
 }
@@ -1212,68 +1324,6 @@ impl<'a, T: Item> XaLock<'a, T> {
         if curr.is_zero() {
             xas.store_raw(RawEntry::NULL);
         }
-    }
-
-    /// Store a value over a range under the held lock; see
-    /// [`XArray::store_range`].
-    pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
-        if last < first {
-            return Err(Error::InvalidRange { first, last });
-        }
-        let entry = match value {
-            Some(v) if v > MAX_VALUE => return Err(Error::ValueOutOfRange(v)),
-            Some(v) => RawEntry::value(v),
-            None => RawEntry::NULL,
-        };
-        // Each step stores one aligned block (`xas_set_range`) or replaces
-        // one entry that straddles a block's edge, so every step moves
-        // `first` forward.
-        let mut first = first;
-        loop {
-            // An entry that covers `first` but begins before it or ends after
-            // the block (a larger entry, or a run of slots a previous
-            // `store_range` made) cannot be stored over block-wise: a block
-            // store would start from that entry's canonical slot and miss
-            // part of the range. Replace it whole instead (storing into any
-            // index of an entry replaces all of it, as `store` does). An
-            // entry that begins inside the block and ends after it is left
-            // for a later step: the block is cut to end before it.
-            let mut limit = last;
-            let (mut xas, block_last) = loop {
-                let mut xas = self.cursor(first);
-                xas.set_range_pub(first, limit);
-                let block_last = first.wrapping_add(xas.range_size()).wrapping_sub(1);
-                if let Some((s, t)) = self.extent_at(first) {
-                    if s < first || t > block_last {
-                        break (self.cursor(first), t);
-                    }
-                }
-                match self.extent_at(block_last) {
-                    Some((s, t)) if t > block_last && s > first => limit = s - 1,
-                    _ => break (xas, block_last),
-                }
-            };
-            // `nomem` allocates without dropping the lock, so the same
-            // cursor retries the same step with its preallocated nodes.
-            let old = self.with_retry(&mut xas, |xas| xas.store_raw(entry));
-            if let Some(e) = xas.error() {
-                return Err(e);
-            }
-            xas.dispose(old);
-            match block_last.checked_add(1) {
-                Some(next) if block_last < last => first = next,
-                _ => return Ok(()),
-            }
-        }
-    }
-
-    /// The first and last index of the entry at `index`, if there is one.
-    fn extent_at(&self, index: u64) -> Option<(u64, u64)> {
-        let mut probe = self.cursor(index);
-        if probe.load_raw().is_null() {
-            return None;
-        }
-        Some(probe.entry_extent())
     }
 
     /// Set `mark` on the entry at `index` (`__xa_set_mark`).

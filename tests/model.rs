@@ -7,8 +7,9 @@
 //! covers `nslots` consecutive slots there, i.e. `nslots << shift` indices
 //! from its first index. Multi-index entries of order `o` are runs with
 //! `shift = o - o % CHUNK_SHIFT` and `nslots = 2^(o % CHUNK_SHIFT)`;
-//! `store_range` (like the kernel's `xa_store_range`, via `xas_set_range`)
-//! can also create runs whose slot count is not a power of two.
+//! `store_range` stores aligned power-of-two blocks, so every run is such
+//! an entry (the kernel's `xa_store_range`, via `xas_set_range`, can create
+//! runs whose slot count is not a power of two; the crate does not).
 //!
 //! Kernel semantics modelled (kernel-xarray.md 2.3, 2.4, 3.1-3.3):
 //! - storing into any index of an existing entry replaces that entry for its
@@ -219,49 +220,39 @@ impl Model {
         );
         old
     }
-    /// `store_range` (`None` erases): block by block as `xas_set_range`
-    /// cuts the range, except that an entry covering the block's first
-    /// index but starting before it or ending after the block is replaced
-    /// (or erased) whole, and a block is cut short before an entry that
-    /// starts inside it and ends after it. The kernel's `xa_store_range` stores such a block from
-    /// the straddler's canonical slot and misses part of the range.
+    /// `store_range` (`None` erases): the range is cut into maximal
+    /// aligned power-of-two blocks (`range_block`), each stored as one
+    /// entry, except that an entry containing the block (starting before
+    /// it or ending after it) is replaced (or erased) whole and the range
+    /// continues after it. The kernel's `xa_store_range` stores such a block
+    /// from the straddler's canonical slot and misses part of the range.
     fn store_range(&mut self, first: u64, last: u64, v: Option<V>) {
         let mut f = first;
         loop {
-            let mut limit = last;
-            let (bl, straddler) = loop {
-                let (shift, nslots) = set_range(f, limit);
-                let bl = (f as u128 + ((nslots as u128) << shift) - 1) as u64;
-                if let Some((s, r)) = self.containing(f) {
-                    if s < f || Self::end(s, &r) > bl {
-                        break (Self::end(s, &r), Some(s));
-                    }
-                }
-                match self.containing(bl) {
-                    Some((s, r)) if Self::end(s, &r) > bl && s > f => limit = s - 1,
-                    _ => {
-                        match v {
-                            Some(v) => {
-                                self.store_block(f, shift, nslots, v);
-                            }
-                            None => self.erase_range(f, bl),
+            let (shift, nslots) = range_block(f, last);
+            let bl = (f as u128 + ((nslots as u128) << shift) - 1) as u64;
+            let mut end = bl;
+            match self.containing(f) {
+                Some((s, r)) if s < f || Self::end(s, &r) > bl => {
+                    end = Self::end(s, &r);
+                    match v {
+                        Some(v) => self.runs.get_mut(&s).unwrap().v = v,
+                        None => {
+                            self.runs.remove(&s);
                         }
-                        break (bl, None);
                     }
                 }
-            };
-            if let Some(s) = straddler {
-                match v {
-                    Some(v) => self.runs.get_mut(&s).unwrap().v = v,
-                    None => {
-                        self.runs.remove(&s);
+                _ => match v {
+                    Some(v) => {
+                        self.store_block(f, shift, nslots, v);
                     }
-                }
+                    None => self.erase_range(f, bl),
+                },
             }
-            if bl >= last {
+            if end >= last {
                 return;
             }
-            f = bl + 1;
+            f = end + 1;
         }
     }
     fn erase(&mut self, i: u64) -> Option<V> {
@@ -309,11 +300,21 @@ fn set_range(first: u64, last: u64) -> (u32, u64) {
     (shift, sibs + 1)
 }
 
+/// The block the crate's `store_range` stores at `first`: the largest
+/// aligned power of two that fits in `first..=last` (order at most 63), as
+/// `(shift, nslots)`.
+fn range_block(first: u64, last: u64) -> (u32, u64) {
+    let len = (last - first) as u128 + 1;
+    let len_log2 = 127 - len.leading_zeros();
+    let order = first.trailing_zeros().min(len_log2).min(63);
+    shape_of_order(order)
+}
+
 fn store_range_blocks(first: u64, last: u64) -> Vec<(u64, u32, u64)> {
     let mut out = vec![];
     let mut f = first;
     loop {
-        let (shift, nslots) = set_range(f, last);
+        let (shift, nslots) = range_block(f, last);
         out.push((f, shift, nslots));
         let size = (nslots as u128) << shift;
         match (f as u128).checked_add(size) {
@@ -484,6 +485,23 @@ enum Op {
         down: u32,
         mode: u8,
     },
+    /// A partial split (`try_split`) of the entry at `idx` (or a picked
+    /// one) down by `down` orders.
+    TrySplit {
+        idx: u64,
+        pick: Option<usize>,
+        down: u32,
+    },
+    /// A cursor loads `idx` lock-free; then, through the array, an order-
+    /// `border` store at `bidx` (or an erase of it); then the cursor stores
+    /// `val` under a new lock: its position must be re-walked if stale.
+    StaleStore {
+        idx: u64,
+        bidx: u64,
+        border: u32,
+        berase: bool,
+        val: u64,
+    },
 }
 
 fn index() -> BoxedStrategy<u64> {
@@ -546,6 +564,16 @@ fn op() -> impl Strategy<Value = Op> {
             prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
         )
             .prop_map(|(idx, pick, down, mode)| Op::Split { idx, pick, down, mode }),
+        3 => (index(), prop::option::weighted(0.8, any::<usize>()), prop_oneof![3 => 1u32..4, 1 => 1u32..20])
+            .prop_map(|(idx, pick, down)| Op::TrySplit { idx, pick, down }),
+        3 => (index(), prop_oneof![Just(0u64), 0u64..8, 0u64..130], order(), any::<bool>(), value())
+            .prop_map(|(idx, d, border, berase, val)| Op::StaleStore {
+                idx,
+                bidx: idx.wrapping_sub(d),
+                border,
+                berase,
+                val,
+            }),
     ]
 }
 
@@ -995,6 +1023,110 @@ impl Ctx {
                 }
                 prop_assert_eq!(xas.preallocated(), 0, "split left nodes preallocated");
             }
+            Op::TrySplit { idx, pick, down } => {
+                let idx = match pick {
+                    Some(k) if !self.model.runs.is_empty() => {
+                        let n = self.model.runs.len();
+                        let (&s, r) = self.model.runs.iter().nth(k % n).unwrap();
+                        let span = r.span().min(u64::MAX as u128) as u64;
+                        s + (idx % span.max(1))
+                    }
+                    _ => idx,
+                };
+                let Some((s, run)) = self.model.containing(idx) else {
+                    return Ok(());
+                };
+                let order = run.order();
+                let V::Val(v) = run.v else {
+                    return Ok(());
+                };
+                if order == 0 {
+                    return Ok(());
+                }
+                let new_order = order.saturating_sub(down);
+                let g = kxarray::pin();
+                let mut xas = XaState::with_order(xa, &g, idx, new_order).unwrap();
+                xas.try_split_alloc(v, order)
+                    .map_err(|e| TestCaseError::fail(format!("try_split_alloc: {e}")))?;
+                {
+                    let lock = xa.lock();
+                    let r = xas.try_split(&lock, v, order);
+                    prop_assert!(
+                        r.is_ok(),
+                        "try_split {:#x} order {} -> {}: {:?}",
+                        idx,
+                        order,
+                        new_order,
+                        r
+                    );
+                }
+                prop_assert_eq!(xas.preallocated(), 0, "try_split left nodes preallocated");
+                // the pieces: the buddy halves that do not hold the target
+                // block, from order-1 down to new_order, then the target
+                self.model.runs.remove(&s);
+                let target = idx & !((1u64 << new_order) - 1);
+                let mut base = s;
+                for k in (new_order..order).rev() {
+                    let upper = base + (1u64 << k);
+                    let (piece, keep) = if target >= upper {
+                        (base, upper)
+                    } else {
+                        (upper, base)
+                    };
+                    let (shift, nslots) = shape_of_order(k);
+                    self.model.runs.insert(
+                        piece,
+                        Run {
+                            shift,
+                            nslots,
+                            ..run
+                        },
+                    );
+                    base = keep;
+                }
+                let (shift, nslots) = shape_of_order(new_order);
+                self.model.runs.insert(
+                    base,
+                    Run {
+                        shift,
+                        nslots,
+                        ..run
+                    },
+                );
+            }
+            Op::StaleStore {
+                idx,
+                bidx,
+                border,
+                berase,
+                val,
+            } => {
+                let g = kxarray::pin();
+                let mut xas = XaState::new(xa, &g, idx);
+                let _ = xas.load();
+                if berase {
+                    let got = xa.erase(bidx).map(|r| conv(r.get()));
+                    prop_assert_eq!(got, self.model.erase(bidx), "erase {:#x}", bidx);
+                } else {
+                    let b = bidx & !((1u64 << border) - 1);
+                    let (shift, nslots) = shape_of_order(border);
+                    let hi = (b as u128 + ((nslots as u128) << shift) - 1) as u64;
+                    if !self.model.partial(b, hi) {
+                        let v = V::Val(val ^ 1);
+                        xa.store_order(b, border, mk(v))
+                            .map_err(|e| TestCaseError::fail(format!("store failed: {e}")))?;
+                        self.model.store_block(b, shift, nslots, v);
+                    }
+                }
+                let lock = xa.lock();
+                let got = xas
+                    .store(&lock, Some(Entry::Value(val)))
+                    .map_err(|e| TestCaseError::fail(format!("cursor store: {e}")))?
+                    .map(conv);
+                drop(lock);
+                let want = self.model.store_block(idx, 0, 1, V::Val(val));
+                prop_assert_eq!(got, want, "stale cursor store at {:#x}", idx);
+            }
         }
         Ok(())
     }
@@ -1236,7 +1368,15 @@ fn model_set_range_matches_kernel_examples() {
     } else {
         assert_eq!(set_range(0, 63), (2 * CS, 1));
     }
-    assert_eq!(store_range_blocks(0, u64::MAX).len(), 1);
+    // the crate stores aligned blocks: all of u64 is two order-63 blocks,
+    // and 1365..=1412 is 1365, 1366..=1367, 1368..=1375, 1376..=1407,
+    // 1408..=1411, 1412
+    assert_eq!(store_range_blocks(0, u64::MAX).len(), 2);
+    let orders: Vec<u32> = store_range_blocks(1365, 1412)
+        .iter()
+        .map(|&(_, shift, n)| shift + n.trailing_zeros())
+        .collect();
+    assert_eq!(orders, [0, 1, 3, 5, 2, 0]);
 }
 
 #[test]

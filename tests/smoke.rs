@@ -107,13 +107,16 @@ fn store_range_over_part_of_an_entry() {
     );
     xa.check_invariants().unwrap();
 
-    // runs of slots from an earlier store_range, overlapped at both ends
+    // entries from an earlier store_range (aligned blocks 1, 2..=3, 4..=5,
+    // 6), overlapped: the block 4..=5 straddles the range start and is
+    // replaced whole
     let xa: XArray<Box<u64>> = XArray::new();
     xa.store_range(1, 6, Some(1)).unwrap();
     xa.store_range(5, 10, Some(2)).unwrap();
+    let one = Some(1);
     assert_eq!(
         vals(&xa, 0..=11),
-        [None, two, two, two, two, two, two, two, two, two, two, None]
+        [None, one, one, one, two, two, two, two, two, two, two, None]
     );
     xa.check_invariants().unwrap();
     xa.store_range(8, 12, Some(3)).unwrap(); // 8..=12 starts inside the run 5..=10
@@ -138,9 +141,10 @@ fn store_range_over_part_of_an_entry() {
     xa.store_range(5, 10, None).unwrap();
     assert!(vals(&xa, 5..=10).iter().all(Option::is_none));
     xa.check_invariants().unwrap();
-    assert!(vals(&xa, 0..=30)
-        .iter()
-        .all(|v| v.is_none() || *v == Some(4)));
+    // 4..=5 and 10..=11 were erased whole; 1..=3 and 12..=20 stay
+    assert_eq!(vals(&xa, 0..=4), [None, one, one, one, None]);
+    assert_eq!(val(&xa, 11), None);
+    assert!(vals(&xa, 12..=20).iter().all(|v| *v == Some(4)));
 
     // a larger aligned entry covering the whole range: replaced whole
     let xa: XArray<Box<u64>> = XArray::new();

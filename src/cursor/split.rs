@@ -15,7 +15,7 @@
 //! or a fully initialised child node at every instant, so lock-free readers
 //! see the same value throughout.
 
-use super::{order_shape, Pos, XaState};
+use super::{order_shape, PoisonOnUnwind, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;
 use crate::item::Item;
@@ -80,12 +80,22 @@ impl<T: Item> XaState<'_, T> {
     /// if it is not positioned it walks there first. Afterwards it sits on
     /// the new piece, so a `store` follows without another walk.
     ///
-    /// Fails with [`Error::InvalidSplit`] (array unchanged, preallocation
-    /// freed) when the entry at the cursor is no longer `value` of order
-    /// `order` or the preallocation was made for something else.
+    /// Marks are kept exactly: every piece, at every level, carries the
+    /// marks the entry had.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`] when `value` does not fit in 63 bits;
+    /// [`Error::InvalidSplit`] when the entry at the cursor is no longer
+    /// `value` of order `order` or the preallocation was made for something
+    /// else. Either way the array is unchanged and the preallocation freed.
     pub fn try_split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
-        let entry = RawEntry::value(value.min(crate::entry::MAX_VALUE));
+        if value > crate::entry::MAX_VALUE {
+            self.destroy();
+            return Err(Error::ValueOutOfRange(value));
+        }
+        let entry = RawEntry::value(value);
         if self.split_tag() != Some((entry, order, true)) {
             self.destroy();
             return Err(Error::InvalidSplit);
@@ -120,6 +130,7 @@ impl<T: Item> XaState<'_, T> {
             self.destroy();
             return Err(Error::InvalidSplit);
         }
+        let bomb = PoisonOnUnwind::arm(self.xa);
         let new_order = self.order();
         let marks = self.nref(node).slot_marks(self.offset as usize);
         let xa = self.xa;
@@ -175,7 +186,15 @@ impl<T: Item> XaState<'_, T> {
             }
             let child: NonNull<Node> = child.into_raw();
             xa.node_added();
+            // The slot may have been a sibling (marks cleared): it now
+            // holds the child, whose every slot carries the entry's marks.
+            for mark in Mark::ALL {
+                if marks & (1 << mark.index()) != 0 {
+                    n.set_mark(base_off, mark);
+                }
+            }
             n.set_slot(base_off, RawEntry::node(child));
+            crate::fault::slot_written();
             n.add_nr_values(-1);
             node = child;
             // Inside the child, the order-`nshift` block the slot held is
@@ -185,6 +204,7 @@ impl<T: Item> XaState<'_, T> {
         }
         xa.bump_seq();
         self.seq = xa.seq();
+        bomb.defuse();
         self.clear_split();
         Ok(())
     }
@@ -196,6 +216,7 @@ impl<T: Item> XaState<'_, T> {
         // Publish the canonical slot first so siblings never point at a
         // sibling; then the siblings from high to low.
         n.set_slot(first, entry);
+        crate::fault::slot_written();
         for mark in Mark::ALL {
             if marks & (1 << mark.index()) != 0 {
                 n.set_mark(first, mark);
