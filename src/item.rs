@@ -11,7 +11,7 @@
 
 use crate::entry::{RawEntry, MAX_VALUE};
 use crate::error::Error;
-use crate::sync::Guard;
+use crate::guard::Guard;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -404,7 +404,8 @@ impl<T: Item> Retired<T> {
     /// The entry, borrowed from this handle.
     #[inline]
     pub fn get(&self) -> EntryRef<'_, T> {
-        // SAFETY: the guard we hold keeps the deferred item alive.
+        // SAFETY: the guard we hold, pinned on the default collector the
+        // item's drop was deferred into, keeps the item alive.
         unsafe { EntryRef::from_raw(self.raw) }
     }
     /// The value, if this was a value entry.

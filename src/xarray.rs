@@ -23,12 +23,11 @@
 use crate::cursor::{dispose_item, order_shape, XaState};
 use crate::entry::{AtomicEntry, RawEntry, MAX_VALUE};
 use crate::error::{Error, Rejected};
+use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
 use crate::mark::Mark;
 use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::sync::{
-    pin, unprotected, AtomicU64, AtomicU8, AtomicUsize, Guard, Mutex, MutexGuard, Ordering,
-};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
 use core::fmt::Write as _;
 use core::marker::PhantomData;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
@@ -196,8 +195,9 @@ impl<T: Item> XArray<T> {
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
         let _ = guard;
         let e = self.load_raw(index);
-        // SAFETY: read under `guard`; removed items are freed only after
-        // every guard that could see them is dropped.
+        // SAFETY: read under `guard`, pinned on the default collector (the
+        // `Guard` invariant), into which every removed item's free is
+        // deferred: it runs only after `guard` is dropped.
         unsafe { EntryRef::from_raw_opt(e) }
     }
 
@@ -232,7 +232,9 @@ impl<T: Item> XArray<T> {
                     RawEntry::NULL
                 };
             }
-            // SAFETY: node pointers read under a guard stay allocated.
+            // SAFETY: the caller holds a `Guard` (pinned on the default
+            // collector, where node frees are deferred) or the lock, so node
+            // pointers read now stay allocated.
             let mut n: &Node = unsafe { &*head.to_node().as_ptr() };
             // Only the top node's shift is read: a child's shift is its
             // parent's minus CHUNK_SHIFT (shifts never change once published),
@@ -382,8 +384,8 @@ impl<T: Item> XArray<T> {
 
     fn retire(raw: RawEntry, guard: Guard) -> Option<Retired<T>> {
         if raw.is_user() {
-            // SAFETY: the caller deferred the item's drop through `guard`'s
-            // thread-local bag while it was pinned; `Retired` keeps it pinned.
+            // SAFETY: the caller deferred the item's drop through `guard`,
+            // pinned on the default collector; `Retired` keeps it pinned.
             Some(unsafe { Retired::new(raw, guard) })
         } else {
             None
@@ -456,7 +458,8 @@ impl<T: Item> XArray<T> {
     ) -> Result<Option<EntryRef<'g, T>>, Rejected<T>> {
         let lock = self.lock();
         let raw = lock.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, guard)?;
-        // SAFETY: deferred through `guard`, which outlives 'g.
+        // SAFETY: deferred through `guard` into the default collector it is
+        // pinned on, and `guard` outlives 'g.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
     }
 
@@ -551,8 +554,9 @@ impl<T: Item> XArray<T> {
 
     fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
         // SAFETY: `&mut self` means no reader or writer can see the tree, so
-        // deferred destruction may run at once.
-        let guard: &'static Guard = unsafe { unprotected() };
+        // deferred destruction may run at once; the cursor (and the guard)
+        // stays inside this crate's `&mut self` methods.
+        let guard: &'static Guard = unsafe { Guard::unprotected() };
         XaState::new(self, guard, index)
     }
 
@@ -638,7 +642,8 @@ impl<T: Item> XArray<T> {
         if !head.is_node() {
             return 0;
         }
-        // SAFETY: read under `guard`.
+        // SAFETY: read under `guard`, pinned on the default collector where
+        // node frees are deferred.
         let shift = unsafe { head.to_node().as_ref() }.shift as u32;
         shift / CHUNK_SHIFT + 1
     }
@@ -1044,8 +1049,8 @@ impl<'a, T: Item> XaLock<'a, T> {
         entry: Option<Entry<T>>,
     ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
         let raw = self.store_raw(index, 0, entry)?;
-        // SAFETY: disposed through a guard pinned by this thread, which the
-        // lock's own guard keeps pinned for '_.
+        // SAFETY: disposed through the lock's guard (pinned on the default
+        // collector, where the free is deferred), alive for '_.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
     }
 
@@ -1201,7 +1206,8 @@ impl<'a, T: Item> XaLock<'a, T> {
         new: Option<Entry<T>>,
     ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
         let raw = self.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, &self.epoch)?;
-        // SAFETY: disposed through the lock's guard, alive for '_.
+        // SAFETY: disposed through the lock's guard (pinned on the default
+        // collector, where the free is deferred), alive for '_.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
     }
 
@@ -1297,7 +1303,8 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// The entry at `index`, read under the lock.
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, T>> {
         let e = self.xa.load_raw(index);
-        // SAFETY: read under the lock and its guard.
+        // SAFETY: read under the lock and its guard, pinned on the default
+        // collector where removed items' frees are deferred; alive for '_.
         unsafe { EntryRef::from_raw_opt(e) }
     }
 
@@ -1477,7 +1484,8 @@ impl<'g, T: Item> Iterator for Iter<'g, T> {
                 *off += 1;
                 if !e.is_null() {
                     // SAFETY: read under the iterator's guard, which lives
-                    // for 'g; removed items are freed only after it drops.
+                    // for 'g and is pinned on the default collector, where
+                    // removed items' frees are deferred: they wait for it.
                     return Some((*base + *off as u64, unsafe { EntryRef::from_raw(e) }));
                 }
             }
