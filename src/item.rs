@@ -325,10 +325,13 @@ impl<'g, T: Item> EntryRef<'g, T> {
             None
         }
     }
-    pub(crate) fn to_raw(self) -> RawEntry {
+    /// Encode, rejecting a value above [`MAX_VALUE`] (a caller can build any
+    /// `EntryRef::Value`, not only ones loaded from an array).
+    pub(crate) fn to_raw(self) -> Result<RawEntry, Error> {
         match self {
-            EntryRef::Value(v) => RawEntry::value(v),
-            EntryRef::Item(r) => RawEntry::item(r.ptr).expect("items are aligned"),
+            EntryRef::Value(v) if v > MAX_VALUE => Err(Error::ValueOutOfRange(v)),
+            EntryRef::Value(v) => Ok(RawEntry::value(v)),
+            EntryRef::Item(r) => Ok(RawEntry::item(r.ptr).expect("items are aligned")),
         }
     }
     /// The value, if this is a value entry.

@@ -43,6 +43,7 @@ mod item;
 mod mark;
 mod node;
 mod sync;
+mod view;
 mod xarray;
 
 pub mod backend;
@@ -55,6 +56,7 @@ pub use guard::{pin, Guard};
 pub use item::{CloneItem, Entry, EntryRef, Item, ItemMut, ItemRef, Retired};
 pub use mark::Mark;
 pub use node::{CHUNK_SHIFT, CHUNK_SIZE};
+pub use view::XaView;
 pub use xarray::{Flags, IntoIter, Iter, XArray, XaLock};
 
 /// The README's examples, compiled and run as doctests.
