@@ -12,15 +12,19 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use kxarray::backend::Backend;
+use kxarray::backend::{Backend, FileBackend, RamDisk};
 use kxarray_nbd::{parse_size, Export, HashMapDisk, Listener, Server, DEFAULT_WORKERS};
 use tracing::{error, info};
 
 /// The backing store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendKind {
+    /// kxarray's `RamDisk`: 4 KiB pages in an XArray (lock-free reads).
+    Xarray,
     /// The baseline RAM disk: 4 KiB pages in a `Mutex<HashMap>`.
     Hashmap,
+    /// A real file (`--file`), read and written with pread/pwrite.
+    File,
 }
 
 /// Serve a kxarray RAM disk or cached file over the NBD protocol.
@@ -37,8 +41,12 @@ struct Args {
     #[arg(long)]
     unix: Option<PathBuf>,
     /// Backing store.
-    #[arg(long, value_enum, default_value = "hashmap")]
+    #[arg(long, value_enum, default_value = "xarray")]
     backend: BackendKind,
+    /// The file for `--backend file` (created if missing; grown to
+    /// `--size` if shorter).
+    #[arg(long, required_if_eq("backend", "file"))]
+    file: Option<PathBuf>,
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
     export_name: String,
@@ -73,7 +81,20 @@ fn run(args: Args) -> Result<(), String> {
         return Err("give --listen HOST:PORT and/or --unix PATH".into());
     }
     let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
         BackendKind::Hashmap => Arc::new(HashMapDisk::new(args.size)),
+        BackendKind::File => {
+            let path = args
+                .file
+                .as_ref()
+                .ok_or("--backend file needs --file PATH")?;
+            let f = FileBackend::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if f.len().map_err(|e| e.to_string())? < args.size {
+                f.set_len(args.size)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            Arc::new(f)
+        }
     };
     let mut export = Export::new(args.export_name.clone(), backend)
         .map_err(|e| format!("backend: {e}"))?
