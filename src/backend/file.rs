@@ -135,7 +135,7 @@ impl FileBackend {
     fn direct_for(&self, offset: u64, len: usize) -> Option<&File> {
         let a = DIRECT_ALIGN as u64;
         let d = self.direct.as_ref()?;
-        (offset % a == 0 && len % DIRECT_ALIGN == 0 && len > 0).then_some(d)
+        (offset.is_multiple_of(a) && len.is_multiple_of(DIRECT_ALIGN) && len > 0).then_some(d)
     }
 }
 
