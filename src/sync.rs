@@ -9,7 +9,8 @@
 //! Invariant: no other module names `std::sync::atomic`, `parking_lot` or
 //! `loom` directly.
 
-pub(crate) use crossbeam_epoch::{pin, unprotected, Guard};
+/// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
+pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {
