@@ -95,3 +95,37 @@ fn panicking_item_drop_leaves_the_array_consistent() {
     drop(xa);
     assert_eq!(DROPS.load(Ordering::SeqCst) - before, n as usize);
 }
+
+#[test]
+fn panicking_drop_during_array_teardown_drops_nothing_twice() {
+    use std::sync::Mutex;
+    static SEEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    struct Once(u64);
+    impl Drop for Once {
+        fn drop(&mut self) {
+            let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+            assert!(!seen.contains(&self.0), "item {} dropped twice", self.0);
+            seen.push(self.0);
+            drop(seen);
+            if self.0 == 40 {
+                panic!("Once(40) dropped");
+            }
+        }
+    }
+    let mut xa: XArray<Box<Once>> = XArray::new();
+    for i in 0..100 {
+        xa.replace(i * 3, Entry::Item(Box::new(Once(i)))).unwrap();
+    }
+    // the `&mut` paths hand the old item back: nothing is dropped inline
+    let old = xa.remove(0).unwrap();
+    drop(old);
+    assert_eq!(SEEN.lock().unwrap().len(), 1);
+    let r = catch_unwind(AssertUnwindSafe(move || drop(xa)));
+    assert!(r.is_err(), "the panicking Drop did not surface");
+    let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(seen.contains(&40));
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "an item was dropped twice");
+}
