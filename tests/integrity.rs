@@ -187,15 +187,37 @@ fn store_range_unaligned_run_is_aligned_blocks() {
     assert_eq!(val(&xa, 1413), None);
     assert_eq!(val(&xa, 1344), None);
     entries_are_aligned(&xa, 1300, 1500);
-    let o = xa.get_order(1380);
-    assert_eq!(
-        1380 % (1u64 << o) + (1 << o),
-        (1380 % (1u64 << o)) + (1 << o)
-    );
-    assert!(
-        1380 - 1380 % (1u64 << o) >= 1365,
-        "order {o} at 1380 reaches below the range"
-    );
+    // the blocks: 1365, 1366..=1367, 1368..=1375, 1376..=1407,
+    // 1408..=1411, 1412 (the kernel makes one 43-slot run 1365..=1407)
+    for (start, order) in [
+        (1365, 0),
+        (1366, 1),
+        (1368, 3),
+        (1376, 5),
+        (1408, 2),
+        (1412, 0),
+    ] {
+        for i in start..start + (1u64 << order) {
+            assert_eq!(xa.get_order(i), order, "get_order({i})");
+        }
+    }
+    // the split of an order-6 entry at 1380: there is none, so a
+    // typed error and an unchanged array, not a panic under the lock
+    let g = kxarray::pin();
+    let mut xas = XaState::new(&xa, &g, 1380);
+    let r = catch_unwind(AssertUnwindSafe(|| match xas.try_split_alloc(4, 6) {
+        Err(e) => Err(e),
+        Ok(_) => {
+            let lock = xa.lock();
+            xas.try_split(&lock, 4, 6)
+        }
+    }));
+    assert_eq!(r.expect("split panicked"), Err(Error::InvalidSplit));
+    inv(&xa);
+    assert_eq!(xa.get_order(1380), 5);
+    for i in 1365..=1412 {
+        assert_eq!(val(&xa, i), Some(4), "index {i}");
+    }
 }
 
 #[test]
