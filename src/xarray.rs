@@ -543,7 +543,7 @@ impl<T: Item> XArray<T> {
     ///
     /// [`Error::Mismatch`] if the entry is not `old` ([`XArray::load`] tells
     /// what is there), [`Error::ValueOutOfRange`] if `old` or `new` is a
-    /// value above [`MAX_VALUE`], [`Error::NoMemory`]; `new` comes back in
+    /// value above [`MAX_VALUE`](crate::MAX_VALUE), [`Error::NoMemory`]; `new` comes back in
     /// the [`Rejected`] and the array is unchanged.
     ///
     /// ```

@@ -52,8 +52,9 @@ fn stale_cursor_canonical_slot_moved() {
     xa.store_order(68, 2, Entry::Value(2)).unwrap();
     let g = kxarray::pin();
     let mut xas = XaState::new(&xa, &g, 69);
-    assert_eq!(xas.load().and_then(|e| e.value()), Some(2)); // via slot 68's entry
-                                                             // The multi-index entry is replaced by single entries; no node changes.
+    // via slot 68's entry
+    assert_eq!(xas.load().and_then(|e| e.value()), Some(2));
+    // The multi-index entry is replaced by single entries; no node changes.
     xa.erase(68);
     xa.store(68, Entry::Value(10)).unwrap();
     xa.store(69, Entry::Value(11)).unwrap();

@@ -14,7 +14,7 @@ use crate::item::Item;
 
 impl<T: Item> XaLock<'_, T> {
     /// Store a value over a range under the held lock; see
-    /// [`XArray::store_range`].
+    /// [`XArray::store_range`](crate::XArray::store_range).
     pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
         if last < first {
             return Err(Error::InvalidRange { first, last });
