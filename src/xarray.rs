@@ -34,13 +34,17 @@ use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
 use crate::mark::Mark;
 use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 use core::fmt::Write as _;
 use core::marker::PhantomData;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
 use core::ptr::NonNull;
 
+mod held;
+mod poison;
 mod range;
+
+use held::Held;
 
 const FLAG_MARK_SHIFT: u8 = 0; // bits 0..=2: root marks
 const FLAG_TRACK_FREE: u8 = 1 << 3;
@@ -109,30 +113,6 @@ pub struct XaLock<'a, T: Item> {
     _held: Held<'a, T>,
 }
 
-/// The mutex guard inside an [`XaLock`]: before unlocking, it removes the
-/// nodes `create_range` made that no store filled, so no empty node
-/// outlives the lock.
-struct Held<'a, T: Item> {
-    xa: &'a XArray<T>,
-    _guard: MutexGuard<'a>,
-}
-
-impl<T: Item> Drop for Held<'_, T> {
-    fn drop(&mut self) {
-        let xa = self.xa;
-        let first = xa.created_first.load(Ordering::Relaxed);
-        let last = xa.created_last.load(Ordering::Relaxed);
-        if first <= last {
-            xa.created_first.store(u64::MAX, Ordering::Relaxed);
-            xa.created_last.store(0, Ordering::Relaxed);
-            if !xa.is_poisoned() {
-                let guard = pin();
-                XaState::new(xa, &guard, first).sweep_empty(first, last);
-            }
-        }
-    }
-}
-
 impl<T: Item> XArray<T> {
     /// An empty array.
     pub fn new() -> Self {
@@ -186,15 +166,6 @@ impl<T: Item> XArray<T> {
             self.flags.store(f & !bit, Ordering::Relaxed);
         }
     }
-    /// Record (under the lock) that `create_range` made nodes for
-    /// `first..=last`; see [`Held`].
-    pub(crate) fn note_created(&self, first: u64, last: u64) {
-        let f = self.created_first.load(Ordering::Relaxed).min(first);
-        let l = self.created_last.load(Ordering::Relaxed).max(last);
-        self.created_first.store(f, Ordering::Relaxed);
-        self.created_last.store(l, Ordering::Relaxed);
-    }
-
     /// The modification sequence: bumped under the lock after every write
     /// that can move or retype a slot (every general store, every split,
     /// every node added or removed, every head change), so cursors can tell
@@ -217,28 +188,6 @@ impl<T: Item> XArray<T> {
     pub(crate) fn node_removed(&self) {
         self.nodes
             .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
-    }
-
-    /// Whether a panic inside a write poisoned the array (see the module
-    /// documentation): it then reads as empty and refuses writes.
-    pub fn is_poisoned(&self) -> bool {
-        self.flags() & FLAG_POISONED != 0
-    }
-
-    /// Called under the lock when a write unwinds: detach (and leak) the
-    /// half-written tree so that nothing reads or frees it again.
-    #[cold]
-    pub(crate) fn poison(&self) {
-        self.flags
-            .store(self.flags() | FLAG_POISONED, Ordering::Relaxed);
-        self.head.store(RawEntry::NULL);
-        self.bump_seq();
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn poisoned_panic() -> ! {
-        panic!("kxarray: the array was poisoned by a panic inside a write")
     }
 
     /// Take the writer lock (`xa_lock`).
