@@ -918,14 +918,26 @@ impl<'a, T: Item> XaState<'a, T> {
 
     fn update_node(&mut self, node: Option<NonNull<Node>>, count: i32, values: i32) {
         let Some(node) = node else { return };
-        if count == 0 && values == 0 {
-            return;
-        }
         let n = self.nref(node);
-        n.add_count(count);
-        n.add_nr_values(values);
-        if count < 0 {
-            self.delete_node();
+        if count != 0 || values != 0 {
+            n.add_count(count);
+            n.add_nr_values(values);
+            if count < 0 {
+                self.delete_node();
+                return;
+            }
+        }
+        // A top node holding only slot 0 whose entry was just replaced (a
+        // reserved index 0 that a store has filled) shrinks into the head,
+        // as an erase would leave it; a reserved entry stays in its leaf.
+        // (Not after an insert into an empty slot: `create_range`'s nodes
+        // must stay until the stores that follow it fill them.)
+        if count == 0 && n.parent().is_none() && n.count() == 1 {
+            let s0 = n.slot_locked(0);
+            if !s0.is_null() && !s0.is_zero() {
+                self.pos = Pos::Node(node);
+                self.shrink();
+            }
         }
     }
 

@@ -693,3 +693,19 @@ fn stale_cursor_rewalk_into_an_emptied_tree() {
     assert_eq!(val(&xa, idx), Some(7));
     assert_eq!(val(&xa, top), Some(1));
 }
+
+#[test]
+fn filling_a_reserved_index_zero_leaves_a_minimal_tree() {
+    // Found by the model (pre-existing): `alloc` reserves index 0 in a leaf
+    // (a reserved entry cannot sit in the head); storing into it left a top
+    // leaf holding only slot 0, which `check_invariants` rejects.
+    let xa: XArray<Box<u64>> = XArray::with_flags(kxarray::Flags::ALLOC);
+    assert_eq!(xa.alloc(0..=0, None).unwrap(), 0);
+    inv(&xa);
+    xa.store(0, Entry::Value(5)).unwrap();
+    inv(&xa);
+    assert_eq!(val(&xa, 0), Some(5));
+    assert_eq!(xa.node_count(), 0);
+    // and the index is no longer free
+    assert!(xa.alloc(0..=0, None).is_err());
+}
