@@ -70,6 +70,11 @@ impl FolioRef {
         Some(FolioRef { guard, folio })
     }
 
+    /// The folio itself.
+    pub(crate) fn folio(&self) -> &Folio {
+        &self.folio
+    }
+
     /// The folio's first page index.
     pub fn index(&self) -> u64 {
         self.folio.index()
