@@ -184,3 +184,33 @@ fn read_folio_is_zero_copy_and_refuses_past_end() {
     );
     assert!(f.read_folio(u64::MAX).is_err());
 }
+
+#[test]
+fn truncate_inside_a_large_folio_zeroes_its_tail() {
+    let c = PageCache::new(CacheConfig::default().capacity(1 << 22).flusher(false));
+    let dir = std::env::temp_dir().join(format!("kx-pc-lf-{}", std::process::id()));
+    let fb = kxarray::backend::FileBackend::create(&dir).unwrap();
+    fb.write_all_at(&[0xEEu8; 64 * 4096], 0).unwrap();
+    let f = c.open(fb).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..64 {
+        f.read_at(&mut buf, i * PAGE).unwrap();
+    }
+    let big = f.read_folio(40).unwrap();
+    assert!(big.order() >= 3, "readahead made a large folio");
+    let (start, order) = (big.index(), big.order());
+    drop(big);
+    // Cut in the middle of it, then grow back: the cut-off bytes read 0.
+    let cut = (start + (1 << order) / 2) * PAGE + 100;
+    f.set_len(cut).unwrap();
+    f.set_len(64 * PAGE).unwrap();
+    let mut all = vec![0u8; 64 * 4096];
+    f.read_at(&mut all, 0).unwrap();
+    assert!(all[..cut as usize].iter().all(|&b| b == 0xEE));
+    assert!(
+        all[cut as usize..].iter().all(|&b| b == 0),
+        "stale bytes past the cut"
+    );
+    drop(f);
+    let _ = std::fs::remove_file(dir);
+}
