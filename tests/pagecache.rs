@@ -214,3 +214,32 @@ fn truncate_inside_a_large_folio_zeroes_its_tail() {
     drop(f);
     let _ = std::fs::remove_file(dir);
 }
+
+#[test]
+fn flusher_writes_back_aged_data_without_sync() {
+    let c = PageCache::new(
+        CacheConfig::default()
+            .capacity(64 * PAGE)
+            .dirty_expire(std::time::Duration::from_millis(20)),
+    );
+    let disk = Arc::new(RamDisk::new(16 * PAGE));
+    let f = c.open(Arc::clone(&disk)).unwrap();
+    f.write_at(&[0x42u8; 100], 5000).unwrap();
+    assert!(c.stats().dirty_bytes > 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut raw = [0u8; 100];
+    loop {
+        disk.read_exact_at(&mut raw, 5000).unwrap();
+        if raw == [0x42u8; 100] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flusher never wrote back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(c.stats().dirty_bytes, 0);
+    // Dropping the cache stops the flusher thread (joined in drop).
+    drop(c);
+}
