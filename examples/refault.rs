@@ -31,9 +31,20 @@
 //! 0.5 s (pairs ordered optimised-legacy, then legacy-optimised), so load
 //! from other processes hits both alike; the gain in IOPS is printed at the
 //! end.
+//!
+//! The command line is `clap`, latencies go into an `hdrhistogram`, the
+//! random pages and the file's pattern come from `rand` (seeded, so runs are
+//! repeatable). The comparison stays on `AddressSpace` rather than on the
+//! library's `PageCache`, because the cache always adds folios with the
+//! one-walk `add_folio`: the legacy algorithm exists only as
+//! `filemap::legacy` over a bare address space.
 
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
 use kxarray::filemap::legacy::add_folio_legacy_stats;
 use kxarray::filemap::{AddError, AddStats, AddressSpace, Folio, Shadow, ShadowFields, PAGE_SIZE};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -53,17 +64,8 @@ struct Pattern {
 
 impl Pattern {
     fn new() -> Pattern {
-        let mut x = 0x243f_6a88_85a3_08d3u64;
-        let table = (0..WORDS)
-            .map(|_| {
-                // splitmix64
-                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = x;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^ (z >> 31)
-            })
-            .collect();
+        let mut rng = SmallRng::seed_from_u64(0x243f_6a88_85a3_08d3);
+        let table = (0..WORDS).map(|_| rng.random()).collect();
         Pattern { table }
     }
     fn fill(&self, page: u64, out: &mut [u8]) {
@@ -146,75 +148,6 @@ impl Drop for TempFile {
     }
 }
 
-/// splitmix64
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
-}
-
-/// Log-linear latency histogram: 16 sub-buckets per power of two of ns.
-struct Hist {
-    counts: Vec<u64>,
-}
-
-impl Hist {
-    const SUB: u32 = 4;
-    fn new() -> Hist {
-        Hist {
-            counts: vec![0; 64 << Self::SUB],
-        }
-    }
-    fn bucket(ns: u64) -> usize {
-        let ns = ns.max(1);
-        let e = 63 - ns.leading_zeros();
-        let m = if e >= Self::SUB {
-            (ns >> (e - Self::SUB)) & ((1 << Self::SUB) - 1)
-        } else {
-            (ns << (Self::SUB - e)) & ((1 << Self::SUB) - 1)
-        };
-        ((e << Self::SUB) | m as u32) as usize
-    }
-    /// The upper bound of a bucket, in ns.
-    fn value(b: usize) -> u64 {
-        let e = (b >> Self::SUB) as u32;
-        let m = (b & ((1 << Self::SUB) - 1)) as u64;
-        if e >= Self::SUB {
-            (((1 << Self::SUB) | m) + 1) << (e - Self::SUB)
-        } else {
-            (((1 << Self::SUB) | m) >> (Self::SUB - e)).max(1)
-        }
-    }
-    fn record(&mut self, ns: u64) {
-        self.counts[Self::bucket(ns)] += 1;
-    }
-    fn merge(&mut self, o: &Hist) {
-        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
-            *a += b;
-        }
-    }
-    fn percentile(&self, p: f64) -> u64 {
-        let total: u64 = self.counts.iter().sum();
-        let want = ((total as f64) * p / 100.0).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (b, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return Self::value(b);
-            }
-        }
-        0
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Optimised,
@@ -230,64 +163,48 @@ impl Mode {
     }
 }
 
+/// The seed's fio job in user space: random cached 4 KiB reads through a
+/// page cache smaller than the file, one-walk `add_folio` against the
+/// legacy algorithm.
+#[derive(Parser, Debug)]
+#[command(about)]
 struct Config {
+    /// Seconds per mode.
+    #[arg(long, default_value_t = 5.0, value_parser = positive_f64)]
     seconds: f64,
-    threads: usize,
+    /// Reader threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: u64,
+    /// Run the legacy algorithm only.
+    #[arg(long)]
     legacy: bool,
+    /// First populate and evict order-9 folios (the seed's THP case).
+    #[arg(long)]
     thp: bool,
+    /// Size of the temporary file in MiB.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(4..=1 << 20))]
     file_mib: u64,
+    /// Page cache cap, in percent of the file.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=99))]
     cache_pct: u64,
-    ram: bool,
+    /// Where misses read from.
+    #[arg(long, value_enum, default_value_t = BackendKind::Ram)]
+    backend: BackendKind,
 }
 
-fn usage() -> ! {
-    eprintln!("usage: refault [--seconds S (5)] [--threads N (4)] [--legacy] [--thp] [--file-mib M (128)] [--cache-pct P (50)] [--backend ram|file (ram)]");
-    std::process::exit(2)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendKind {
+    /// A RAM copy of the file (the seed's brd device).
+    Ram,
+    /// `pread` from the temporary file.
+    File,
 }
 
-fn parse() -> Config {
-    let mut c = Config {
-        seconds: 5.0,
-        threads: 4,
-        legacy: false,
-        thp: false,
-        file_mib: 128,
-        cache_pct: 50,
-        ram: true,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| -> String {
-            args.next()
-                .unwrap_or_else(|| panic!("{name} needs a value"))
-        };
-        match a.as_str() {
-            "--seconds" => c.seconds = val("--seconds").parse().unwrap_or_else(|_| usage()),
-            "--threads" => c.threads = val("--threads").parse().unwrap_or_else(|_| usage()),
-            "--file-mib" => c.file_mib = val("--file-mib").parse().unwrap_or_else(|_| usage()),
-            "--cache-pct" => c.cache_pct = val("--cache-pct").parse().unwrap_or_else(|_| usage()),
-            "--legacy" => c.legacy = true,
-            "--backend" => {
-                c.ram = match val("--backend").as_str() {
-                    "ram" => true,
-                    "file" => false,
-                    _ => usage(),
-                }
-            }
-            "--thp" => c.thp = true,
-            "-h" | "--help" => usage(),
-            _ => usage(),
-        }
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s}: expected a positive number")),
     }
-    if c.threads == 0
-        || c.seconds <= 0.0
-        || c.file_mib < 4
-        || c.cache_pct == 0
-        || c.cache_pct >= 100
-    {
-        usage();
-    }
-    c
 }
 
 /// What one thread (or a whole run) counted.
@@ -303,7 +220,7 @@ struct Tally {
     evictions: u64,
     mismatches: u64,
     stats: AddStats,
-    hist: Hist,
+    hist: Histogram<u64>,
 }
 
 impl Tally {
@@ -319,7 +236,7 @@ impl Tally {
             evictions: 0,
             mismatches: 0,
             stats: AddStats::default(),
-            hist: Hist::new(),
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
         }
     }
     fn merge(&mut self, o: &Tally) {
@@ -333,7 +250,9 @@ impl Tally {
         self.evictions += o.evictions;
         self.mismatches += o.mismatches;
         self.stats += o.stats;
-        self.hist.merge(&o.hist);
+        self.hist
+            .add(&o.hist)
+            .expect("histograms of the same precision merge");
     }
 }
 
@@ -407,12 +326,12 @@ impl Cache {
         stop: &AtomicBool,
     ) -> Tally {
         let mut t = Tally::new();
-        let mut rng = Rng(seed);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut owned = self.owned[id].lock().unwrap();
         let mut buf = vec![0u8; PAGE_SIZE];
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..32 {
-                let idx = rng.below(pages);
+                let idx = rng.random_range(0..pages);
                 let t0 = Instant::now();
                 loop {
                     if let Some(f) = self.space.lookup(idx) {
@@ -447,7 +366,7 @@ impl Cache {
                             f.read(0, &mut buf);
                             owned.push(f);
                             if self.space.nr_pages() > cap && !owned.is_empty() {
-                                let i = rng.below(owned.len() as u64) as usize;
+                                let i = rng.random_range(0..owned.len());
                                 let victim = owned.swap_remove(i);
                                 let e = self.clock.fetch_add(1, Ordering::Relaxed);
                                 if self.space.remove_folio(&victim, Some(shadow(e))) {
@@ -463,7 +382,7 @@ impl Cache {
                         Err(e) => panic!("add_folio: {e}"),
                     }
                 }
-                t.hist.record(t0.elapsed().as_nanos() as u64);
+                t.hist.saturating_record(t0.elapsed().as_nanos() as u64);
                 t.reads += 1;
                 if !pat.check(idx, &buf) {
                     t.mismatches += 1;
@@ -489,7 +408,7 @@ impl Cache {
         let this = &*self;
         let start = Instant::now();
         let tallies: Vec<Tally> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..cfg.threads)
+            let hs: Vec<_> = (0..cfg.threads as usize)
                 .map(|id| {
                     let stop = &stop;
                     let seed = 0x5eed_0000 + (phase << 8) + id as u64;
@@ -542,11 +461,11 @@ impl Cache {
         );
         println!(
             "    clat (nsec): 50.00th=[{}], 90.00th=[{}], 99.00th=[{}], 99.90th=[{}], 99.99th=[{}]",
-            t.hist.percentile(50.0),
-            t.hist.percentile(90.0),
-            t.hist.percentile(99.0),
-            t.hist.percentile(99.9),
-            t.hist.percentile(99.99)
+            t.hist.value_at_quantile(0.5),
+            t.hist.value_at_quantile(0.9),
+            t.hist.value_at_quantile(0.99),
+            t.hist.value_at_quantile(0.9990000000000001),
+            t.hist.value_at_quantile(0.9998999999999999)
         );
         println!(
             "  cache: hits={} ({:.1}%), misses/adds={}, refaults seen={} ({:.1}% of adds; workingset {}), evictions={}, EEXIST races={}",
@@ -574,7 +493,7 @@ impl Cache {
 }
 
 fn main() -> ExitCode {
-    let cfg = parse();
+    let cfg = Config::parse();
     let pages = cfg.file_mib * 256;
     let cap = pages * cfg.cache_pct / 100;
     let pat = Pattern::new();
@@ -598,7 +517,7 @@ fn main() -> ExitCode {
         cfg.seconds,
         if cfg.thp { ", THP pre-phase (order-9 shadows)" } else { "" }
     );
-    let backend = if cfg.ram {
+    let backend = if cfg.backend == BackendKind::Ram {
         let mut v = vec![0u8; pages as usize * PAGE_SIZE];
         Backend::File(tmp.file.try_clone().expect("dup file")).read(&mut v, 0);
         Backend::Ram(v)
@@ -607,7 +526,7 @@ fn main() -> ExitCode {
     };
     println!(
         "backend: {}",
-        if cfg.ram {
+        if cfg.backend == BackendKind::Ram {
             "ram (a RAM copy of the file, like the seed's brd device)"
         } else {
             "file (pread)"
@@ -615,11 +534,11 @@ fn main() -> ExitCode {
     );
     let dur = Duration::from_secs_f64(cfg.seconds);
     let mut caches: Vec<Cache> = if cfg.legacy {
-        vec![Cache::new(Mode::Legacy, cfg.threads)]
+        vec![Cache::new(Mode::Legacy, cfg.threads as usize)]
     } else {
         vec![
-            Cache::new(Mode::Optimised, cfg.threads),
-            Cache::new(Mode::Legacy, cfg.threads),
+            Cache::new(Mode::Optimised, cfg.threads as usize),
+            Cache::new(Mode::Legacy, cfg.threads as usize),
         ]
     };
     if cfg.thp {
