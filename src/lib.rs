@@ -48,6 +48,7 @@ mod xarray;
 
 pub mod backend;
 pub mod filemap;
+pub mod pagecache;
 
 pub use cursor::{Conflicts, CursorIter, Stale, XaState};
 pub use entry::MAX_VALUE;

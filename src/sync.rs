@@ -14,7 +14,40 @@ pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+    /// A reader-writer lock around data (the page cache's folio data).
+    pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
+    /// Its read guard.
+    pub(crate) type RwLockReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;
+    /// A mutex around data (page-cache lists, per-file state).
+    pub(crate) type Lock<T> = parking_lot::Mutex<T>;
+
+    /// A stop flag a background thread sleeps on with a timeout.
+    pub(crate) struct Event(parking_lot::Mutex<bool>, parking_lot::Condvar);
+
+    impl Event {
+        pub(crate) fn new() -> Self {
+            Event(parking_lot::Mutex::new(false), parking_lot::Condvar::new())
+        }
+        /// Sleep up to `d` or until [`Event::set`]; returns whether it is set.
+        pub(crate) fn wait_timeout(&self, d: std::time::Duration) -> bool {
+            let mut g = self.0.lock();
+            if !*g {
+                let _ = self.1.wait_for(&mut g, d);
+            }
+            *g
+        }
+        /// Wake a sleeper early without setting the flag.
+        pub(crate) fn kick(&self) {
+            self.1.notify_all();
+        }
+        /// Set the flag and wake every sleeper.
+        pub(crate) fn set(&self) {
+            *self.0.lock() = true;
+            self.1.notify_all();
+        }
+    }
 
     /// The writer lock (the kernel's `xa_lock`).
     pub(crate) struct Mutex(parking_lot::Mutex<()>);
@@ -37,7 +70,61 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
+
+    /// loom's reader-writer lock with parking_lot's shape (no poisoning).
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+    pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(t: T) -> Self {
+            RwLock(loom::sync::RwLock::new(t))
+        }
+        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            self.0.read().unwrap()
+        }
+        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap()
+        }
+        pub(crate) fn try_write(&self) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
+            self.0.try_write().ok()
+        }
+    }
+
+    /// loom's mutex around data, parking_lot's shape.
+    pub(crate) struct Lock<T>(loom::sync::Mutex<T>);
+
+    impl<T> Lock<T> {
+        pub(crate) fn new(t: T) -> Self {
+            Lock(loom::sync::Mutex::new(t))
+        }
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
+    }
+
+    /// Under loom background threads are not started; the event only
+    /// records the flag.
+    pub(crate) struct Event(AtomicBool);
+
+    impl Event {
+        pub(crate) fn new() -> Self {
+            Event(AtomicBool::new(false))
+        }
+        pub(crate) fn wait_timeout(&self, _d: std::time::Duration) -> bool {
+            loom::thread::yield_now();
+            self.0.load(Ordering::Acquire)
+        }
+        pub(crate) fn kick(&self) {}
+        pub(crate) fn set(&self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
 
     /// The writer lock, loom's mutex with parking_lot's shape (no poisoning).
     pub(crate) struct Mutex(loom::sync::Mutex<()>, loom::sync::atomic::AtomicBool);

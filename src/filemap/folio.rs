@@ -5,7 +5,7 @@
 //! the flags are atomic bits so lock-free readers may test them.
 
 use super::AddError;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, RwLock};
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
@@ -29,6 +29,15 @@ impl FolioFlags {
     pub const LOCKED: FolioFlags = FolioFlags(8);
     /// Refaulted while in the workingset (`PG_workingset`).
     pub const WORKINGSET: FolioFlags = FolioFlags(16);
+    /// Accessed since reclaim last looked at it (`PG_referenced`).
+    pub const REFERENCED: FolioFlags = FolioFlags(32);
+    /// On the active list (`PG_active`).
+    pub const ACTIVE: FolioFlags = FolioFlags(64);
+    /// Removed from its address space (the kernel's `folio->mapping ==
+    /// NULL`): holders of a stale reference must look it up again.
+    pub const DETACHED: FolioFlags = FolioFlags(128);
+    /// On a reclaim list (`PG_lru`).
+    pub const LRU: FolioFlags = FolioFlags(256);
 }
 
 /// A folio: `2^order` pages starting at page index `index`.
@@ -36,7 +45,7 @@ pub struct Folio {
     index: u64,
     order: u32,
     flags: AtomicU32,
-    data: parking_lot::RwLock<Vec<u8>>,
+    data: RwLock<Vec<u8>>,
 }
 
 impl Folio {
@@ -56,7 +65,7 @@ impl Folio {
             index,
             order,
             flags: AtomicU32::new(0),
-            data: parking_lot::RwLock::new(Vec::new()),
+            data: RwLock::new(Vec::new()),
         })
     }
     /// First page index.
@@ -118,6 +127,11 @@ impl Folio {
         d[offset..offset + bytes.len()].copy_from_slice(bytes);
         drop(d);
         self.set(FolioFlags::DIRTY);
+    }
+    /// The data lock (the page cache holds it for writing while a folio is
+    /// read from the backend, which is how racing readers wait for it).
+    pub(crate) fn data(&self) -> &RwLock<Vec<u8>> {
+        &self.data
     }
     /// A copy of the data.
     pub fn snapshot(&self) -> Vec<u8> {

@@ -1,0 +1,506 @@
+//! One cached file: [`CachedFile`], the handle, and `FileShared`, the state
+//! its clones share (address space, backend, size, writeback lock, error
+//! sequence, readahead state).
+//!
+//! Owns the per-file read, write, truncate and invalidate paths and the
+//! miss path that fills a folio from the backend.
+//!
+//! Invariants:
+//! - a folio is filled while its data lock is held for writing, from
+//!   before it is published with `add_folio` until `UPTODATE` is set, so a
+//!   reader that finds it waits on the lock (`folio_wait_locked`); a failed
+//!   fill removes the folio again (restoring the shadow) and caches nothing;
+//! - every path that removes a folio from the address space holds its data
+//!   lock for writing and sets `DETACHED` first, and every reader or writer
+//!   re-checks `DETACHED` and `UPTODATE` after taking the lock and looks
+//!   the index up again if either says so, so no write lands in a folio
+//!   that is no longer cached;
+//! - bytes of cached folios at or past the file's size are zero (the miss
+//!   path zero-fills, truncation zeroes the cut folio's tail), so extending
+//!   the file exposes zeros;
+//! - `set_len` and writeback of one file are serialized by its writeback
+//!   lock, so writeback never writes past a size that truncation removed.
+
+use super::errseq::ErrSeq;
+use super::folio::{self, FolioRef};
+use super::readahead::Readahead;
+use super::stats::{bump, drop_gauge};
+use super::writeback::{self, Mode};
+use super::CacheInner;
+use crate::backend::{checked_end, Backend};
+use crate::filemap::{AddError, AddressSpace, Folio, FolioFlags, Shadow, PAGE_SIZE};
+use crate::pin;
+use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::EntryRef;
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// The state shared by every handle of one file.
+pub(crate) struct FileShared {
+    pub(crate) id: u64,
+    pub(crate) cache: Arc<CacheInner>,
+    pub(crate) mapping: AddressSpace,
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) size: AtomicU64,
+    size_lock: Lock<()>,
+    pub(crate) wb_lock: Lock<()>,
+    pub(crate) errseq: ErrSeq,
+    /// When the file first became dirty since its last writeback
+    /// ([`CacheInner::now_ms`]), 0 when clean.
+    pub(crate) dirtied_at: AtomicU64,
+    ra: Readahead,
+}
+
+/// Whether a miss must read the backend or may start from zeros.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Read,
+    Overwrite,
+}
+
+fn io_add_error(e: AddError) -> io::Error {
+    io::Error::new(io::ErrorKind::OutOfMemory, e)
+}
+
+impl FileShared {
+    pub(crate) fn new(
+        id: u64,
+        cache: Arc<CacheInner>,
+        backend: Box<dyn Backend>,
+        len: u64,
+    ) -> Self {
+        FileShared {
+            id,
+            cache,
+            mapping: AddressSpace::new(),
+            backend,
+            size: AtomicU64::new(len),
+            size_lock: Lock::new(()),
+            wb_lock: Lock::new(()),
+            errseq: ErrSeq::new(),
+            dirtied_at: AtomicU64::new(0),
+            ra: Readahead::new(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// The uptodate folio covering `index`, from the cache or the backend.
+    /// The caller must lock it and re-check `DETACHED`/`UPTODATE`.
+    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
+        let mut allow_large = true;
+        loop {
+            if let Some(f) = self.mapping.lookup(index) {
+                self.cache.counters.hits.add(1);
+                folio::mark_accessed(&f);
+                return Ok(f);
+            }
+            let size = self.len();
+            let order = if fill == Fill::Read && allow_large {
+                self.ra
+                    .on_miss(index, self.cache.max_order, size.div_ceil(PAGE))
+            } else {
+                0
+            };
+            let base = index & !((1u64 << order) - 1);
+            let folio = Arc::new(Folio::new(base, order).map_err(io_add_error)?);
+            let mut data = folio.data().write();
+            let shadow = match self.mapping.add_folio(&folio) {
+                Ok(s) => s,
+                Err(AddError::Exists) => {
+                    // Lost the race (or a neighbour is in the way of a large
+                    // folio): use what is there.
+                    allow_large = false;
+                    continue;
+                }
+                Err(e) => return Err(io_add_error(e)),
+            };
+            let nr = folio.nr_pages();
+            bump(&self.cache.nr_cached, nr);
+            self.cache.counters.misses.add(1);
+            if order > 0 {
+                bump(&self.cache.counters.readahead_pages, nr - 1);
+            }
+            let mut buf = vec![0u8; nr as usize * PAGE_SIZE];
+            if fill == Fill::Read {
+                if let Err(e) = self.read_backend(&mut buf, base * PAGE, size) {
+                    folio.set(FolioFlags::DETACHED);
+                    self.mapping.remove_folio(&folio, shadow);
+                    drop_gauge(&self.cache.nr_cached, nr);
+                    return Err(e);
+                }
+            }
+            *data = buf;
+            folio.set(FolioFlags::UPTODATE);
+            drop(data);
+            self.cache.insert_new(self, &folio, shadow);
+            return Ok(folio);
+        }
+    }
+
+    /// Fill `buf` from the backend at `pos`, reading no further than
+    /// `size`; the rest stays zero. Short reads and `EINTR` are retried.
+    fn read_backend(&self, buf: &mut [u8], pos: u64, size: u64) -> io::Result<()> {
+        let want = size.saturating_sub(pos).min(buf.len() as u64) as usize;
+        let mut done = 0;
+        while done < want {
+            match self
+                .backend
+                .read_at(&mut buf[done..want], pos + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => done += n.min(want - done),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        bump(&self.cache.counters.backend_read_bytes, done as u64);
+        Ok(())
+    }
+
+    fn read_at(self: &Arc<Self>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let size = self.len();
+        if offset >= size {
+            return Ok(0);
+        }
+        let end = checked_end(offset, buf.len() as u64)?.min(size);
+        let mut pos = offset;
+        while pos < end {
+            let f = self.get_folio(pos / PAGE, Fill::Read)?;
+            let data = f.data().read();
+            if !folio::is_live(&f) {
+                continue;
+            }
+            let at = (pos - f.index() * PAGE) as usize;
+            let n = ((end - pos) as usize).min(data.len() - at);
+            let out = (pos - offset) as usize;
+            buf[out..out + n].copy_from_slice(&data[at..at + n]);
+            pos += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+
+    fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let end = checked_end(offset, buf.len() as u64)?;
+        if end > self.len() {
+            let _g = self.size_lock.lock();
+            if end > self.len() {
+                self.backend.set_len(end)?;
+                self.size.store(end, Ordering::Release);
+            }
+        }
+        let mut pos = offset;
+        while pos < end {
+            let index = pos / PAGE;
+            let whole = pos.is_multiple_of(PAGE) && end - pos >= PAGE;
+            let f = self.get_folio(index, if whole { Fill::Overwrite } else { Fill::Read })?;
+            let mut data = f.data().write();
+            if !folio::is_live(&f) {
+                continue;
+            }
+            let at = (pos - f.index() * PAGE) as usize;
+            let n = ((end - pos) as usize).min(data.len() - at);
+            let src = (pos - offset) as usize;
+            data[at..at + n].copy_from_slice(&buf[src..src + n]);
+            self.mark_dirty(&f);
+            drop(data);
+            pos += n as u64;
+        }
+        Ok(buf.len())
+    }
+
+    /// Mark a folio dirty (flag, tag, gauge, file age). The caller holds
+    /// its data lock for writing.
+    fn mark_dirty(&self, f: &Folio) {
+        if !f.set(FolioFlags::DIRTY) {
+            self.mapping.mark_dirty(f.index());
+            let bytes = f.nr_pages() * PAGE;
+            let c = &self.cache.counters;
+            let dirty = c.dirty_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            let _ = self.dirtied_at.compare_exchange(
+                0,
+                self.cache.now_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            if dirty > self.cache.config.dirty_background_bytes {
+                self.cache.kick_flusher();
+            }
+        }
+    }
+
+    /// Remove a folio whose data lock the caller holds for writing,
+    /// leaving `shadow`, and free its data.
+    pub(crate) fn detach(&self, f: &Arc<Folio>, data: &mut Vec<u8>, shadow: Option<Shadow>) {
+        f.set(FolioFlags::DETACHED);
+        self.cache.lru.lock().forget(f);
+        if self.mapping.remove_folio(f, shadow) {
+            drop_gauge(&self.cache.nr_cached, f.nr_pages());
+        }
+        if f.clear(FolioFlags::DIRTY) {
+            drop_gauge(&self.cache.counters.dirty_bytes, f.nr_pages() * PAGE);
+        }
+        *data = Vec::new();
+    }
+
+    /// Every folio in pages `start..=end`, found lock-free.
+    fn folios_in(&self, start: u64, end: u64) -> (Vec<Arc<Folio>>, Vec<u64>) {
+        let guard = pin();
+        let mut folios = Vec::new();
+        let mut shadows = Vec::new();
+        for (i, e) in self.mapping.pages().range(start..=end, &guard) {
+            match e {
+                EntryRef::Item(r) => folios.push(r.to_owned()),
+                EntryRef::Value(_) => shadows.push(i),
+            }
+        }
+        (folios, shadows)
+    }
+
+    fn set_len(&self, new: u64) -> io::Result<()> {
+        let _wb = self.wb_lock.lock();
+        let _sz = self.size_lock.lock();
+        let old = self.len();
+        if new == old {
+            return Ok(());
+        }
+        self.backend.set_len(new)?;
+        if new < old {
+            let first_gone = new.div_ceil(PAGE);
+            let (folios, shadows) = self.folios_in(new / PAGE, u64::MAX);
+            for f in folios {
+                let mut data = f.data().write();
+                if f.test(FolioFlags::DETACHED) {
+                    continue;
+                }
+                if f.index() >= first_gone {
+                    self.detach(&f, &mut data, None);
+                } else {
+                    // The cut folio: zero its tail past the new end.
+                    let at = (new - f.index() * PAGE) as usize;
+                    if at < data.len() {
+                        data[at..].fill(0);
+                    }
+                }
+            }
+            for i in shadows {
+                if i >= first_gone {
+                    self.mapping.drop_shadow(i);
+                }
+            }
+        }
+        self.size.store(new, Ordering::Release);
+        Ok(())
+    }
+
+    fn invalidate(&self, range: Range<u64>) -> u64 {
+        if range.end <= range.start {
+            return 0;
+        }
+        let first = range.start.div_ceil(PAGE);
+        let last_excl = range.end / PAGE;
+        if last_excl <= first {
+            return 0;
+        }
+        let (folios, _) = self.folios_in(first, last_excl - 1);
+        let mut dropped = 0;
+        for f in folios {
+            if f.index() < first || f.index() + f.nr_pages() > last_excl {
+                continue; // only partly inside the range
+            }
+            let mut data = f.data().write();
+            if f.test(FolioFlags::DETACHED)
+                || f.test(FolioFlags::DIRTY)
+                || f.test(FolioFlags::WRITEBACK)
+            {
+                continue;
+            }
+            self.detach(&f, &mut data, None);
+            dropped += f.nr_pages();
+        }
+        dropped
+    }
+}
+
+impl Drop for FileShared {
+    fn drop(&mut self) {
+        // Best effort: write back what is dirty (errors have no one to go
+        // to), then release every folio.
+        let _ = writeback::writeback(self, 0, u64::MAX, Mode::Wait);
+        let _ = self.backend.flush();
+        let (folios, _) = self.folios_in(0, u64::MAX);
+        for f in folios {
+            let mut data = f.data().write();
+            if !f.test(FolioFlags::DETACHED) {
+                self.detach(&f, &mut data, None);
+            }
+        }
+    }
+}
+
+/// A file in a [`PageCache`](super::PageCache): buffered positional I/O
+/// over its backend. Clones share the file; each clone reports a writeback
+/// error once from its own `sync` (the kernel's per-`struct file`
+/// `errseq_t` cursor).
+///
+/// Dropping the last handle writes back dirty data (errors are lost then:
+/// call [`sync`](CachedFile::sync) first to see them) and releases the
+/// file's folios.
+pub struct CachedFile {
+    shared: Arc<FileShared>,
+    since: Lock<u64>,
+}
+
+impl Clone for CachedFile {
+    fn clone(&self) -> Self {
+        CachedFile {
+            shared: Arc::clone(&self.shared),
+            since: Lock::new(*self.since.lock()),
+        }
+    }
+}
+
+impl std::fmt::Debug for CachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedFile")
+            .field("len", &self.len())
+            .field("backend", &self.shared.backend)
+            .finish()
+    }
+}
+
+impl CachedFile {
+    pub(crate) fn new(shared: Arc<FileShared>) -> Self {
+        let since = shared.errseq.sample();
+        CachedFile {
+            shared,
+            since: Lock::new(since),
+        }
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`. Returns fewer at the end
+    /// of the file and 0 at or past it (or for an empty `buf`).
+    ///
+    /// # Errors
+    /// The backend's read error for a page not cached (nothing is cached
+    /// for it); [`io::ErrorKind::InvalidInput`] when `offset + buf.len()`
+    /// overflows `u64`; [`io::ErrorKind::OutOfMemory`] if the index could
+    /// not grow.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.shared.read_at(buf, offset)
+    }
+
+    /// Write all of `buf` at `offset`, extending the file if it ends past
+    /// the end. Returns `buf.len()`. The data is dirty in the cache until
+    /// written back ([`sync`](CachedFile::sync) or the flusher).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] when `offset + buf.len()` overflows;
+    /// the backend's error when the file must grow and cannot (a
+    /// [`RamDisk`](crate::backend::RamDisk) has a fixed size), in which case
+    /// nothing was written; a read error of a partly overwritten page not
+    /// cached (the bytes before it were written).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.shared.write_at(buf, offset)
+    }
+
+    /// The file's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.shared.len()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Truncate or extend. Cached pages past the new end and their shadows
+    /// are dropped (dirty ones too: their bytes are gone), the cut page's
+    /// tail is zeroed, and an extension reads as zeros.
+    ///
+    /// # Errors
+    /// The backend's error (e.g. [`io::ErrorKind::Unsupported`] for a RAM
+    /// disk); the file is unchanged then.
+    pub fn set_len(&self, len: u64) -> io::Result<()> {
+        self.shared.set_len(len)
+    }
+
+    /// Write back every dirty page and flush the backend (`fsync`).
+    ///
+    /// # Errors
+    /// A writeback error recorded since this handle last reported one (by
+    /// this call or by the flusher), once; the pages stay dirty and a later
+    /// `sync` retries them. Or the backend's flush error.
+    pub fn sync(&self) -> io::Result<()> {
+        self.sync_range(0..u64::MAX)
+    }
+
+    /// [`sync`](CachedFile::sync) limited to the pages overlapping `range`
+    /// (`sync_file_range` + `fsync` of the backend).
+    ///
+    /// # Errors
+    /// As [`sync`](CachedFile::sync).
+    pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
+        if range.end > range.start {
+            let _ = writeback::writeback(
+                &self.shared,
+                range.start / PAGE,
+                (range.end - 1) / PAGE,
+                Mode::Wait,
+            );
+        }
+        let flushed = self.shared.backend.flush();
+        self.shared
+            .errseq
+            .check_and_advance(&mut self.since.lock())?;
+        flushed
+    }
+
+    /// Drop the clean, idle cached folios lying wholly inside `range`
+    /// (`invalidate_mapping_pages`); dirty ones and ones under writeback
+    /// stay. Returns the pages dropped.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for backends that must be told.
+    pub fn invalidate(&self, range: Range<u64>) -> io::Result<u64> {
+        Ok(self.shared.invalidate(range))
+    }
+
+    /// A zero-copy reference to the folio holding page `index` (reading it
+    /// from the backend on a miss). See [`FolioRef`] for what it pins.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::UnexpectedEof`] when the page starts at or past the
+    /// end of the file; the backend's read error on a miss.
+    pub fn read_folio(&self, index: u64) -> io::Result<FolioRef> {
+        let s = &self.shared;
+        if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("page {index} is past the end of the file"),
+            ));
+        }
+        loop {
+            let f = s.get_folio(index, Fill::Read)?;
+            if let Some(r) = FolioRef::new(f, index) {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Pages of this file in the cache now.
+    pub fn cached_pages(&self) -> u64 {
+        self.shared.mapping.nr_pages()
+    }
+}

@@ -1,0 +1,151 @@
+//! The reclaim lists: an inactive and an active list of folios
+//! (`mm/vmscan.c`'s file LRUs), and the scan that picks victims.
+//!
+//! Owns list membership. New folios enter the inactive head; the hit path
+//! only sets `REFERENCED` (no lock here), and the scan promotes a referenced
+//! inactive tail folio to the active list (the second access), rotates a
+//! referenced active tail folio (second chance) and demotes an unreferenced
+//! one when the active list is above its cap.
+//!
+//! Invariants (all under the cache's LRU lock):
+//! - a folio is counted in `nr_inactive`/`nr_active` exactly when its `LRU`
+//!   flag is set, on the list its `ACTIVE` flag names;
+//! - each folio sits in at most one list entry while `LRU` is set; entries
+//!   of folios whose `LRU` flag was cleared (detached by truncate,
+//!   invalidate or a dropped file) are stale and are dropped when the scan
+//!   reaches them, so removal elsewhere is O(1).
+
+use super::file::FileShared;
+use crate::filemap::{Folio, FolioFlags};
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+/// One list entry: the folio and the file it belongs to.
+pub(crate) struct LruEntry {
+    pub(crate) file: Weak<FileShared>,
+    pub(crate) folio: Arc<Folio>,
+}
+
+/// The two lists and their page counts.
+#[derive(Default)]
+pub(crate) struct Lru {
+    inactive: VecDeque<LruEntry>,
+    active: VecDeque<LruEntry>,
+    pub(crate) nr_inactive: u64,
+    pub(crate) nr_active: u64,
+}
+
+/// What the scan found at the inactive tail.
+pub(crate) enum Scan {
+    /// Both lists are empty (of live entries).
+    Empty,
+    /// A candidate victim, taken off the list: the caller evicts it or puts
+    /// it back with [`Lru::rotate`].
+    Victim(LruEntry),
+}
+
+impl Lru {
+    /// Add a folio at the head of the inactive or (for a workingset
+    /// refault) the active list. A detached folio is not added.
+    pub(crate) fn insert(&mut self, file: Weak<FileShared>, folio: Arc<Folio>, active: bool) {
+        if folio.test(FolioFlags::DETACHED) || folio.set(FolioFlags::LRU) {
+            return;
+        }
+        let n = folio.nr_pages();
+        let e = LruEntry { file, folio };
+        if active {
+            e.folio.set(FolioFlags::ACTIVE);
+            self.nr_active += n;
+            self.active.push_front(e);
+        } else {
+            e.folio.clear(FolioFlags::ACTIVE);
+            self.nr_inactive += n;
+            self.inactive.push_front(e);
+        }
+    }
+
+    /// Take a folio off the lists' accounting (its entry goes stale).
+    /// Returns whether it was on a list.
+    pub(crate) fn forget(&mut self, folio: &Folio) -> bool {
+        if !folio.clear(FolioFlags::LRU) {
+            return false;
+        }
+        if folio.test(FolioFlags::ACTIVE) {
+            self.nr_active -= folio.nr_pages();
+        } else {
+            self.nr_inactive -= folio.nr_pages();
+        }
+        true
+    }
+
+    /// Put a candidate back at the inactive head (busy, dirty or under
+    /// writeback).
+    pub(crate) fn rotate(&mut self, e: LruEntry) {
+        self.inactive.push_front(e);
+    }
+
+    /// Move one folio from the active tail to the inactive head, giving
+    /// referenced folios a second chance unless `force`. Returns false when
+    /// the active list has no live entry.
+    pub(crate) fn demote_one(&mut self, force: bool) -> bool {
+        let mut budget = self.active.len();
+        while let Some(e) = self.active.pop_back() {
+            if !e.folio.test(FolioFlags::LRU) || !e.folio.test(FolioFlags::ACTIVE) {
+                continue; // stale
+            }
+            if !force && budget > 0 && e.folio.clear(FolioFlags::REFERENCED) {
+                budget -= 1;
+                self.active.push_front(e);
+                continue;
+            }
+            let n = e.folio.nr_pages();
+            e.folio.clear(FolioFlags::ACTIVE);
+            self.nr_active -= n;
+            self.nr_inactive += n;
+            self.inactive.push_front(e);
+            return true;
+        }
+        false
+    }
+
+    /// Promote an inactive folio (taken off the tail) to the active head.
+    pub(crate) fn activate(&mut self, e: LruEntry) {
+        let n = e.folio.nr_pages();
+        e.folio.set(FolioFlags::ACTIVE);
+        self.nr_inactive -= n;
+        self.nr_active += n;
+        self.active.push_front(e);
+    }
+
+    /// The next candidate from the inactive tail, refilling the inactive
+    /// list from the active one when it runs dry.
+    pub(crate) fn next_candidate(&mut self) -> Scan {
+        loop {
+            match self.inactive.pop_back() {
+                Some(e) => {
+                    if !e.folio.test(FolioFlags::LRU) || e.folio.test(FolioFlags::ACTIVE) {
+                        continue; // stale
+                    }
+                    return Scan::Victim(e);
+                }
+                None => {
+                    if !self.demote_one(true) {
+                        return Scan::Empty;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drop a candidate that is being evicted from the accounting.
+    pub(crate) fn take(&mut self, e: &LruEntry) {
+        if e.folio.clear(FolioFlags::LRU) {
+            self.nr_inactive -= e.folio.nr_pages();
+        }
+    }
+
+    /// Entries held, live or stale (for bounding a scan).
+    pub(crate) fn entries(&self) -> usize {
+        self.inactive.len() + self.active.len()
+    }
+}

@@ -1,0 +1,284 @@
+//! A page cache over any [`Backend`]: buffered reads and writes through
+//! [`AddressSpace`](crate::filemap::AddressSpace)s, workingset eviction with shadow entries, tag-driven
+//! writeback with `errseq` error reporting, a background flusher, readahead
+//! into large folios, and zero-copy folio references.
+//!
+//! Owns [`PageCache`] (one cache, a capacity in bytes, many files) and its
+//! configuration; the per-file handle is [`CachedFile`]. Each concept has
+//! its own module: `folio` (the cache's view of a folio, [`FolioRef`]),
+//! `lru` (the two lists), `reclaim` (the scan and eviction), `workingset`
+//! (shadows, refault distance, shadow-node cap), `writeback`, `errseq`,
+//! `flusher`, `readahead`, `stats`, and `file` (the per-file operations).
+//!
+//! Invariants: `nr_cached` is the number of pages in folios present in some
+//! file's address space; the cache holds at most `capacity` bytes of folios
+//! after every miss, except for dirty or in-use folios reclaim could not
+//! evict yet (it writes dirty ones back and retries once); lock order is
+//! folio data lock, then the LRU lock, then a tree's lock (reclaim, which
+//! holds the LRU lock, only ever *tries* a folio's data lock).
+//!
+//! ```
+//! use kxarray::backend::RamDisk;
+//! use kxarray::pagecache::{CacheConfig, PageCache};
+//!
+//! let cache = PageCache::new(CacheConfig::default().capacity(1 << 20));
+//! let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+//! file.write_at(b"hello, page cache", 4096).unwrap();
+//! let mut buf = [0u8; 5];
+//! assert_eq!(file.read_at(&mut buf, 4096).unwrap(), 5);
+//! assert_eq!(&buf, b"hello");
+//! file.sync().unwrap(); // the RAM disk now holds the bytes
+//! let page = file.read_folio(1).unwrap(); // zero-copy
+//! assert_eq!(&page[..5], b"hello");
+//! assert!(cache.stats().hits >= 1);
+//! ```
+
+mod errseq;
+mod file;
+mod flusher;
+mod folio;
+mod lru;
+mod readahead;
+mod reclaim;
+mod stats;
+mod workingset;
+mod writeback;
+
+pub use file::CachedFile;
+pub use folio::FolioRef;
+pub use stats::CacheStats;
+
+use crate::backend::Backend;
+use crate::filemap::PAGE_SIZE;
+use crate::sync::{AtomicU64, Lock, Ordering};
+use file::FileShared;
+use lru::Lru;
+use stats::Counters;
+use std::io;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use workingset::Workingset;
+
+/// A page cache's settings. Fields are public; the methods are a builder.
+///
+/// ```
+/// use kxarray::pagecache::CacheConfig;
+/// use std::time::Duration;
+/// let c = CacheConfig::default()
+///     .capacity(64 << 20)
+///     .max_folio_order(5)
+///     .dirty_expire(Duration::from_millis(500))
+///     .flusher(false);
+/// assert_eq!(c.capacity, 64 << 20);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Bytes of folio data the cache holds before reclaiming (rounded down
+    /// to whole pages, at least one page).
+    pub capacity: u64,
+    /// Largest folio order readahead allocates (4 = 64 KiB with 4 KiB
+    /// pages). Clamped to at least 4 and at most
+    /// [`MAX_FOLIO_ORDER`](crate::filemap::MAX_FOLIO_ORDER).
+    pub max_folio_order: u32,
+    /// Dirty bytes (over the whole cache) above which the flusher starts
+    /// writing back.
+    pub dirty_background_bytes: u64,
+    /// Age after which dirty data is written back by the flusher.
+    pub dirty_expire: Duration,
+    /// Run a background flusher thread (stopped when the last
+    /// [`PageCache`] handle is dropped).
+    pub flusher: bool,
+}
+
+impl Default for CacheConfig {
+    /// 64 MiB, order-4 readahead cap, 10% background threshold, 1 s expiry,
+    /// flusher on.
+    fn default() -> Self {
+        CacheConfig {
+            capacity: 64 << 20,
+            max_folio_order: 4,
+            dirty_background_bytes: (64 << 20) / 10,
+            dirty_expire: Duration::from_secs(1),
+            flusher: true,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// Set the capacity in bytes (and the background threshold to 10% of it).
+    pub fn capacity(mut self, bytes: u64) -> Self {
+        self.capacity = bytes;
+        self.dirty_background_bytes = bytes / 10;
+        self
+    }
+    /// Set the readahead folio order cap.
+    pub fn max_folio_order(mut self, order: u32) -> Self {
+        self.max_folio_order = order;
+        self
+    }
+    /// Set the flusher's dirty threshold in bytes.
+    pub fn dirty_background_bytes(mut self, bytes: u64) -> Self {
+        self.dirty_background_bytes = bytes;
+        self
+    }
+    /// Set the dirty expiry interval.
+    pub fn dirty_expire(mut self, d: Duration) -> Self {
+        self.dirty_expire = d;
+        self
+    }
+    /// Turn the background flusher on or off.
+    pub fn flusher(mut self, on: bool) -> Self {
+        self.flusher = on;
+        self
+    }
+}
+
+/// The state every handle of one cache shares.
+pub(crate) struct CacheInner {
+    pub(crate) config: CacheConfig,
+    pub(crate) capacity_pages: u64,
+    pub(crate) max_order: u32,
+    pub(crate) lru: Lock<Lru>,
+    pub(crate) nr_cached: AtomicU64,
+    pub(crate) workingset: Workingset,
+    pub(crate) counters: Counters,
+    files: Lock<Vec<Weak<FileShared>>>,
+    next_file_id: AtomicU64,
+    start: Instant,
+    pub(crate) flusher_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
+}
+
+impl CacheInner {
+    /// Milliseconds since the cache was made, plus one (0 means "never").
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Pages the active list may hold: all but an eighth of the capacity.
+    pub(crate) fn active_cap(&self) -> u64 {
+        self.capacity_pages - (self.capacity_pages / 8).max(1).min(self.capacity_pages)
+    }
+
+    /// The live files.
+    pub(crate) fn files(&self) -> Vec<Arc<FileShared>> {
+        let mut v = self.files.lock();
+        v.retain(|w| w.strong_count() > 0);
+        v.iter().filter_map(|w| w.upgrade()).collect()
+    }
+}
+
+/// A page cache: one capacity shared by many files. Cloning is cheap (an
+/// `Arc`); the flusher thread stops when the last clone is dropped (files
+/// stay usable without it).
+#[derive(Clone)]
+pub struct PageCache {
+    inner: Arc<CacheInner>,
+    _flusher: Option<Arc<flusher::Flusher>>,
+}
+
+impl std::fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageCache")
+            .field("capacity", &self.inner.config.capacity)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl PageCache {
+    /// A cache with `config` (starting its flusher thread if asked).
+    pub fn new(config: CacheConfig) -> PageCache {
+        let capacity_pages = (config.capacity / PAGE_SIZE as u64).max(1);
+        let max_order = config
+            .max_folio_order
+            .clamp(4, crate::filemap::MAX_FOLIO_ORDER);
+        let inner = Arc::new(CacheInner {
+            capacity_pages,
+            max_order,
+            lru: Lock::new(Lru::default()),
+            nr_cached: AtomicU64::new(0),
+            workingset: Workingset::new(capacity_pages),
+            counters: Counters::new(),
+            files: Lock::new(Vec::new()),
+            next_file_id: AtomicU64::new(1),
+            start: Instant::now(),
+            flusher_event: std::sync::OnceLock::new(),
+            config,
+        });
+        let flusher = if inner.config.flusher && !cfg!(loom) {
+            Some(Arc::new(flusher::Flusher::start(&inner)))
+        } else {
+            None
+        };
+        PageCache {
+            inner,
+            _flusher: flusher,
+        }
+    }
+
+    /// Cache `backend` as a file. Its current length is the file's length.
+    ///
+    /// # Errors
+    /// The backend's error from reading its length.
+    pub fn open<B: Backend + 'static>(&self, backend: B) -> io::Result<CachedFile> {
+        let len = backend.len()?;
+        let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(FileShared::new(
+            id,
+            Arc::clone(&self.inner),
+            Box::new(backend),
+            len,
+        ));
+        self.inner.files.lock().push(Arc::downgrade(&shared));
+        Ok(CachedFile::new(shared))
+    }
+
+    /// The configuration the cache was made with.
+    pub fn config(&self) -> &CacheConfig {
+        &self.inner.config
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.inner.counters;
+        let shadows = self
+            .inner
+            .files()
+            .iter()
+            .map(|f| f.mapping.nr_shadow_pages())
+            .sum();
+        CacheStats {
+            hits: c.hits.sum(),
+            misses: c.misses.sum(),
+            refaults: c.refaults.load(Ordering::Relaxed),
+            activations: c.activations.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            shadows,
+            shadow_nodes_reclaimed: c.shadow_nodes_reclaimed.load(Ordering::Relaxed),
+            dirty_bytes: c.dirty_bytes.load(Ordering::Relaxed),
+            writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
+            backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
+            backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
+            cached_pages: self.inner.nr_cached.load(Ordering::Relaxed),
+            readahead_pages: c.readahead_pages.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Write back every dirty folio of every file (without flushing the
+    /// backends), as the flusher does.
+    ///
+    /// # Errors
+    /// The first writeback error; it is also recorded for each file's next
+    /// `sync`.
+    pub fn writeback_all(&self) -> io::Result<()> {
+        let mut first = Ok(());
+        for f in self.inner.files() {
+            if let Err(e) = writeback::writeback(&f, 0, u64::MAX, writeback::Mode::Wait) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}

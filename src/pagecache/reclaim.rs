@@ -1,0 +1,145 @@
+//! Reclaim (`shrink_folio_list` and friends): placing new folios on the
+//! lists (with the refault decision), and evicting from the inactive tail
+//! until the cache is back under its capacity.
+//!
+//! Owns the eviction step. A victim is evicted only when it is clean, not
+//! under writeback, not referenced since it was last scanned, and its data
+//! lock can be taken for writing without waiting (nobody reads or writes
+//! it); it then leaves a shadow carrying the eviction clock. Dirty victims
+//! are rotated and written back after the LRU lock is dropped, then the
+//! scan runs once more. Invariant: the LRU lock is never held across I/O
+//! or while blocking on a folio's data lock.
+
+use super::file::FileShared;
+use super::lru::{LruEntry, Scan};
+use super::stats::{bump, drop_gauge};
+use super::writeback::{self, Mode};
+use super::CacheInner;
+use crate::filemap::{Folio, FolioFlags, Shadow};
+use crate::sync::Ordering;
+use std::sync::Arc;
+
+impl CacheInner {
+    /// Put a just-filled folio on the lists: a refault whose distance fits
+    /// in the cache goes straight to the active list while that list is
+    /// under its cap (`workingset_refault`); everything else starts
+    /// inactive. Then reclaim if the cache is over capacity.
+    pub(crate) fn insert_new(
+        &self,
+        file: &Arc<FileShared>,
+        folio: &Arc<Folio>,
+        shadow: Option<Shadow>,
+    ) {
+        let nr = folio.nr_pages();
+        let mut activate = false;
+        if let Some(s) = shadow {
+            bump(&self.counters.refaults, 1);
+            let distance = self.workingset.refault_distance(s);
+            if distance <= self.capacity_pages {
+                folio.set(FolioFlags::WORKINGSET);
+                activate = true;
+            }
+        }
+        {
+            let mut lru = self.lru.lock();
+            if activate && lru.nr_active + nr > self.active_cap() {
+                activate = false;
+            }
+            lru.insert(Arc::downgrade(file), Arc::clone(folio), activate);
+        }
+        if activate {
+            bump(&self.counters.activations, 1);
+        }
+        if self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages {
+            self.reclaim();
+        }
+    }
+
+    /// Evict until the cache is at most at capacity.
+    pub(crate) fn reclaim(&self) {
+        for _round in 0..2 {
+            let dirty = self.scan();
+            if dirty.is_empty() || self.nr_cached.load(Ordering::Relaxed) <= self.capacity_pages {
+                break;
+            }
+            // Write the dirty victims back (`pageout`), then scan again.
+            for (file, folio) in dirty {
+                let i = folio.index();
+                let _ = writeback::writeback(&file, i, i + folio.nr_pages() - 1, Mode::Wait);
+            }
+        }
+        let dropped = self.workingset.shrink();
+        bump(&self.counters.shadow_nodes_reclaimed, dropped);
+    }
+
+    /// One pass under the LRU lock; returns dirty victims to write back.
+    fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
+        let mut dirty = Vec::new();
+        let mut lru = self.lru.lock();
+        let mut budget = 2 * lru.entries() + 64;
+        while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages && budget > 0 {
+            budget -= 1;
+            while lru.nr_active > self.active_cap() {
+                if !lru.demote_one(false) {
+                    break;
+                }
+            }
+            let e = match lru.next_candidate() {
+                Scan::Empty => break,
+                Scan::Victim(e) => e,
+            };
+            let Some(file) = e.file.upgrade() else {
+                lru.take(&e);
+                continue;
+            };
+            if e.folio.clear(FolioFlags::REFERENCED) {
+                // The second access: promote.
+                lru.activate(e);
+                bump(&self.counters.activations, 1);
+                continue;
+            }
+            if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
+                if dirty.len() < 64 {
+                    dirty.push((file, Arc::clone(&e.folio)));
+                }
+                lru.rotate(e);
+                continue;
+            }
+            if !self.evict(&mut lru, &file, e) {
+                continue;
+            }
+        }
+        dirty
+    }
+
+    /// Evict one clean candidate, or rotate it if it is busy. Returns
+    /// whether it was evicted.
+    fn evict(&self, lru: &mut super::lru::Lru, file: &Arc<FileShared>, e: LruEntry) -> bool {
+        let folio = Arc::clone(&e.folio);
+        let Some(mut data) = folio.data().try_write() else {
+            lru.rotate(e);
+            return false;
+        };
+        if folio.test(FolioFlags::DETACHED) {
+            lru.take(&e);
+            return false;
+        }
+        if folio.test(FolioFlags::DIRTY) || folio.test(FolioFlags::WRITEBACK) {
+            lru.rotate(e);
+            return false;
+        }
+        lru.take(&e);
+        folio.set(FolioFlags::DETACHED);
+        let nr = folio.nr_pages();
+        let shadow = self
+            .workingset
+            .eviction(nr, folio.test(FolioFlags::WORKINGSET));
+        if file.mapping.remove_folio(&folio, Some(shadow)) {
+            drop_gauge(&self.nr_cached, nr);
+            self.workingset.note_shadow(file.id, &e.file, folio.index());
+        }
+        *data = Vec::new();
+        bump(&self.counters.evictions, 1);
+        true
+    }
+}

@@ -1,0 +1,143 @@
+//! The page cache's counters: [`CacheStats`] (what a user reads) and the
+//! sharded counters behind it.
+//!
+//! Owns every event counter of a cache. Hot counters (hits, misses) are
+//! sharded over cache-line-padded slots picked per thread, so the hit path
+//! never bounces one shared line between cores; a snapshot sums the shards.
+//! Invariant: counters only grow, except the gauges (`dirty_bytes`,
+//! `writeback_bytes`), which the cache raises and lowers in pairs.
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+const SHARDS: usize = 16;
+
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+/// A counter split over per-thread slots.
+pub(crate) struct Sharded([Slot; SHARDS]);
+
+fn shard() -> usize {
+    use std::cell::Cell;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static ID: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    ID.with(|c| {
+        let mut v = c.get();
+        if v == usize::MAX {
+            v = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SHARDS;
+            c.set(v);
+        }
+        v
+    })
+}
+
+impl Sharded {
+    pub(crate) fn new() -> Self {
+        Sharded(std::array::from_fn(|_| Slot(AtomicU64::new(0))))
+    }
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        // One writer per slot in the common case: a load and a store would
+        // do, but two threads may share a slot, so keep the RMW.
+        self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn sum(&self) -> u64 {
+        self.0.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// The live counters of one cache.
+pub(crate) struct Counters {
+    pub(crate) hits: Sharded,
+    pub(crate) misses: Sharded,
+    pub(crate) refaults: AtomicU64,
+    pub(crate) activations: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) shadow_nodes_reclaimed: AtomicU64,
+    pub(crate) dirty_bytes: AtomicU64,
+    pub(crate) writeback_bytes: AtomicU64,
+    pub(crate) backend_read_bytes: AtomicU64,
+    pub(crate) backend_written_bytes: AtomicU64,
+    pub(crate) readahead_pages: AtomicU64,
+    pub(crate) flusher_runs: AtomicUsize,
+}
+
+impl Counters {
+    pub(crate) fn new() -> Self {
+        Counters {
+            hits: Sharded::new(),
+            misses: Sharded::new(),
+            refaults: AtomicU64::new(0),
+            activations: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            shadow_nodes_reclaimed: AtomicU64::new(0),
+            dirty_bytes: AtomicU64::new(0),
+            writeback_bytes: AtomicU64::new(0),
+            backend_read_bytes: AtomicU64::new(0),
+            backend_written_bytes: AtomicU64::new(0),
+            readahead_pages: AtomicU64::new(0),
+            flusher_runs: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Add to a plain counter.
+#[inline]
+pub(crate) fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Subtract from a gauge.
+#[inline]
+pub(crate) fn drop_gauge(c: &AtomicU64, n: u64) {
+    c.fetch_sub(n, Ordering::Relaxed);
+}
+
+/// A snapshot of a cache's counters ([`PageCache::stats`](super::PageCache::stats)).
+///
+/// Page counts are in pages of [`PAGE_SIZE`](crate::filemap::PAGE_SIZE)
+/// bytes; `hits` and `misses` count page lookups by reads, writes and
+/// [`read_folio`](super::CachedFile::read_folio).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Page lookups that found an uptodate folio.
+    pub hits: u64,
+    /// Page lookups that had to read the backend (or allocate for a write).
+    pub misses: u64,
+    /// Misses that found a shadow entry (the page was cached before).
+    pub refaults: u64,
+    /// Folios moved to the active list (second access or refault).
+    pub activations: u64,
+    /// Folios evicted by reclaim.
+    pub evictions: u64,
+    /// Shadow entries held now, over every file.
+    pub shadows: u64,
+    /// Shadow-only index ranges (one tree node's span) reclaimed.
+    pub shadow_nodes_reclaimed: u64,
+    /// Bytes in dirty folios now.
+    pub dirty_bytes: u64,
+    /// Bytes under writeback now.
+    pub writeback_bytes: u64,
+    /// Bytes read from backends.
+    pub backend_read_bytes: u64,
+    /// Bytes written to backends.
+    pub backend_written_bytes: u64,
+    /// Pages cached now.
+    pub cached_pages: u64,
+    /// Pages brought in by readahead (beyond the one asked for).
+    pub readahead_pages: u64,
+}
+
+impl CacheStats {
+    /// `hits / (hits + misses)`, or 0 with no lookups.
+    pub fn hit_ratio(&self) -> f64 {
+        let total = self.hits + self.misses;
+        if total == 0 {
+            0.0
+        } else {
+            self.hits as f64 / total as f64
+        }
+    }
+}
