@@ -34,15 +34,19 @@
 //!
 //! The command line is `clap`, latencies go into an `hdrhistogram`, the
 //! random pages and the file's pattern come from `rand` (seeded, so runs are
-//! repeatable). The comparison stays on `AddressSpace` rather than on the
-//! library's `PageCache`, because the cache always adds folios with the
-//! one-walk `add_folio`: the legacy algorithm exists only as
-//! `filemap::legacy` over a bare address space.
+//! repeatable). The legacy-vs-one-walk comparison stays on bare
+//! `AddressSpace`s, because the library's `PageCache` always adds folios
+//! with the one-walk `add_folio` (the legacy algorithm exists only as
+//! `filemap::legacy`); a last run (`--no-pagecache` skips it) puts the same
+//! job through the library's `PageCache` at the same capacity, with its
+//! two-list reclaim and shadows, and verifies every read the same way.
 
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
+use kxarray::backend::{Backend as KxBackend, FileBackend, RamDisk};
 use kxarray::filemap::legacy::add_folio_legacy_stats;
 use kxarray::filemap::{AddError, AddStats, AddressSpace, Folio, Shadow, ShadowFields, PAGE_SIZE};
+use kxarray::pagecache::{CacheConfig, PageCache};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::fs::{File, OpenOptions};
@@ -190,6 +194,9 @@ struct Config {
     /// Where misses read from.
     #[arg(long, value_enum, default_value_t = BackendKind::Ram)]
     backend: BackendKind,
+    /// Skip the last run, the same job through the library's `PageCache`.
+    #[arg(long)]
+    no_pagecache: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -492,6 +499,110 @@ impl Cache {
     }
 }
 
+/// The same job through the library's `PageCache` (one-walk `add_folio`,
+/// two-list reclaim with shadows instead of random eviction) over a
+/// `RamDisk` holding the file's pattern (or the file itself with `--backend
+/// file`), at the same capacity, for `--seconds`: what the whole cache costs
+/// on top of the bare address space. Returns the number of mismatching reads.
+fn pagecache_run(
+    cfg: &Config,
+    pages: u64,
+    cap: u64,
+    pat: &Pattern,
+    tmp: &TempFile,
+) -> std::io::Result<u64> {
+    let cache = PageCache::new(
+        CacheConfig::default()
+            .capacity(cap * PAGE_SIZE as u64)
+            .flusher(false),
+    );
+    let file = if cfg.backend == BackendKind::Ram {
+        let disk = RamDisk::new(pages * PAGE_SIZE as u64);
+        let mut page = vec![0u8; PAGE_SIZE];
+        for p in 0..pages {
+            pat.fill(p, &mut page);
+            KxBackend::write_all_at(&disk, &page, p * PAGE_SIZE as u64)?;
+        }
+        cache.open(disk)?
+    } else {
+        cache.open(FileBackend::from_file(tmp.file.try_clone()?))?
+    };
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let results: Vec<std::io::Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|id| {
+                let (file, stop) = (&file, &stop);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(0x5eed_f00d + id);
+                    let mut hist =
+                        Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+                    let (mut reads, mut bad) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..32 {
+                            let idx = rng.random_range(0..pages);
+                            let t0 = Instant::now();
+                            let f = file.read_folio(idx)?;
+                            hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                            if !pat.check(idx, f.page(idx)) {
+                                bad += 1;
+                            }
+                            reads += 1;
+                        }
+                    }
+                    Ok((reads, bad, hist))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(cfg.seconds));
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter()
+            .map(|h| h.join().expect("reader panicked"))
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let (mut reads, mut bad) = (0u64, 0u64);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    for r in results {
+        let (n, b, h) = r?;
+        reads += n;
+        bad += b;
+        hist.add(&h).expect("same bounds");
+    }
+    let st = cache.stats();
+    let iops = reads as f64 / secs;
+    println!(
+        "cached (library PageCache, one-walk add_folio, two-list reclaim): (groupid=0, jobs={}): rw=randread, bs=4KiB",
+        cfg.threads
+    );
+    println!(
+        "  read: IOPS={:.1}k, BW={:.0}MiB/s ({}msec)",
+        iops / 1e3,
+        iops * PAGE_SIZE as f64 / (1 << 20) as f64,
+        (secs * 1000.0) as u64
+    );
+    println!(
+        "    clat (nsec): 50.00th=[{}], 90.00th=[{}], 99.00th=[{}], 99.90th=[{}], 99.99th=[{}]",
+        hist.value_at_quantile(0.5),
+        hist.value_at_quantile(0.9),
+        hist.value_at_quantile(0.99),
+        hist.value_at_quantile(0.999),
+        hist.value_at_quantile(0.9999)
+    );
+    println!(
+        "  cache: hits={} ({:.1}%), misses={}, refaults={}, activations={}, evictions={}, shadows={}",
+        st.hits,
+        100.0 * st.hit_ratio(),
+        st.misses,
+        st.refaults,
+        st.activations,
+        st.evictions,
+        st.shadows
+    );
+    println!("  verify: {reads} reads checked, {bad} mismatches");
+    Ok(bad)
+}
+
 fn main() -> ExitCode {
     let cfg = Config::parse();
     let pages = cfg.file_mib * 256;
@@ -583,6 +694,15 @@ fn main() -> ExitCode {
             o.tally.stats.nodes as f64 / o.tally.adds.max(1) as f64,
             l.tally.stats.nodes as f64 / l.tally.adds.max(1) as f64,
         );
+    }
+    if !cfg.no_pagecache {
+        match pagecache_run(&cfg, pages, cap, &pat, &tmp) {
+            Ok(bad) => mismatches += bad,
+            Err(e) => {
+                eprintln!("pagecache run: {e}");
+                mismatches += 1;
+            }
+        }
     }
     drop(tmp);
     println!("total {:.2}s", t0.elapsed().as_secs_f64());
