@@ -54,11 +54,13 @@ pub(crate) struct FileShared {
     ra: Readahead,
 }
 
-/// Whether a miss must read the backend or may start from zeros.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fill {
+/// How a miss fills a new folio: from the backend, or (a write covering
+/// the whole page) from the written bytes, so no reader ever sees the
+/// folio before it holds either the old or the new contents.
+#[derive(Clone, Copy)]
+enum Fill<'a> {
     Read,
-    Overwrite,
+    Overwrite(&'a [u8]),
 }
 
 fn io_add_error(e: AddError) -> io::Error {
@@ -91,17 +93,19 @@ impl FileShared {
     }
 
     /// The uptodate folio covering `index`, from the cache or the backend.
-    /// The caller must lock it and re-check `DETACHED`/`UPTODATE`.
-    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
+    /// The caller must lock it and re-check `DETACHED`/`UPTODATE`. With
+    /// [`Fill::Overwrite`], a miss creates the page from those bytes, marks
+    /// it dirty and returns `(folio, true)`: the write is done.
+    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill<'_>) -> io::Result<(Arc<Folio>, bool)> {
         let mut allow_large = true;
         loop {
             if let Some(f) = self.mapping.lookup(index) {
                 self.cache.counters.hits.add(1);
                 folio::mark_accessed(&f);
-                return Ok(f);
+                return Ok((f, false));
             }
             let size = self.len();
-            let order = if fill == Fill::Read && allow_large {
+            let order = if matches!(fill, Fill::Read) && allow_large {
                 self.ra
                     .on_miss(index, self.cache.max_order, size.div_ceil(PAGE))
             } else {
@@ -127,19 +131,29 @@ impl FileShared {
                 bump(&self.cache.counters.readahead_pages, nr - 1);
             }
             let mut buf = vec![0u8; nr as usize * PAGE_SIZE];
-            if fill == Fill::Read {
-                if let Err(e) = self.read_backend(&mut buf, base * PAGE, size) {
-                    folio.set(FolioFlags::DETACHED);
-                    self.mapping.remove_folio(&folio, shadow);
-                    drop_gauge(&self.cache.nr_cached, nr);
-                    return Err(e);
+            let written = match fill {
+                Fill::Read => {
+                    if let Err(e) = self.read_backend(&mut buf, base * PAGE, size) {
+                        folio.set(FolioFlags::DETACHED);
+                        self.mapping.remove_folio(&folio, shadow);
+                        drop_gauge(&self.cache.nr_cached, nr);
+                        return Err(e);
+                    }
+                    false
                 }
-            }
+                Fill::Overwrite(bytes) => {
+                    buf.copy_from_slice(bytes);
+                    true
+                }
+            };
             *data = buf;
             folio.set(FolioFlags::UPTODATE);
+            if written {
+                self.mark_dirty(&folio);
+            }
             drop(data);
             self.cache.insert_new(self, &folio, shadow);
-            return Ok(folio);
+            return Ok((folio, written));
         }
     }
 
@@ -174,7 +188,7 @@ impl FileShared {
         let end = checked_end(offset, buf.len() as u64)?.min(size);
         let mut pos = offset;
         while pos < end {
-            let f = self.get_folio(pos / PAGE, Fill::Read)?;
+            let (f, _) = self.get_folio(pos / PAGE, Fill::Read)?;
             let data = f.data().read();
             if !folio::is_live(&f) {
                 continue;
@@ -203,15 +217,23 @@ impl FileShared {
         let mut pos = offset;
         while pos < end {
             let index = pos / PAGE;
-            let whole = pos.is_multiple_of(PAGE) && end - pos >= PAGE;
-            let f = self.get_folio(index, if whole { Fill::Overwrite } else { Fill::Read })?;
+            let src = (pos - offset) as usize;
+            let fill = if pos.is_multiple_of(PAGE) && end - pos >= PAGE {
+                Fill::Overwrite(&buf[src..src + PAGE_SIZE])
+            } else {
+                Fill::Read
+            };
+            let (f, written) = self.get_folio(index, fill)?;
+            if written {
+                pos += PAGE;
+                continue;
+            }
             let mut data = f.data().write();
             if !folio::is_live(&f) {
                 continue;
             }
             let at = (pos - f.index() * PAGE) as usize;
             let n = ((end - pos) as usize).min(data.len() - at);
-            let src = (pos - offset) as usize;
             data[at..at + n].copy_from_slice(&buf[src..src + n]);
             self.mark_dirty(&f);
             drop(data);
@@ -492,7 +514,7 @@ impl CachedFile {
             ));
         }
         loop {
-            let f = s.get_folio(index, Fill::Read)?;
+            let (f, _) = s.get_folio(index, Fill::Read)?;
             if let Some(r) = FolioRef::new(f, index) {
                 return Ok(r);
             }

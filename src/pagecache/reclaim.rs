@@ -5,7 +5,7 @@
 //! Owns the eviction step. A victim is evicted only when it is clean, not
 //! under writeback, not referenced since it was last scanned, and its data
 //! lock can be taken for writing without waiting (nobody reads or writes
-//! it); it then leaves a shadow carrying the eviction clock. Dirty victims
+//! it) and no one else holds a reference to it; it then leaves a shadow carrying the eviction clock. Dirty victims
 //! are rotated and written back after the LRU lock is dropped, then the
 //! scan runs once more. Invariant: the LRU lock is never held across I/O
 //! or while blocking on a folio's data lock.
@@ -124,7 +124,14 @@ impl CacheInner {
             lru.take(&e);
             return false;
         }
-        if folio.test(FolioFlags::DIRTY) || folio.test(FolioFlags::WRITEBACK) {
+        // References: the tree's, the list entry's and `folio`. Any other
+        // is a reader or writer between lookup and lock (the kernel's
+        // refcount freeze): evicting under it would make that caller miss
+        // again, and with a tiny cache loop forever.
+        if folio.test(FolioFlags::DIRTY)
+            || folio.test(FolioFlags::WRITEBACK)
+            || Arc::strong_count(&folio) > 3
+        {
             lru.rotate(e);
             return false;
         }

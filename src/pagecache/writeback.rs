@@ -77,7 +77,6 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     // Writers after this point set the age again.
     file.dirtied_at.store(0, Ordering::Relaxed);
     file.mapping.tag_for_writeback(start, end);
-    let size = file.len();
     let mut result = Ok(());
     let mut run = Run {
         offset: 0,
@@ -95,7 +94,10 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         let c = &file.cache.counters;
         drop_gauge(&c.dirty_bytes, bytes);
         bump(&c.writeback_bytes, bytes);
-        match dirty_spans(&folio, size) {
+        // Read the size under the folio's lock: a write that extended the
+        // file stored the new size before it took the lock, so its bytes
+        // are inside the span.
+        match dirty_spans(&folio, file.len()) {
             Some((from, to)) => {
                 let pos = folio.index() * PAGE + from as u64;
                 let adjacent = !run.folios.is_empty()

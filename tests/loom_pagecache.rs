@@ -1,0 +1,76 @@
+//! Loom model of the page cache's miss path: two threads miss on the same
+//! page at once. Exactly one backend read happens, one folio ends up
+//! cached, and both readers see the backend's bytes (the loser of
+//! `add_folio` finds the winner's folio and waits on its data lock until
+//! the read finished).
+//!
+//! Run with:
+//! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release --test loom_pagecache --target-dir target/loom`
+
+#[cfg(loom)]
+mod tests {
+    use kxarray::backend::Backend;
+    use kxarray::pagecache::{CacheConfig, PageCache};
+    use std::io;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A 4 KiB device of byte 0x5A that counts reads.
+    #[derive(Debug, Default)]
+    struct Counting {
+        reads: AtomicUsize,
+    }
+
+    impl Backend for Counting {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let n = buf.len().min(4096usize.saturating_sub(offset as usize));
+            buf[..n].fill(0x5A);
+            Ok(n)
+        }
+        fn write_at(&self, buf: &[u8], _offset: u64) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(4096)
+        }
+        fn set_len(&self, _len: u64) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    fn builder() -> loom::model::Builder {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound.get_or_insert(3);
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            b.max_branches = 100_000;
+        }
+        b
+    }
+
+    #[test]
+    fn racing_misses_read_the_backend_once() {
+        builder().check(|| {
+            let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+            let backend = Arc::new(Counting::default());
+            let file = cache.open(Arc::clone(&backend)).unwrap();
+            let other = file.clone();
+            let t = loom::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                assert_eq!(other.read_at(&mut buf, 100).unwrap(), 16);
+                assert_eq!(buf, [0x5A; 16]);
+            });
+            let mut buf = [0u8; 16];
+            assert_eq!(file.read_at(&mut buf, 200).unwrap(), 16);
+            assert_eq!(buf, [0x5A; 16]);
+            t.join().unwrap();
+            assert_eq!(backend.reads.load(Ordering::SeqCst), 1, "one backend read");
+            let s = cache.stats();
+            assert_eq!(s.cached_pages, 1, "one folio");
+            assert_eq!((s.misses, s.hits), (1, 1));
+        });
+    }
+}

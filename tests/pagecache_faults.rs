@@ -1,0 +1,149 @@
+//! Fault injection: backend write errors leave the data dirty, the next
+//! `sync` reports the error once, and once the fault clears a `sync` writes
+//! the data and returns `Ok`. Read errors fail the read and cache nothing.
+//! A backend returning short transfers and `EINTR` is handled.
+
+mod pagecache_common;
+
+use kxarray::pagecache::{CacheConfig, PageCache};
+use pagecache_common::MemBackend;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn setup(pages: u64) -> (PageCache, Arc<MemBackend>, kxarray::pagecache::CachedFile) {
+    let cache = PageCache::new(CacheConfig::default().capacity(pages * 4096).flusher(false));
+    let b = Arc::new(MemBackend::new());
+    b.set_len_direct(16 * 4096);
+    let f = cache.open(Arc::clone(&b)).unwrap();
+    (cache, b, f)
+}
+
+trait Direct {
+    fn set_len_direct(&self, n: usize);
+}
+impl Direct for MemBackend {
+    fn set_len_direct(&self, n: usize) {
+        self.data.lock().unwrap().resize(n, 0);
+    }
+}
+
+#[test]
+fn failed_writeback_keeps_data_dirty_and_reports_once() {
+    let (cache, b, f) = setup(64);
+    f.write_at(&[7u8; 8192], 4096).unwrap();
+    b.fail_all.store(true, Ordering::Relaxed);
+    let e = f.sync().unwrap_err();
+    assert!(e.to_string().contains("injected"), "{e}");
+    assert_eq!(cache.stats().dirty_bytes, 8192, "still dirty");
+    assert!(b.contents()[4096..12288].iter().all(|&x| x == 0));
+    // Still failing: a new failure is a new error.
+    assert!(f.sync().is_err());
+    b.fail_all.store(false, Ordering::Relaxed);
+    f.sync().unwrap();
+    assert_eq!(&b.contents()[4096..12288], &[7u8; 8192][..]);
+    assert_eq!(cache.stats().dirty_bytes, 0);
+    f.sync().unwrap();
+}
+
+#[test]
+fn background_error_is_reported_by_the_next_sync_only() {
+    let (cache, b, f) = setup(64);
+    let other = f.clone();
+    f.write_at(&[1u8; 4096], 0).unwrap();
+    b.fail_next.store(1, Ordering::Relaxed);
+    // The flusher's path: writeback without sync.
+    assert!(cache.writeback_all().is_err());
+    // The fault is gone (it was one write): sync writes and reports the
+    // earlier error once, to each handle.
+    assert!(f.sync().is_err());
+    assert_eq!(&b.contents()[..4096], &[1u8; 4096][..]);
+    assert!(f.sync().is_ok());
+    assert!(other.sync().is_err(), "a clone has its own cursor");
+    assert!(other.sync().is_ok());
+}
+
+#[test]
+fn range_fault_splits_merged_runs_and_loses_nothing() {
+    let (cache, b, f) = setup(64);
+    for p in 0..8u64 {
+        f.write_at(&[p as u8 + 1; 4096], p * 4096).unwrap();
+    }
+    *b.fail_range.lock().unwrap() = Some(3 * 4096..3 * 4096 + 1);
+    assert!(f.sync().is_err());
+    // Every page was in one merged run, which failed: all still dirty.
+    assert_eq!(cache.stats().dirty_bytes, 8 * 4096);
+    *b.fail_range.lock().unwrap() = None;
+    f.sync().unwrap();
+    for p in 0..8usize {
+        assert!(b.contents()[p * 4096..(p + 1) * 4096]
+            .iter()
+            .all(|&x| x == p as u8 + 1));
+    }
+    assert_eq!(b.writes.load(Ordering::Relaxed), 1, "one merged write");
+}
+
+#[test]
+fn dirty_data_survives_eviction_pressure_during_a_fault() {
+    let (cache, b, f) = setup(4);
+    b.fail_all.store(true, Ordering::Relaxed);
+    for p in 0..8u64 {
+        f.write_at(&[p as u8 + 10; 4096], p * 4096).unwrap();
+    }
+    // Reclaim could not write them back, so nothing dirty was dropped.
+    let mut buf = [0u8; 4096];
+    for p in 0..8u64 {
+        f.read_at(&mut buf, p * 4096).unwrap();
+        assert!(buf.iter().all(|&x| x == p as u8 + 10));
+    }
+    assert!(cache.stats().dirty_bytes >= 8 * 4096);
+    b.fail_all.store(false, Ordering::Relaxed);
+    assert!(f.sync().is_err(), "the earlier failures, once");
+    f.sync().unwrap();
+    for p in 0..8usize {
+        assert!(b.contents()[p * 4096..(p + 1) * 4096]
+            .iter()
+            .all(|&x| x == p as u8 + 10));
+    }
+}
+
+#[test]
+fn flush_error_is_returned() {
+    let (_cache, b, f) = setup(8);
+    f.write_at(b"x", 0).unwrap();
+    b.fail_flush.store(true, Ordering::Relaxed);
+    assert!(f.sync().is_err());
+    b.fail_flush.store(false, Ordering::Relaxed);
+    f.sync().unwrap();
+    assert_eq!(b.contents()[0], b'x');
+}
+
+#[test]
+fn read_error_fails_that_read_and_caches_nothing() {
+    let (cache, b, f) = setup(8);
+    b.data.lock().unwrap()[4096] = 42;
+    b.fail_reads.store(true, Ordering::Relaxed);
+    let mut buf = [0u8; 1];
+    assert!(f.read_at(&mut buf, 4096).is_err());
+    assert_eq!(cache.stats().cached_pages, 0);
+    b.fail_reads.store(false, Ordering::Relaxed);
+    assert_eq!(f.read_at(&mut buf, 4096).unwrap(), 1);
+    assert_eq!(buf[0], 42);
+}
+
+#[test]
+fn short_transfers_and_eintr_are_retried() {
+    let (_cache, b, f) = setup(8);
+    for (i, x) in b.data.lock().unwrap().iter_mut().enumerate() {
+        *x = (i % 253) as u8;
+    }
+    b.awkward.store(true, Ordering::Relaxed);
+    let mut buf = vec![0u8; 10_000];
+    assert_eq!(f.read_at(&mut buf, 3).unwrap(), 10_000);
+    assert!(buf
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == ((i + 3) % 253) as u8));
+    f.write_at(&vec![9u8; 9000], 100).unwrap();
+    f.sync().unwrap();
+    assert!(b.contents()[100..9100].iter().all(|&x| x == 9));
+}
