@@ -91,6 +91,9 @@ mod imp {
         pub(crate) fn try_write(&self) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
             self.0.try_write().ok()
         }
+        pub(crate) fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
+            self.0.try_read().ok()
+        }
     }
 
     /// loom's mutex around data, parking_lot's shape.

@@ -142,3 +142,39 @@ fn stamps_never_tear_under_eviction_and_flusher() {
     assert!(s.evictions > 0, "the test must evict: {s:?}");
     assert_eq!(s.dirty_bytes, 0);
 }
+
+/// Dropping a file's last handle while another file's misses reclaim its
+/// folios writes its dirty data back and releases it. (Reclaim upgrades a
+/// file's weak reference under the LRU lock; it now releases the files it
+/// upgraded only after unlocking, since a file's teardown takes that lock.
+/// This loop exercises the interleaving but does not hit that window
+/// reliably.)
+#[test]
+fn dropping_files_while_reclaim_scans_them() {
+    for round in 0..200u64 {
+        let cache = PageCache::new(
+            CacheConfig::default()
+                .capacity(4 * BLOCK as u64)
+                .flusher(false),
+        );
+        let backend = Arc::new(MemBackend::new());
+        let victim = cache.open(Arc::clone(&backend)).unwrap();
+        victim.write_at(&vec![1u8; 8 * BLOCK], 0).unwrap();
+        let other = cache.open(kxarray::backend::RamDisk::new(1 << 20)).unwrap();
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 1];
+            for i in 0..16u64 {
+                other
+                    .read_at(&mut buf, ((i * 5 + round) % 64) * BLOCK as u64)
+                    .unwrap();
+            }
+        });
+        drop(victim);
+        t.join().unwrap();
+        assert_eq!(cache.stats().dirty_bytes, 0);
+        assert!(
+            backend.contents() == vec![1u8; 8 * BLOCK],
+            "teardown wrote back"
+        );
+    }
+}

@@ -188,6 +188,10 @@ impl FileShared {
         let end = checked_end(offset, buf.len() as u64)?.min(size);
         let mut pos = offset;
         while pos < end {
+            if let Some(n) = self.read_hit(pos, end, &mut buf[(pos - offset) as usize..]) {
+                pos += n as u64;
+                continue;
+            }
             let (f, _) = self.get_folio(pos / PAGE, Fill::Read)?;
             let data = f.data().read();
             if !folio::is_live(&f) {
@@ -200,6 +204,49 @@ impl FileShared {
             pos += n as u64;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// The hit path of `read_at`: under one epoch guard, load the folio,
+    /// try its data lock shared, copy, and count the hit; no reference
+    /// count is taken (the guard keeps the folio alive, and a folio removed
+    /// meanwhile is `DETACHED` once its lock is ours). `None` sends the
+    /// caller to the miss path (not cached, being filled, or detached).
+    #[inline]
+    fn read_hit(&self, pos: u64, end: u64, out: &mut [u8]) -> Option<usize> {
+        let guard = pin();
+        let Some(EntryRef::Item(r)) = self.mapping.pages().load(pos / PAGE, &guard) else {
+            return None;
+        };
+        let f: &Folio = r.get();
+        let data = f.data().try_read()?;
+        if !folio::is_live(f) {
+            return None;
+        }
+        let at = (pos - f.index() * PAGE) as usize;
+        let n = ((end - pos) as usize).min(data.len() - at);
+        out[..n].copy_from_slice(&data[at..at + n]);
+        drop(data);
+        self.cache.counters.hits.add(1);
+        folio::mark_accessed(f);
+        Some(n)
+    }
+
+    /// The hit path of `read_folio`: a reference taken under the epoch
+    /// guard (no re-check of the slot: `FolioRef::new` refuses a folio that
+    /// was detached meanwhile).
+    #[inline]
+    fn folio_hit(&self, index: u64) -> Option<FolioRef> {
+        let f = {
+            let guard = pin();
+            match self.mapping.pages().load(index, &guard)? {
+                EntryRef::Item(r) => r.to_owned(),
+                EntryRef::Value(_) => return None,
+            }
+        };
+        let r = FolioRef::new(f, index)?;
+        self.cache.counters.hits.add(1);
+        folio::mark_accessed(r.folio());
+        Some(r)
     }
 
     fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -512,6 +559,9 @@ impl CachedFile {
                 io::ErrorKind::UnexpectedEof,
                 format!("page {index} is past the end of the file"),
             ));
+        }
+        if let Some(r) = s.folio_hit(index) {
+            return Ok(r);
         }
         loop {
             let (f, _) = s.get_folio(index, Fill::Read)?;

@@ -36,6 +36,12 @@ pub(crate) fn is_live(f: &Folio) -> bool {
 /// reclaim passes it over. Keep it briefly (parse, then drop), as one would
 /// a kernel `kmap_local_folio` mapping.
 ///
+/// A thread holding a `FolioRef` must not write, truncate or read the same
+/// folio through its [`CachedFile`](super::CachedFile) until it drops the
+/// reference: the write waits for the reference (a self-deadlock), and a
+/// read queued behind a waiting writer waits too. It is never unsound,
+/// only a hang, like re-locking any reader-writer lock.
+///
 /// ```
 /// use kxarray::backend::RamDisk;
 /// use kxarray::pagecache::{CacheConfig, PageCache};
@@ -68,6 +74,11 @@ impl FolioRef {
             return None;
         }
         Some(FolioRef { guard, folio })
+    }
+
+    /// The folio itself.
+    pub(crate) fn folio(&self) -> &Folio {
+        &self.folio
     }
 
     /// The folio's first page index.

@@ -75,6 +75,10 @@ impl CacheInner {
     /// One pass under the LRU lock; returns dirty victims to write back.
     fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
         let mut dirty = Vec::new();
+        // Files upgraded during the scan are released after the LRU lock
+        // (declared first, dropped last): dropping a file's last handle
+        // detaches its folios, which takes the LRU lock.
+        let mut files: Vec<Arc<FileShared>> = Vec::new();
         let mut lru = self.lru.lock();
         let mut budget = 2 * lru.entries() + 64;
         while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages && budget > 0 {
@@ -96,19 +100,22 @@ impl CacheInner {
                 // The second access: promote.
                 lru.activate(e);
                 bump(&self.counters.activations, 1);
+                files.push(file);
                 continue;
             }
             if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
                 if dirty.len() < 64 {
-                    dirty.push((file, Arc::clone(&e.folio)));
+                    dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
                 }
                 lru.rotate(e);
+                files.push(file);
                 continue;
             }
-            if !self.evict(&mut lru, &file, e) {
-                continue;
-            }
+            self.evict(&mut lru, &file, e);
+            files.push(file);
         }
+        drop(lru);
+        drop(files);
         dirty
     }
 

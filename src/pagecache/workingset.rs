@@ -84,6 +84,8 @@ impl Workingset {
     /// Drop shadow-only nodes beyond the cap; returns how many were dropped.
     pub(crate) fn shrink(&self) -> u64 {
         let mut dropped = 0;
+        // Released after the lock (a file's last handle may go here).
+        let mut files = Vec::new();
         let mut n = self.nodes.lock();
         while n.set.len() > self.node_cap {
             let Some((id, node, file)) = n.queue.pop_front() else {
@@ -96,7 +98,10 @@ impl Workingset {
             if drop_shadow_node(&file.mapping, node) {
                 dropped += 1;
             }
+            files.push(file);
         }
+        drop(n);
+        drop(files);
         dropped
     }
 }
