@@ -184,3 +184,62 @@ fn read_folio_is_zero_copy_and_refuses_past_end() {
     );
     assert!(f.read_folio(u64::MAX).is_err());
 }
+
+#[test]
+fn truncate_inside_a_large_folio_zeroes_its_tail() {
+    let c = PageCache::new(CacheConfig::default().capacity(1 << 22).flusher(false));
+    let dir = std::env::temp_dir().join(format!("kx-pc-lf-{}", std::process::id()));
+    let fb = kxarray::backend::FileBackend::create(&dir).unwrap();
+    fb.write_all_at(&[0xEEu8; 64 * 4096], 0).unwrap();
+    let f = c.open(fb).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..64 {
+        f.read_at(&mut buf, i * PAGE).unwrap();
+    }
+    let big = f.read_folio(40).unwrap();
+    assert!(big.order() >= 3, "readahead made a large folio");
+    let (start, order) = (big.index(), big.order());
+    drop(big);
+    // Cut in the middle of it, then grow back: the cut-off bytes read 0.
+    let cut = (start + (1 << order) / 2) * PAGE + 100;
+    f.set_len(cut).unwrap();
+    f.set_len(64 * PAGE).unwrap();
+    let mut all = vec![0u8; 64 * 4096];
+    f.read_at(&mut all, 0).unwrap();
+    assert!(all[..cut as usize].iter().all(|&b| b == 0xEE));
+    assert!(
+        all[cut as usize..].iter().all(|&b| b == 0),
+        "stale bytes past the cut"
+    );
+    drop(f);
+    let _ = std::fs::remove_file(dir);
+}
+
+#[test]
+fn flusher_writes_back_aged_data_without_sync() {
+    let c = PageCache::new(
+        CacheConfig::default()
+            .capacity(64 * PAGE)
+            .dirty_expire(std::time::Duration::from_millis(20)),
+    );
+    let disk = Arc::new(RamDisk::new(16 * PAGE));
+    let f = c.open(Arc::clone(&disk)).unwrap();
+    f.write_at(&[0x42u8; 100], 5000).unwrap();
+    assert!(c.stats().dirty_bytes > 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut raw = [0u8; 100];
+    loop {
+        disk.read_exact_at(&mut raw, 5000).unwrap();
+        if raw == [0x42u8; 100] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "flusher never wrote back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(c.stats().dirty_bytes, 0);
+    // Dropping the cache stops the flusher thread (joined in drop).
+    drop(c);
+}
