@@ -624,3 +624,34 @@ fn run(a: &Args) -> io::Result<bool> {
     }
     Ok(ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{check, parse_size, stamp};
+
+    #[test]
+    fn verify_catches_stale_misplaced_and_torn_blocks() {
+        let mut b = vec![0u8; 4096];
+        stamp(&mut b, 7, 3);
+        assert!(check(&b, 7, 3).is_ok());
+        assert!(check(&b, 7, 2).is_err(), "a stale generation passes");
+        assert!(check(&b, 8, 3).is_err(), "a misplaced block passes");
+        let mut torn = b.clone();
+        let mut other = vec![0u8; 4096];
+        stamp(&mut other, 7, 4);
+        torn[2048..].copy_from_slice(&other[2048..]);
+        assert!(check(&torn, 7, 3).is_err(), "a torn block passes");
+        assert!(check(&torn, 7, 4).is_err(), "a torn block passes");
+        assert!(check(&[0u8; 4096], 0, 0).is_err(), "zeros pass");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("99999999999g").is_err());
+        assert!(parse_size("x").is_err());
+    }
+}
