@@ -31,9 +31,24 @@
 //! 0.5 s (pairs ordered optimised-legacy, then legacy-optimised), so load
 //! from other processes hits both alike; the gain in IOPS is printed at the
 //! end.
+//!
+//! The command line is `clap`, latencies go into an `hdrhistogram`, the
+//! random pages and the file's pattern come from `rand` (seeded, so runs are
+//! repeatable). The legacy-vs-one-walk comparison stays on bare
+//! `AddressSpace`s, because the library's `PageCache` always adds folios
+//! with the one-walk `add_folio` (the legacy algorithm exists only as
+//! `filemap::legacy`); a last run (`--no-pagecache` skips it) puts the same
+//! job through the library's `PageCache` at the same capacity, with its
+//! two-list reclaim and shadows, and verifies every read the same way.
 
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use kxarray::backend::{Backend as KxBackend, FileBackend, RamDisk};
 use kxarray::filemap::legacy::add_folio_legacy_stats;
 use kxarray::filemap::{AddError, AddStats, AddressSpace, Folio, Shadow, ShadowFields, PAGE_SIZE};
+use kxarray::pagecache::{CacheConfig, PageCache};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -53,17 +68,8 @@ struct Pattern {
 
 impl Pattern {
     fn new() -> Pattern {
-        let mut x = 0x243f_6a88_85a3_08d3u64;
-        let table = (0..WORDS)
-            .map(|_| {
-                // splitmix64
-                x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = x;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^ (z >> 31)
-            })
-            .collect();
+        let mut rng = SmallRng::seed_from_u64(0x243f_6a88_85a3_08d3);
+        let table = (0..WORDS).map(|_| rng.random()).collect();
         Pattern { table }
     }
     fn fill(&self, page: u64, out: &mut [u8]) {
@@ -146,75 +152,6 @@ impl Drop for TempFile {
     }
 }
 
-/// splitmix64
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
-}
-
-/// Log-linear latency histogram: 16 sub-buckets per power of two of ns.
-struct Hist {
-    counts: Vec<u64>,
-}
-
-impl Hist {
-    const SUB: u32 = 4;
-    fn new() -> Hist {
-        Hist {
-            counts: vec![0; 64 << Self::SUB],
-        }
-    }
-    fn bucket(ns: u64) -> usize {
-        let ns = ns.max(1);
-        let e = 63 - ns.leading_zeros();
-        let m = if e >= Self::SUB {
-            (ns >> (e - Self::SUB)) & ((1 << Self::SUB) - 1)
-        } else {
-            (ns << (Self::SUB - e)) & ((1 << Self::SUB) - 1)
-        };
-        ((e << Self::SUB) | m as u32) as usize
-    }
-    /// The upper bound of a bucket, in ns.
-    fn value(b: usize) -> u64 {
-        let e = (b >> Self::SUB) as u32;
-        let m = (b & ((1 << Self::SUB) - 1)) as u64;
-        if e >= Self::SUB {
-            (((1 << Self::SUB) | m) + 1) << (e - Self::SUB)
-        } else {
-            (((1 << Self::SUB) | m) >> (Self::SUB - e)).max(1)
-        }
-    }
-    fn record(&mut self, ns: u64) {
-        self.counts[Self::bucket(ns)] += 1;
-    }
-    fn merge(&mut self, o: &Hist) {
-        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
-            *a += b;
-        }
-    }
-    fn percentile(&self, p: f64) -> u64 {
-        let total: u64 = self.counts.iter().sum();
-        let want = ((total as f64) * p / 100.0).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (b, &c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return Self::value(b);
-            }
-        }
-        0
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Optimised,
@@ -230,64 +167,51 @@ impl Mode {
     }
 }
 
+/// The seed's fio job in user space: random cached 4 KiB reads through a
+/// page cache smaller than the file, one-walk `add_folio` against the
+/// legacy algorithm.
+#[derive(Parser, Debug)]
+#[command(about)]
 struct Config {
+    /// Seconds per mode.
+    #[arg(long, default_value_t = 5.0, value_parser = positive_f64)]
     seconds: f64,
-    threads: usize,
+    /// Reader threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: u64,
+    /// Run the legacy algorithm only.
+    #[arg(long)]
     legacy: bool,
+    /// First populate and evict order-9 folios (the seed's THP case).
+    #[arg(long)]
     thp: bool,
+    /// Size of the temporary file in MiB.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(4..=1 << 20))]
     file_mib: u64,
+    /// Page cache cap, in percent of the file.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=99))]
     cache_pct: u64,
-    ram: bool,
+    /// Where misses read from.
+    #[arg(long, value_enum, default_value_t = BackendKind::Ram)]
+    backend: BackendKind,
+    /// Skip the last run, the same job through the library's `PageCache`.
+    #[arg(long)]
+    no_pagecache: bool,
 }
 
-fn usage() -> ! {
-    eprintln!("usage: refault [--seconds S (5)] [--threads N (4)] [--legacy] [--thp] [--file-mib M (128)] [--cache-pct P (50)] [--backend ram|file (ram)]");
-    std::process::exit(2)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendKind {
+    /// A RAM copy of the file (the seed's brd device).
+    Ram,
+    /// `pread` from the temporary file.
+    File,
 }
 
-fn parse() -> Config {
-    let mut c = Config {
-        seconds: 5.0,
-        threads: 4,
-        legacy: false,
-        thp: false,
-        file_mib: 128,
-        cache_pct: 50,
-        ram: true,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |name: &str| -> String {
-            args.next()
-                .unwrap_or_else(|| panic!("{name} needs a value"))
-        };
-        match a.as_str() {
-            "--seconds" => c.seconds = val("--seconds").parse().unwrap_or_else(|_| usage()),
-            "--threads" => c.threads = val("--threads").parse().unwrap_or_else(|_| usage()),
-            "--file-mib" => c.file_mib = val("--file-mib").parse().unwrap_or_else(|_| usage()),
-            "--cache-pct" => c.cache_pct = val("--cache-pct").parse().unwrap_or_else(|_| usage()),
-            "--legacy" => c.legacy = true,
-            "--backend" => {
-                c.ram = match val("--backend").as_str() {
-                    "ram" => true,
-                    "file" => false,
-                    _ => usage(),
-                }
-            }
-            "--thp" => c.thp = true,
-            "-h" | "--help" => usage(),
-            _ => usage(),
-        }
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s}: expected a positive number")),
     }
-    if c.threads == 0
-        || c.seconds <= 0.0
-        || c.file_mib < 4
-        || c.cache_pct == 0
-        || c.cache_pct >= 100
-    {
-        usage();
-    }
-    c
 }
 
 /// What one thread (or a whole run) counted.
@@ -303,7 +227,7 @@ struct Tally {
     evictions: u64,
     mismatches: u64,
     stats: AddStats,
-    hist: Hist,
+    hist: Histogram<u64>,
 }
 
 impl Tally {
@@ -319,7 +243,7 @@ impl Tally {
             evictions: 0,
             mismatches: 0,
             stats: AddStats::default(),
-            hist: Hist::new(),
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"),
         }
     }
     fn merge(&mut self, o: &Tally) {
@@ -333,7 +257,9 @@ impl Tally {
         self.evictions += o.evictions;
         self.mismatches += o.mismatches;
         self.stats += o.stats;
-        self.hist.merge(&o.hist);
+        self.hist
+            .add(&o.hist)
+            .expect("histograms of the same precision merge");
     }
 }
 
@@ -407,12 +333,12 @@ impl Cache {
         stop: &AtomicBool,
     ) -> Tally {
         let mut t = Tally::new();
-        let mut rng = Rng(seed);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut owned = self.owned[id].lock().unwrap();
         let mut buf = vec![0u8; PAGE_SIZE];
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..32 {
-                let idx = rng.below(pages);
+                let idx = rng.random_range(0..pages);
                 let t0 = Instant::now();
                 loop {
                     if let Some(f) = self.space.lookup(idx) {
@@ -447,7 +373,7 @@ impl Cache {
                             f.read(0, &mut buf);
                             owned.push(f);
                             if self.space.nr_pages() > cap && !owned.is_empty() {
-                                let i = rng.below(owned.len() as u64) as usize;
+                                let i = rng.random_range(0..owned.len());
                                 let victim = owned.swap_remove(i);
                                 let e = self.clock.fetch_add(1, Ordering::Relaxed);
                                 if self.space.remove_folio(&victim, Some(shadow(e))) {
@@ -463,7 +389,7 @@ impl Cache {
                         Err(e) => panic!("add_folio: {e}"),
                     }
                 }
-                t.hist.record(t0.elapsed().as_nanos() as u64);
+                t.hist.saturating_record(t0.elapsed().as_nanos() as u64);
                 t.reads += 1;
                 if !pat.check(idx, &buf) {
                     t.mismatches += 1;
@@ -489,7 +415,7 @@ impl Cache {
         let this = &*self;
         let start = Instant::now();
         let tallies: Vec<Tally> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..cfg.threads)
+            let hs: Vec<_> = (0..cfg.threads as usize)
                 .map(|id| {
                     let stop = &stop;
                     let seed = 0x5eed_0000 + (phase << 8) + id as u64;
@@ -542,11 +468,11 @@ impl Cache {
         );
         println!(
             "    clat (nsec): 50.00th=[{}], 90.00th=[{}], 99.00th=[{}], 99.90th=[{}], 99.99th=[{}]",
-            t.hist.percentile(50.0),
-            t.hist.percentile(90.0),
-            t.hist.percentile(99.0),
-            t.hist.percentile(99.9),
-            t.hist.percentile(99.99)
+            t.hist.value_at_quantile(0.5),
+            t.hist.value_at_quantile(0.9),
+            t.hist.value_at_quantile(0.99),
+            t.hist.value_at_quantile(0.9990000000000001),
+            t.hist.value_at_quantile(0.9998999999999999)
         );
         println!(
             "  cache: hits={} ({:.1}%), misses/adds={}, refaults seen={} ({:.1}% of adds; workingset {}), evictions={}, EEXIST races={}",
@@ -573,8 +499,112 @@ impl Cache {
     }
 }
 
+/// The same job through the library's `PageCache` (one-walk `add_folio`,
+/// two-list reclaim with shadows instead of random eviction) over a
+/// `RamDisk` holding the file's pattern (or the file itself with `--backend
+/// file`), at the same capacity, for `--seconds`: what the whole cache costs
+/// on top of the bare address space. Returns the number of mismatching reads.
+fn pagecache_run(
+    cfg: &Config,
+    pages: u64,
+    cap: u64,
+    pat: &Pattern,
+    tmp: &TempFile,
+) -> std::io::Result<u64> {
+    let cache = PageCache::new(
+        CacheConfig::default()
+            .capacity(cap * PAGE_SIZE as u64)
+            .flusher(false),
+    );
+    let file = if cfg.backend == BackendKind::Ram {
+        let disk = RamDisk::new(pages * PAGE_SIZE as u64);
+        let mut page = vec![0u8; PAGE_SIZE];
+        for p in 0..pages {
+            pat.fill(p, &mut page);
+            KxBackend::write_all_at(&disk, &page, p * PAGE_SIZE as u64)?;
+        }
+        cache.open(disk)?
+    } else {
+        cache.open(FileBackend::from_file(tmp.file.try_clone()?))?
+    };
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let results: Vec<std::io::Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..cfg.threads)
+            .map(|id| {
+                let (file, stop) = (&file, &stop);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(0x5eed_f00d + id);
+                    let mut hist =
+                        Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+                    let (mut reads, mut bad) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..32 {
+                            let idx = rng.random_range(0..pages);
+                            let t0 = Instant::now();
+                            let f = file.read_folio(idx)?;
+                            hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                            if !pat.check(idx, f.page(idx)) {
+                                bad += 1;
+                            }
+                            reads += 1;
+                        }
+                    }
+                    Ok((reads, bad, hist))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(cfg.seconds));
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter()
+            .map(|h| h.join().expect("reader panicked"))
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let (mut reads, mut bad) = (0u64, 0u64);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    for r in results {
+        let (n, b, h) = r?;
+        reads += n;
+        bad += b;
+        hist.add(&h).expect("same bounds");
+    }
+    let st = cache.stats();
+    let iops = reads as f64 / secs;
+    println!(
+        "cached (library PageCache, one-walk add_folio, two-list reclaim): (groupid=0, jobs={}): rw=randread, bs=4KiB",
+        cfg.threads
+    );
+    println!(
+        "  read: IOPS={:.1}k, BW={:.0}MiB/s ({}msec)",
+        iops / 1e3,
+        iops * PAGE_SIZE as f64 / (1 << 20) as f64,
+        (secs * 1000.0) as u64
+    );
+    println!(
+        "    clat (nsec): 50.00th=[{}], 90.00th=[{}], 99.00th=[{}], 99.90th=[{}], 99.99th=[{}]",
+        hist.value_at_quantile(0.5),
+        hist.value_at_quantile(0.9),
+        hist.value_at_quantile(0.99),
+        hist.value_at_quantile(0.999),
+        hist.value_at_quantile(0.9999)
+    );
+    println!(
+        "  cache: hits={} ({:.1}%), misses={}, refaults={}, activations={}, evictions={}, shadows={}",
+        st.hits,
+        100.0 * st.hit_ratio(),
+        st.misses,
+        st.refaults,
+        st.activations,
+        st.evictions,
+        st.shadows
+    );
+    println!("  verify: {reads} reads checked, {bad} mismatches");
+    Ok(bad)
+}
+
 fn main() -> ExitCode {
-    let cfg = parse();
+    let cfg = Config::parse();
     let pages = cfg.file_mib * 256;
     let cap = pages * cfg.cache_pct / 100;
     let pat = Pattern::new();
@@ -598,7 +628,7 @@ fn main() -> ExitCode {
         cfg.seconds,
         if cfg.thp { ", THP pre-phase (order-9 shadows)" } else { "" }
     );
-    let backend = if cfg.ram {
+    let backend = if cfg.backend == BackendKind::Ram {
         let mut v = vec![0u8; pages as usize * PAGE_SIZE];
         Backend::File(tmp.file.try_clone().expect("dup file")).read(&mut v, 0);
         Backend::Ram(v)
@@ -607,7 +637,7 @@ fn main() -> ExitCode {
     };
     println!(
         "backend: {}",
-        if cfg.ram {
+        if cfg.backend == BackendKind::Ram {
             "ram (a RAM copy of the file, like the seed's brd device)"
         } else {
             "file (pread)"
@@ -615,11 +645,11 @@ fn main() -> ExitCode {
     );
     let dur = Duration::from_secs_f64(cfg.seconds);
     let mut caches: Vec<Cache> = if cfg.legacy {
-        vec![Cache::new(Mode::Legacy, cfg.threads)]
+        vec![Cache::new(Mode::Legacy, cfg.threads as usize)]
     } else {
         vec![
-            Cache::new(Mode::Optimised, cfg.threads),
-            Cache::new(Mode::Legacy, cfg.threads),
+            Cache::new(Mode::Optimised, cfg.threads as usize),
+            Cache::new(Mode::Legacy, cfg.threads as usize),
         ]
     };
     if cfg.thp {
@@ -664,6 +694,15 @@ fn main() -> ExitCode {
             o.tally.stats.nodes as f64 / o.tally.adds.max(1) as f64,
             l.tally.stats.nodes as f64 / l.tally.adds.max(1) as f64,
         );
+    }
+    if !cfg.no_pagecache {
+        match pagecache_run(&cfg, pages, cap, &pat, &tmp) {
+            Ok(bad) => mismatches += bad,
+            Err(e) => {
+                eprintln!("pagecache run: {e}");
+                mismatches += 1;
+            }
+        }
     }
     drop(tmp);
     println!("total {:.2}s", t0.elapsed().as_secs_f64());
