@@ -40,6 +40,19 @@ pub enum Error {
     InvalidSplit,
     /// A cmpxchg found a different entry than expected.
     Mismatch,
+    /// A multi-index entry of a [`crate::ChunkedXArray`] would reach past
+    /// its chunk: its order is larger than the array's chunk shift.
+    CrossesChunk {
+        /// The index given.
+        index: u64,
+        /// The order given.
+        order: u32,
+        /// The array's chunk shift (chunks hold `2^shift` indices).
+        shift: u32,
+    },
+    /// A chunk shift larger than 63 was requested for a
+    /// [`crate::ChunkedXArray`].
+    InvalidChunkShift(u32),
 }
 
 impl fmt::Display for Error {
@@ -58,6 +71,15 @@ impl fmt::Display for Error {
             Error::NotAllocating => f.write_str("array was not created as an allocating array"),
             Error::InvalidSplit => f.write_str("split not possible in one step"),
             Error::Mismatch => f.write_str("current entry differs from the expected one"),
+            Error::CrossesChunk {
+                index,
+                order,
+                shift,
+            } => write!(
+                f,
+                "an order-{order} entry at {index:#x} does not fit in a chunk of 2^{shift} indices"
+            ),
+            Error::InvalidChunkShift(s) => write!(f, "chunk shift {s} is larger than 63"),
         }
     }
 }

@@ -45,8 +45,10 @@ mod sync;
 mod xarray;
 
 pub mod backend;
+pub mod chunked;
 pub mod filemap;
 
+pub use chunked::ChunkedXArray;
 pub use cursor::{Conflicts, CursorIter, Stale, XaState};
 pub use entry::MAX_VALUE;
 pub use error::{Error, Rejected};

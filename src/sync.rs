@@ -9,7 +9,7 @@
 //! Invariant: no other module names `std::sync::atomic`, `parking_lot` or
 //! `loom` directly.
 
-pub(crate) use crossbeam_epoch::{pin, unprotected, Guard};
+pub(crate) use crossbeam_epoch::{pin, unprotected, Atomic, Guard, Owned, Shared};
 
 #[cfg(not(loom))]
 mod imp {
