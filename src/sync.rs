@@ -9,11 +9,12 @@
 //! Invariant: no other module names `std::sync::atomic`, `parking_lot` or
 //! `loom` directly.
 
-pub(crate) use crossbeam_epoch::{pin, unprotected, Atomic, Guard, Owned, Shared};
+/// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
+pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
     /// The writer lock (the kernel's `xa_lock`).
     pub(crate) struct Mutex(parking_lot::Mutex<()>);
@@ -36,7 +37,7 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
     /// The writer lock, loom's mutex with parking_lot's shape (no poisoning).
     pub(crate) struct Mutex(loom::sync::Mutex<()>, loom::sync::atomic::AtomicBool);

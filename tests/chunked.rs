@@ -138,7 +138,7 @@ fn apply(xa: &Cx, m: &mut Model, op: &Op) {
             assert_eq!(r.entry, Some(Entry::Value(v)));
         }
         Op::StoreOrder(i, o, v) => {
-            let last = i + (1 << o) - 1;
+            let last = i | ((1u64 << o) - 1);
             let over = m.overlapping(i, last);
             // A block inside a larger entry replaces that entry in place:
             // the map model does not predict the shape; skip it here.
@@ -149,8 +149,8 @@ fn apply(xa: &Cx, m: &mut Model, op: &Op) {
             let mut marks = [false; 3];
             for s in over {
                 let e = m.0.remove(&s).unwrap();
-                for k in 0..3 {
-                    marks[k] |= e.marks[k];
+                for (acc, had) in marks.iter_mut().zip(e.marks) {
+                    *acc |= had;
                 }
             }
             m.0.insert(

@@ -20,9 +20,11 @@
 //!   takes only the directory lock.
 
 use crate::error::Error;
+use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef};
-use crate::sync::{unprotected, Atomic, AtomicU8, Guard, Ordering, Owned, Shared};
+use crate::sync::{AtomicPtr, AtomicU8, Ordering};
 use crate::xarray::{XArray, XaLock};
+use core::ptr;
 
 /// One chunk: an `XArray` of offsets within the chunk, and the flag that
 /// retires it.
@@ -45,10 +47,19 @@ impl<T: Item> Chunk<T> {
     }
 }
 
+/// An unlinked chunk on its way to the epoch's deferred drop.
+struct SendChunk<T: Item>(*mut Chunk<T>);
+// SAFETY: the chunk is unreachable when it is sent, and `Chunk<T>` is an
+// `XArray<T>` plus a flag; `T: Item` is `Send + Sync`, so dropping it on
+// another thread is sound.
+unsafe impl<T: Item> Send for SendChunk<T> {}
+
 /// Chunk number -> chunk.
 pub(super) struct Directory<T: Item> {
     /// Chunks `0..direct.len()`, one atomic pointer each.
-    direct: Box<[Atomic<Chunk<T>>]>,
+    /// A non-null pointer came from `Box::into_raw` and is owned by the
+    /// table until unlinked.
+    direct: Box<[AtomicPtr<Chunk<T>>]>,
     /// Chunks from `direct.len()` on; its lock is the directory lock.
     overflow: XArray<Box<Chunk<T>>>,
 }
@@ -56,7 +67,9 @@ pub(super) struct Directory<T: Item> {
 impl<T: Item> Directory<T> {
     pub(super) fn new(direct: usize) -> Self {
         Directory {
-            direct: (0..direct).map(|_| Atomic::null()).collect(),
+            direct: (0..direct)
+                .map(|_| AtomicPtr::new(ptr::null_mut()))
+                .collect(),
             overflow: XArray::new(),
         }
     }
@@ -80,10 +93,12 @@ impl<T: Item> Directory<T> {
     #[inline(always)]
     pub(super) fn get<'g>(&'g self, c: u64, guard: &'g Guard) -> Option<&'g Chunk<T>> {
         if c < self.direct.len() as u64 {
-            let p = self.direct[c as usize].load(Ordering::Acquire, guard);
-            // SAFETY: a chunk unlinked from the table is freed only through
+            let p = self.direct[c as usize].load(Ordering::Acquire);
+            // SAFETY: a non-null pointer in the table is a live boxed chunk
+            // (published with Release in `create`, paired with this
+            // Acquire); one unlinked from the table is freed only through
             // the epoch (`unlink`), after every guard pinned before the
-            // unlink is dropped; `guard` is one of them, so the chunk lives
+            // unlink is dropped. `guard` is pinned now, so the chunk lives
             // for 'g.
             unsafe { p.as_ref() }
         } else {
@@ -121,7 +136,7 @@ impl<T: Item> Directory<T> {
 
     /// Every linked chunk in order, folded (lock-free).
     pub(super) fn fold<A>(&self, init: A, mut f: impl FnMut(A, u64, &Chunk<T>) -> A) -> A {
-        let guard = crate::sync::pin();
+        let guard = pin();
         let mut acc = init;
         let mut c = 0;
         while let Some((n, ch)) = self.next(c, u64::MAX, &guard) {
@@ -142,8 +157,9 @@ impl<T: Item> Directory<T> {
         let dl = self.overflow.lock();
         if c < self.direct.len() as u64 {
             let slot = &self.direct[c as usize];
-            if slot.load(Ordering::Relaxed, dl.guard()).is_null() {
-                slot.store(Owned::new(Chunk::new()), Ordering::Release);
+            if slot.load(Ordering::Relaxed).is_null() {
+                let fresh = Box::into_raw(Box::new(Chunk::new()));
+                slot.store(fresh, Ordering::Release);
             }
             return Ok(());
         }
@@ -160,16 +176,24 @@ impl<T: Item> Directory<T> {
         let dl = self.overflow.lock();
         if c < self.direct.len() as u64 {
             let slot = &self.direct[c as usize];
-            let cur = slot.load(Ordering::Relaxed, dl.guard());
-            if core::ptr::eq(cur.as_raw(), chunk) {
-                slot.store(Shared::null(), Ordering::Release);
-                // SAFETY: `cur` was allocated by `Owned::new` in `create`
-                // and is now unlinked under the directory lock, so no reader
-                // can load it any more and no other unlink can defer it
-                // again; readers that loaded it hold guards pinned before
-                // this point, and the epoch runs the destructor only after
-                // they are all dropped.
-                unsafe { dl.guard().defer_destroy(cur) };
+            let cur = slot.load(Ordering::Relaxed);
+            if ptr::eq(cur, chunk) {
+                slot.store(ptr::null_mut(), Ordering::Release);
+                let owned = SendChunk(cur);
+                // SAFETY: `cur` came from `Box::into_raw` in `create` (or
+                // `get_or_create_mut`) and is now unlinked under the
+                // directory lock, so no reader can load it any more and no
+                // other unlink can defer it again; readers that loaded it
+                // hold guards pinned on the default collector before this
+                // point, and the epoch runs the drop only after they are all
+                // dropped. The chunk is empty, so dropping it on another
+                // thread drops no item.
+                unsafe {
+                    dl.guard().defer_unchecked(move || {
+                        let owned = owned;
+                        drop(Box::from_raw(owned.0));
+                    })
+                }
             }
         } else if let Some(EntryRef::Item(r)) = dl.load(c) {
             if core::ptr::eq(r.get(), chunk) {
@@ -224,13 +248,11 @@ impl<T: Item> Directory<T> {
     /// The chunk numbered `c` through an exclusive borrow.
     pub(super) fn get_mut(&mut self, c: u64) -> Option<&mut Chunk<T>> {
         if c < self.direct.len() as u64 {
-            // SAFETY: `&mut self` excludes every other thread, so nothing
-            // is deferred or freed concurrently.
-            let g = unsafe { unprotected() };
-            let p = self.direct[c as usize].load(Ordering::Relaxed, g);
-            // SAFETY: a non-null pointer in the table is a live chunk that
-            // the table owns, and `&mut self` makes this the only access.
-            unsafe { p.as_raw().cast_mut().as_mut() }
+            let p = self.direct[c as usize].load(Ordering::Relaxed);
+            // SAFETY: a non-null pointer in the table is a live boxed chunk
+            // that the table owns, and `&mut self` makes this the only
+            // access (nothing is deferred or freed concurrently).
+            unsafe { p.as_mut() }
         } else {
             self.overflow.get_mut(c)
         }
@@ -244,7 +266,8 @@ impl<T: Item> Directory<T> {
     pub(super) fn get_or_create_mut(&mut self, c: u64) -> Result<&mut Chunk<T>, Error> {
         if self.get_mut(c).is_none() {
             if c < self.direct.len() as u64 {
-                self.direct[c as usize] = Atomic::new(Chunk::new());
+                let fresh = Box::into_raw(Box::new(Chunk::new()));
+                self.direct[c as usize].store(fresh, Ordering::Relaxed);
             } else if let Err(r) = self
                 .overflow
                 .replace(c, Entry::Item(Box::new(Chunk::new())))
@@ -261,12 +284,11 @@ impl<T: Item> Directory<T> {
             return;
         }
         if c < self.direct.len() as u64 {
-            // SAFETY: as in `get_mut`.
-            let g = unsafe { unprotected() };
-            let p = self.direct[c as usize].swap(Shared::null(), Ordering::Relaxed, g);
-            // SAFETY: unlinked, allocated by `Owned::new` (or
-            // `Atomic::new`), and no reader exists under `&mut self`.
-            drop(unsafe { p.into_owned() });
+            let p = self.direct[c as usize].swap(ptr::null_mut(), Ordering::Relaxed);
+            debug_assert!(!p.is_null());
+            // SAFETY: unlinked, non-null (the chunk existed above), made by
+            // `Box::into_raw`, and no reader exists under `&mut self`.
+            drop(unsafe { Box::from_raw(p) });
         } else {
             self.overflow.remove(c);
         }
@@ -275,15 +297,13 @@ impl<T: Item> Directory<T> {
 
 impl<T: Item> Drop for Directory<T> {
     fn drop(&mut self) {
-        // SAFETY: dropping means exclusive access; nothing is concurrent.
-        let g = unsafe { unprotected() };
         for slot in self.direct.iter() {
-            let p = slot.swap(Shared::null(), Ordering::Relaxed, g);
+            let p = slot.swap(ptr::null_mut(), Ordering::Relaxed);
             if !p.is_null() {
-                // SAFETY: a linked chunk, allocated by `Owned::new` (or
-                // `Atomic::new`), owned by the table and unreachable by
-                // anyone else now.
-                drop(unsafe { p.into_owned() });
+                // SAFETY: a linked chunk, made by `Box::into_raw`, owned by
+                // the table and unreachable by anyone else now (dropping
+                // means exclusive access).
+                drop(unsafe { Box::from_raw(p) });
             }
         }
         // `overflow` drops its boxed chunks itself.

@@ -3,9 +3,9 @@
 //! number and the offset.
 
 use super::ChunkedXArray;
+use crate::guard::Guard;
 use crate::item::{EntryRef, Item};
 use crate::mark::Mark;
-use crate::sync::Guard;
 use crate::xarray::Iter as XaIter;
 use core::ops::{Bound, RangeBounds};
 

@@ -35,9 +35,9 @@ pub use iter::Iter;
 
 use crate::entry::MAX_VALUE;
 use crate::error::{Error, Rejected};
+use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemMut, Retired};
 use crate::mark::Mark;
-use crate::sync::{pin, Guard};
 use crate::xarray::{check_order, XArray};
 use core::ops::RangeBounds;
 use directory::{Chunk, Directory};
@@ -401,8 +401,10 @@ impl<T: Item> ChunkedXArray<T> {
         let guard = pin();
         let (c, off) = self.split(index);
         let r = self.dir.with_chunk(c, true, &guard, entry, |l, e| {
+            // A loaded entry always encodes (`to_raw` fails only for
+            // caller-built values above MAX_VALUE).
             l.store_order(off, order, Some(e))
-                .map(|old| old.map(EntryRef::to_raw))
+                .map(|old| old.and_then(|r| r.to_raw().ok()))
         });
         match r {
             Ok(Some(Ok(old))) => Ok(old.map(|raw| {
@@ -425,7 +427,7 @@ impl<T: Item> ChunkedXArray<T> {
         let raw = self
             .dir
             .with_chunk(c, false, &guard, (), |l, ()| {
-                l.erase(off).map(EntryRef::to_raw)
+                l.erase(off).and_then(|r| r.to_raw().ok())
             })
             .ok()
             .flatten()
@@ -472,7 +474,7 @@ impl<T: Item> ChunkedXArray<T> {
         let create = new.is_some();
         let r = self.dir.with_chunk(c, create, guard, new, |l, new| {
             l.cmpxchg(off, old, new)
-                .map(|prev| prev.map(EntryRef::to_raw))
+                .map(|prev| prev.and_then(|r| r.to_raw().ok()))
         });
         match r {
             Ok(Some(Ok(prev))) => Ok(prev.map(|raw| {

@@ -2,7 +2,7 @@
 //! flat table and the overflow directory, errors, and the owned API.
 
 use super::*;
-use crate::sync::pin;
+use crate::guard::pin;
 
 type Cx = ChunkedXArray<Box<u64>>;
 
