@@ -9,9 +9,11 @@
 //!    one writer stores and erases; plus kxarray's own write paths (locked
 //!    store, one lock per batch, `&mut` replace) and its per-call read path.
 //!
-//! `cargo bench -p kxarray-bench-peers --bench peers` (about 3 minutes on 2
-//! cores). `KXARRAY_PEERS_QUICK=1` (or `-- --quick`) runs everything on
-//! small sizes in seconds, for CI. Lookup and iteration figures are the best
+//! `cargo bench -p kxarray-bench-peers --bench peers` (about 1-3 minutes on
+//! 2 cores). `KXARRAY_PEERS_QUICK=1` (or `-- --quick`) runs everything on
+//! small sizes in seconds, for CI. `KXARRAY_PEERS_TABLES=1,2,3` picks tables
+//! (`kx`: only kxarray's own read/write paths); `KXARRAY_PEERS_SPARSE_LOG2`
+//! sets the sparse key count (default 17). Lookup and iteration figures are the best
 //! of several interleaved passes; every lookup pass checks that it found
 //! every key. Bytes come from a counting global allocator (the bytes live
 //! after a build, divided by the entries).
@@ -480,11 +482,15 @@ fn print_kx_paths(v: &[KxPaths]) {
     }
 }
 
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
 fn main() {
     let quick = std::env::var_os("KXARRAY_PEERS_QUICK").is_some_and(|v| v != "0")
         || std::env::args().any(|a| a == "--quick");
     // `cargo bench` passes `--bench`; nothing else is recognised.
-    let cfg = if quick {
+    let mut cfg = if quick {
         Cfg {
             dense: 1 << 12,
             sparse: 1 << 10,
@@ -501,14 +507,33 @@ fn main() {
             reps: 3,
         }
     };
+    if let Some(l) = env_u32("KXARRAY_PEERS_SPARSE_LOG2") {
+        cfg.sparse = 1 << l.min(24);
+    }
+    let tables = std::env::var("KXARRAY_PEERS_TABLES").unwrap_or_else(|_| "1,2,3".into());
+    let want = |t: &str| tables.split(',').any(|x| x.trim() == t);
     let t = Instant::now();
     println!(
         "kxarray peers benchmark ({} mode; {} cores)",
         if quick { "quick" } else { "full" },
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    swap::swap_table(&cfg);
-    swap::scalability_table(&cfg);
-    peers_table(&cfg);
+    if want("1") {
+        swap::swap_table(&cfg);
+    }
+    if want("2") {
+        swap::scalability_table(&cfg);
+    }
+    if want("3") {
+        peers_table(&cfg);
+    }
+    if want("kx") {
+        // Only kxarray's own paths (`KXARRAY_PEERS_TABLES=kx`).
+        let v: Vec<KxPaths> = shapes(&cfg)
+            .iter()
+            .map(|s| kx_paths(&cfg, s, &shuffled(&s.keys, 0xbeef)))
+            .collect();
+        print_kx_paths(&v);
+    }
     println!("\n(total {:.0} s)", t.elapsed().as_secs_f64());
 }
