@@ -100,13 +100,39 @@ pub fn swap_table(cfg: &Cfg) {
         keys.len()
     );
 
-    let mut ins = [f64::MAX; 3];
-    let mut look = [f64::MAX; 3];
+    // Chunk shifts: 12 (two levels per chunk), 14 (the swap cache's 64 MiB,
+    // three levels with a 4-way root), 18 (three full levels).
+    const SHIFTS: [u32; 3] = [12, 14, 18];
+    const K: usize = SHIFTS.len() + 2;
+    let mut ins = [f64::MAX; K];
+    let mut look = [f64::MAX; K];
     let mut stats = Vec::new();
+    let lookups_kx = |xa: &XArray<Box<u64>>| {
+        time_ns(probes.len(), || {
+            let g = kxarray::pin();
+            let mut s = 0u64;
+            for &k in &probes {
+                s = s.wrapping_add(xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
+            }
+            std::hint::black_box(s);
+        })
+    };
+    let lookups_cx = |cx: &ChunkedXArray<Box<u64>>| {
+        time_ns(probes.len(), || {
+            let g = kxarray::pin();
+            let mut s = 0u64;
+            for &k in &probes {
+                s = s.wrapping_add(cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
+            }
+            std::hint::black_box(s);
+        })
+    };
     for rep in 0..cfg.reps {
         let xa: XArray<Box<u64>> = XArray::new();
-        let cx: ChunkedXArray<Box<u64>> =
-            ChunkedXArray::with_capacity(14, slots - 1).expect("shift 14");
+        let cxs: Vec<ChunkedXArray<Box<u64>>> = SHIFTS
+            .iter()
+            .map(|&sh| ChunkedXArray::with_capacity(sh, slots - 1).expect("shift"))
+            .collect();
         let ft = ClusterTable::new(slots);
         // Inserts, one structure after the other (each a fresh build).
         ins[0] = ins[0].min(time_ns(keys.len(), || {
@@ -114,35 +140,25 @@ pub fn swap_table(cfg: &Cfg) {
                 xa.store(k, Entry::Value(k)).expect("store");
             }
         }));
-        ins[1] = ins[1].min(time_ns(keys.len(), || {
-            for &k in &keys {
-                cx.store(k, Entry::Value(k)).expect("store");
-            }
-        }));
-        ins[2] = ins[2].min(time_ns(keys.len(), || {
+        for (j, cx) in cxs.iter().enumerate() {
+            ins[1 + j] = ins[1 + j].min(time_ns(keys.len(), || {
+                for &k in &keys {
+                    cx.store(k, Entry::Value(k)).expect("store");
+                }
+            }));
+        }
+        ins[K - 1] = ins[K - 1].min(time_ns(keys.len(), || {
             for &k in &keys {
                 ft.store(k, k);
             }
         }));
         // Lookups, interleaved.
         for _ in 0..2 {
-            look[0] = look[0].min(time_ns(probes.len(), || {
-                let g = kxarray::pin();
-                let mut s = 0u64;
-                for &k in &probes {
-                    s = s.wrapping_add(xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
-                }
-                std::hint::black_box(s);
-            }));
-            look[1] = look[1].min(time_ns(probes.len(), || {
-                let g = kxarray::pin();
-                let mut s = 0u64;
-                for &k in &probes {
-                    s = s.wrapping_add(cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
-                }
-                std::hint::black_box(s);
-            }));
-            look[2] = look[2].min(time_ns(probes.len(), || {
+            look[0] = look[0].min(lookups_kx(&xa));
+            for (j, cx) in cxs.iter().enumerate() {
+                look[1 + j] = look[1 + j].min(lookups_cx(cx));
+            }
+            look[K - 1] = look[K - 1].min(time_ns(probes.len(), || {
                 let mut s = 0u64;
                 for &k in &probes {
                     s = s.wrapping_add(ft.load(k).unwrap_or(0));
@@ -154,48 +170,55 @@ pub fn swap_table(cfg: &Cfg) {
             // Every structure holds every key with its value.
             for &k in keys.iter().step_by(97) {
                 assert_eq!(xa.load_value(k), Some(k));
-                assert_eq!(cx.load_value(k), Some(k));
+                for cx in &cxs {
+                    assert_eq!(cx.load_value(k), Some(k));
+                }
                 assert_eq!(ft.load(k), Some(k));
             }
-            stats = vec![
-                (xa.height(), xa.node_count(), xa.memory_usage()),
-                (
+            stats.push((xa.height(), xa.node_count(), xa.memory_usage()));
+            for cx in &cxs {
+                stats.push((
                     cx.height(),
                     cx.node_count() + cx.directory_node_count(),
                     cx.memory_usage(),
-                ),
-                (2, ft.clusters(), ft.bytes()),
-            ];
-            let g = kxarray::pin();
-            assert_eq!(cx.iter(&g).count(), keys.len());
-            assert!(cx.iter(&g).map(|(i, _)| i).is_sorted());
+                ));
+                let g = kxarray::pin();
+                assert_eq!(cx.iter(&g).count(), keys.len());
+                assert!(cx.iter(&g).map(|(i, _)| i).is_sorted());
+            }
+            stats.push((2, ft.clusters(), ft.bytes()));
             println!(
-                "(chunked: {} chunks of 2^14 slots, flat table: {} clusters of 512 slots)\n",
-                cx.chunk_count(),
+                "(chunks: {} at shift 12, {} at shift 14, {} at shift 18; flat table: {} clusters of 512 slots)\n",
+                cxs[0].chunk_count(),
+                cxs[1].chunk_count(),
+                cxs[2].chunk_count(),
                 ft.clusters()
             );
         }
     }
     let names = [
         "one XArray (by device offset)",
-        "ChunkedXArray (2^14 per chunk)",
+        "ChunkedXArray, 2^12 per chunk",
+        "ChunkedXArray, 2^14 per chunk (default)",
+        "ChunkedXArray, 2^18 per chunk",
         "flat cluster table (512 x AtomicU64 per 2 MiB)",
     ];
-    println!("| structure | height (levels) | nodes (clusters) | bytes | bytes/entry | lookup ns | lookup vs flat | insert ns | insert vs flat |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for i in 0..3 {
+    println!("| structure | height (levels) | nodes (clusters) | bytes | bytes/entry | lookup ns | lookup vs XArray | lookup vs flat | insert ns | insert vs flat |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for i in 0..K {
         let (h, nodes, bytes) = stats[i];
         println!(
-            "| {} | {} | {} | {} | {:.1} | {} | {:.2}x | {} | {:.2}x |",
+            "| {} | {} | {} | {} | {:.1} | {} | {:.2}x | {:.2}x | {} | {:.2}x |",
             names[i],
             h,
             nodes,
             bytes,
             bytes as f64 / keys.len() as f64,
             fmt_ns(look[i]),
-            look[i] / look[2],
+            look[i] / look[0],
+            look[i] / look[K - 1],
             fmt_ns(ins[i]),
-            ins[i] / ins[2],
+            ins[i] / ins[K - 1],
         );
     }
 }
@@ -208,25 +231,29 @@ pub fn scalability_table(cfg: &Cfg) {
     );
     let offsets = shuffled(&(0..per as u64).collect::<Vec<_>>(), 0x31);
     // Throughput in stores per microsecond, best of `reps`.
-    let run = |threads: usize, chunked: bool| -> f64 {
+    // mode 0: one XArray; 1: ChunkedXArray; 2: one XArray per thread (no
+    // shared lock at all: what the machine allows right now).
+    let run = |threads: usize, mode: u8| -> f64 {
         min_of(cfg.reps, || {
             let xa: XArray<Box<u64>> = XArray::new();
+            let own: Vec<XArray<Box<u64>>> = (0..threads).map(|_| XArray::new()).collect();
             let cx: ChunkedXArray<Box<u64>> = ChunkedXArray::new();
             let barrier = Barrier::new(threads);
             let t = std::time::Instant::now();
             std::thread::scope(|s| {
                 for th in 0..threads {
                     let (xa, cx, barrier, offsets) = (&xa, &cx, &barrier, &offsets);
+                    let mine = &own[th];
                     s.spawn(move || {
                         let base = (th as u64) << 32;
                         barrier.wait();
                         for &o in offsets.iter() {
                             let k = base + o;
-                            if chunked {
-                                cx.store(k, Entry::Value(o)).expect("store");
-                            } else {
-                                xa.store(k, Entry::Value(o)).expect("store");
-                            }
+                            match mode {
+                                0 => xa.store(k, Entry::Value(o)).expect("store"),
+                                1 => cx.store(k, Entry::Value(o)).expect("store"),
+                                _ => mine.store(k, Entry::Value(o)).expect("store"),
+                            };
                         }
                     });
                 }
@@ -238,13 +265,17 @@ pub fn scalability_table(cfg: &Cfg) {
     };
     println!("| structure | 1 thread ns/store | 2 threads ns/store (wall / total stores) | speedup (2 vs 1) |");
     println!("|---|---:|---:|---:|");
-    for (name, chunked) in [("one XArray", false), ("ChunkedXArray", true)] {
+    for (name, mode) in [
+        ("one XArray", 0),
+        ("ChunkedXArray", 1),
+        ("one XArray per thread (the machine's ceiling)", 2),
+    ] {
         let mut one = f64::MAX;
         let mut two = f64::MAX;
         // Interleave 1- and 2-thread runs so machine noise hits both.
         for _ in 0..2 {
-            one = one.min(run(1, chunked));
-            two = two.min(run(2, chunked));
+            one = one.min(run(1, mode));
+            two = two.min(run(2, mode));
         }
         println!(
             "| {name} | {} | {} | {:.2}x |",
