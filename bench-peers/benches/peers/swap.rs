@@ -241,9 +241,8 @@ pub fn scalability_table(cfg: &Cfg) {
             let barrier = Barrier::new(threads);
             let t = std::time::Instant::now();
             std::thread::scope(|s| {
-                for th in 0..threads {
+                for (th, mine) in own.iter().enumerate() {
                     let (xa, cx, barrier, offsets) = (&xa, &cx, &barrier, &offsets);
-                    let mine = &own[th];
                     s.spawn(move || {
                         let base = (th as u64) << 32;
                         barrier.wait();
