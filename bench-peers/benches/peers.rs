@@ -165,12 +165,13 @@ fn build<M: Map + 'static>(shape: &Shape) -> Option<Built> {
     });
     kxarray::pin().flush();
     let bytes = (LIVE.load(Ordering::Relaxed) - before) as f64 / shape.keys.len() as f64;
+    let iterates = m.can_iterate();
     let m = Arc::new(m);
     let m2 = Arc::clone(&m);
     Some(Built {
         name: M::NAME,
         look: Box::new(move |p| m.lookups(p)),
-        iter: M::ORDERED.then(|| Box::new(move || m2.iterate()) as IterFn),
+        iter: iterates.then(|| Box::new(move || m2.iterate()) as IterFn),
         insert,
         bytes,
     })
