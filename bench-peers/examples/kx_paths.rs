@@ -7,17 +7,17 @@
 //! target/release/examples/kx_paths seq 20 s40
 //! ```
 //!
-//! Modes: `store` (lock per call), `lock` (one lock, every store under it),
+//! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default shift), `lock` (one lock, every store under it),
 //! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
 //! guard), `load_value` (fill, then a guard per key), `seq` (lock, replace,
 //! lock, replace: a fresh tree each, timed, and its drop timed). Keys:
 //! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
-use kxarray::{Entry, XArray};
+use kxarray::{ChunkedXArray, Entry, XArray};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|lock|replace|load|load_value|seq> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|seq> <log2 n> <dense|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -72,6 +72,13 @@ fn main() {
     let mut xa: XArray<Box<u64>> = XArray::new();
     let mut sum = 0u64;
     match mode {
+        "cstore" => {
+            let cx: ChunkedXArray<Box<u64>> = ChunkedXArray::new();
+            for &k in &keys {
+                cx.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            println!("chunked: {} chunks", cx.chunk_count());
+        }
         "store" => {
             for &k in &keys {
                 xa.store(k, Entry::Value(k & 0xffff)).unwrap();

@@ -16,7 +16,7 @@
 //! - **Chunks are created lazily** by the first write that needs one, and
 //!   **dropped when a write leaves them empty**.
 //!
-//! Invariants (the chunk life cycle is in [`directory`]):
+//! Invariants (the chunk life cycle is in the private `directory` module):
 //! - Chunk `c` holds only the offsets `0..=mask` of the indices
 //!   `c << shift ..= c << shift | mask`; a multi-index entry never crosses a
 //!   chunk.
@@ -457,7 +457,8 @@ impl<T: Item> ChunkedXArray<T> {
     }
 
     /// Replace the entry at `index` with `new` if it is currently `old`
-    /// (`xa_cmpxchg`; `old == None` matches an empty or reserved index).
+    /// (`xa_cmpxchg`, raw semantics as [`XArray::cmpxchg`]: `old == None` matches an
+    /// empty index only, not a reserved one).
     /// Returns the replaced entry, readable under `guard`.
     ///
     /// # Errors
