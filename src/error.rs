@@ -48,6 +48,19 @@ pub enum Error {
         /// The bound.
         max: u64,
     },
+    /// A multi-index entry of a [`crate::ChunkedXArray`] would reach past
+    /// its chunk: its order is larger than the array's chunk shift.
+    CrossesChunk {
+        /// The index given.
+        index: u64,
+        /// The order given.
+        order: u32,
+        /// The array's chunk shift (chunks hold `2^shift` indices).
+        shift: u32,
+    },
+    /// A chunk shift larger than 63 was requested for a
+    /// [`crate::ChunkedXArray`].
+    InvalidChunkShift(u32),
 }
 
 impl fmt::Display for Error {
@@ -69,6 +82,15 @@ impl fmt::Display for Error {
             Error::RangeTooLarge { nodes, max } => {
                 write!(f, "range spans {nodes} nodes, more than the {max} allowed")
             }
+            Error::CrossesChunk {
+                index,
+                order,
+                shift,
+            } => write!(
+                f,
+                "an order-{order} entry at {index:#x} does not fit in a chunk of 2^{shift} indices"
+            ),
+            Error::InvalidChunkShift(s) => write!(f, "chunk shift {s} is larger than 63"),
         }
     }
 }

@@ -47,9 +47,11 @@ mod view;
 mod xarray;
 
 pub mod backend;
+pub mod chunked;
 pub mod filemap;
 pub mod pagecache;
 
+pub use chunked::ChunkedXArray;
 pub use cursor::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
 pub use entry::MAX_VALUE;
 pub use error::{Error, Rejected};

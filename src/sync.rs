@@ -14,7 +14,7 @@ pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
     /// A reader-writer lock around data (the page cache's folio data).
     pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
@@ -71,7 +71,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
 
     /// loom's reader-writer lock with parking_lot's shape (no poisoning).

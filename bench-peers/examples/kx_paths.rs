@@ -1,0 +1,115 @@
+//! One kxarray path over 2^n keys, for instruction counts and for timing
+//! the write paths in one process:
+//!
+//! ```text
+//! cargo build --release -p kxarray-bench-peers --example kx_paths
+//! valgrind --tool=callgrind target/release/examples/kx_paths lock 14 s40
+//! target/release/examples/kx_paths seq 20 s40
+//! ```
+//!
+//! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default shift), `lock` (one lock, every store under it),
+//! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
+//! guard), `load_value` (fill, then a guard per key), `seq` (lock, replace,
+//! lock, replace: a fresh tree each, timed, and its drop timed). Keys:
+//! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
+use kxarray::{ChunkedXArray, Entry, XArray};
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() < 4 {
+        eprintln!(
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|seq> <log2 n> <dense|s40|s64>"
+        );
+        std::process::exit(2);
+    }
+    let mode = a[1].as_str();
+    let n = 1usize << a[2].parse::<u32>().unwrap();
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let keys: Vec<u64> = (0..n as u64)
+        .map(|i| match a[3].as_str() {
+            "dense" => i,
+            s => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if s == "s40" {
+                    x & ((1 << 40) - 1)
+                } else {
+                    x
+                }
+            }
+        })
+        .collect();
+    if mode == "seq" {
+        // lock, replace, lock, replace: fresh tree each, timed, in one process
+        for round in 0..4 {
+            let mut xa: XArray<Box<u64>> = XArray::new();
+            let t = std::time::Instant::now();
+            if round % 2 == 0 {
+                let l = xa.lock();
+                for &k in &keys {
+                    l.store(k, Some(Entry::Value(k & 0xffff))).unwrap();
+                }
+            } else {
+                for &k in &keys {
+                    xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+                }
+            }
+            let ns = t.elapsed().as_nanos() as f64 / n as f64;
+            println!(
+                "{} {:.0} ns/store",
+                if round % 2 == 0 { "lock   " } else { "replace" },
+                ns
+            );
+            let t = std::time::Instant::now();
+            drop(xa);
+            println!(
+                "   drop {:.0} ns/entry",
+                t.elapsed().as_nanos() as f64 / n as f64
+            );
+        }
+        return;
+    }
+    let mut xa: XArray<Box<u64>> = XArray::new();
+    let mut sum = 0u64;
+    match mode {
+        "cstore" => {
+            let cx: ChunkedXArray<Box<u64>> = ChunkedXArray::new();
+            for &k in &keys {
+                cx.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            println!("chunked: {} chunks", cx.chunk_count());
+        }
+        "store" => {
+            for &k in &keys {
+                xa.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+        }
+        "lock" => {
+            let l = xa.lock();
+            for &k in &keys {
+                l.store(k, Some(Entry::Value(k & 0xffff))).unwrap();
+            }
+        }
+        "replace" => {
+            for &k in &keys {
+                xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+        }
+        _ => {
+            for &k in &keys {
+                xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            if mode == "load" {
+                let g = kxarray::pin();
+                for &k in &keys {
+                    sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
+                }
+            } else {
+                for &k in &keys {
+                    sum += xa.load_value(k).unwrap_or(0);
+                }
+            }
+        }
+    }
+    println!("{mode} {} nodes {} sum {sum}", n, xa.node_count());
+}
