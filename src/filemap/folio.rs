@@ -5,7 +5,7 @@
 //! the flags are atomic bits so lock-free readers may test them.
 
 use super::AddError;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, RwLock};
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
@@ -36,7 +36,7 @@ pub struct Folio {
     index: u64,
     order: u32,
     flags: AtomicU32,
-    data: parking_lot::RwLock<Vec<u8>>,
+    data: RwLock<Vec<u8>>,
 }
 
 impl Folio {
@@ -56,7 +56,7 @@ impl Folio {
             index,
             order,
             flags: AtomicU32::new(0),
-            data: parking_lot::RwLock::new(Vec::new()),
+            data: RwLock::new(Vec::new()),
         })
     }
     /// First page index.
