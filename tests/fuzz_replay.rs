@@ -18,10 +18,10 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn replay(files: &[PathBuf]) {
+fn replay(files: &[PathBuf], run: fn(&[u8])) {
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
-        let r = std::panic::catch_unwind(|| fuzz_common::run_bytes(&data));
+        let r = std::panic::catch_unwind(|| run(&data));
         if let Err(e) = r {
             std::panic::resume_unwind(Box::new(format!(
                 "fuzz input {} failed: {}",
@@ -44,14 +44,39 @@ fn replay_split_insert_corpus() {
         "fuzz corpus {} is missing or empty",
         dir.display()
     );
-    replay(&files);
+    replay(&files, fuzz_common::run_bytes);
 }
 
 #[test]
 fn replay_split_insert_regressions() {
     // Optional: crash inputs saved after a fix (may not exist).
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/split_insert");
-    replay(&inputs(&dir));
+    replay(&inputs(&dir), fuzz_common::run_bytes);
+}
+
+fn corpus(target: &str, kind: &str) -> Vec<PathBuf> {
+    inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fuzz/{kind}/{target}")))
+}
+
+#[test]
+fn replay_api_corpus() {
+    let files = corpus("api", "corpus");
+    assert!(
+        !files.is_empty(),
+        "fuzz corpus fuzz/corpus/api is missing or empty"
+    );
+    replay(&files, fuzz_common::api::run_bytes);
+}
+
+/// Inputs that reproduce the open defects of issue 8 (run with
+/// `KX_FUZZ_ISSUE8=1`, which turns on the operations that reach them).
+/// Ignored until those fixes are merged: `cargo test --test fuzz_replay --
+/// --ignored` shows them failing.
+#[test]
+#[ignore = "reproduces open issue-8 defects; un-ignore once fixed"]
+fn replay_api_regressions() {
+    std::env::set_var("KX_FUZZ_ISSUE8", "1");
+    replay(&corpus("api", "regressions"), fuzz_common::api::run_bytes);
 }
 
 /// Debug aid: `FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
