@@ -22,10 +22,10 @@
 
 use crate::entry::RawEntry;
 use crate::error::{Error, Rejected};
+use crate::guard::Guard;
 use crate::item::{Entry, EntryRef, Item};
 use crate::mark::Mark;
 use crate::node::{Node, NodeBox, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::sync::Guard;
 use crate::xarray::{XArray, XaLock};
 use core::ptr::NonNull;
 
@@ -115,7 +115,8 @@ fn max_index(entry: RawEntry) -> u64 {
         return 0;
     }
     // SAFETY: node entries read from the tree point to live nodes (caller
-    // holds a guard or the lock).
+    // holds the lock or a `Guard`, pinned on the default collector where
+    // node frees are deferred).
     let shift = unsafe { entry.to_node().as_ref() }.shift as u32;
     ((CHUNK_SIZE as u64) << shift).wrapping_sub(1)
 }
@@ -248,8 +249,9 @@ impl<'a, T: Item> XaState<'a, T> {
 
     #[inline(always)]
     fn nref(&self, n: NonNull<Node>) -> &'a Node {
-        // SAFETY: `n` was read under `self.guard` (or the lock's guard); nodes
-        // are freed only through the epoch, so it stays allocated for 'a.
+        // SAFETY: `n` was read under `self.guard` (or the lock's guard), a
+        // `Guard` pinned on the default collector; nodes are freed only
+        // through that collector, so it stays allocated for 'a.
         unsafe { &*n.as_ptr() }
     }
 
@@ -386,7 +388,8 @@ impl<'a, T: Item> XaState<'a, T> {
                 self.pos = Pos::Restart;
                 continue;
             }
-            // SAFETY: user entries read under `guard` stay alive for 'a.
+            // SAFETY: user entries read under `self.guard` (default
+            // collector, where item frees are deferred) stay alive for 'a.
             return unsafe { EntryRef::from_raw_opt(e) };
         }
     }
@@ -547,8 +550,10 @@ impl<'a, T: Item> XaState<'a, T> {
     fn free_node(&mut self, node: NonNull<Node>) {
         self.xa.node_removed();
         let p = SendPtr(node.as_ptr() as usize);
-        // SAFETY: the node is unreachable; pinned readers delay the deferred
-        // free until they leave, and the closure owns the last reference.
+        // SAFETY: the node is unreachable; `self.guard` is pinned on the
+        // default collector (or is the unprotected guard under `&mut
+        // XArray`), the one every reader's `Guard` pins, so readers delay the
+        // deferred free until they leave; the closure owns the last reference.
         unsafe {
             self.guard.defer_unchecked(move || {
                 let p = p;
@@ -1019,7 +1024,8 @@ impl<'a, T: Item> XaState<'a, T> {
             return Ok(None);
         }
         self.dispose(old);
-        // SAFETY: disposal is deferred through `self.guard`, pinned for 'a.
+        // SAFETY: disposal is deferred through `self.guard` into the default
+        // collector it is pinned on, for 'a.
         Ok(unsafe { EntryRef::from_raw_opt(old) })
     }
 
@@ -1415,7 +1421,8 @@ impl<'a, T: Item> XaState<'a, T> {
             if e.is_zero() {
                 continue;
             }
-            // SAFETY: user entries read under the guard live for 'a.
+            // SAFETY: user entries read under `self.guard` (default
+            // collector, where item frees are deferred) live for 'a.
             return unsafe { EntryRef::from_raw_opt(e) };
         }
     }
@@ -1816,7 +1823,8 @@ impl<'a, T: Item> XaState<'a, T> {
             if e.is_zero() {
                 continue;
             }
-            // SAFETY: read under the lock and the guard; lives for 'a.
+            // SAFETY: read under the lock and `self.guard` (default
+            // collector, where item frees are deferred); lives for 'a.
             return unsafe { EntryRef::from_raw_opt(e) };
         }
     }
@@ -2145,8 +2153,10 @@ impl<'a, T: Item> XaState<'a, T> {
 
 pub(crate) fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
     let p = SendPtr(e.bits());
-    // SAFETY: the item is unreachable; pinned readers delay the deferred drop
-    // until they leave, and the closure owns the array's reference to it.
+    // SAFETY: the item is unreachable; `guard` is pinned on the default
+    // collector (or is the unprotected guard under `&mut XArray`), the one
+    // every reader's `Guard` pins, so readers delay the deferred drop until
+    // they leave; the closure owns the array's reference to it.
     unsafe {
         guard.defer_unchecked(move || {
             let p = p;

@@ -11,7 +11,7 @@
 
 use crate::entry::{RawEntry, MAX_VALUE};
 use crate::error::Error;
-use crate::sync::Guard;
+use crate::guard::Guard;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -325,10 +325,13 @@ impl<'g, T: Item> EntryRef<'g, T> {
             None
         }
     }
-    pub(crate) fn to_raw(self) -> RawEntry {
+    /// Encode, rejecting a value above [`MAX_VALUE`] (a caller can build any
+    /// `EntryRef::Value`, not only ones loaded from an array).
+    pub(crate) fn to_raw(self) -> Result<RawEntry, Error> {
         match self {
-            EntryRef::Value(v) => RawEntry::value(v),
-            EntryRef::Item(r) => RawEntry::item(r.ptr).expect("items are aligned"),
+            EntryRef::Value(v) if v > MAX_VALUE => Err(Error::ValueOutOfRange(v)),
+            EntryRef::Value(v) => Ok(RawEntry::value(v)),
+            EntryRef::Item(r) => Ok(RawEntry::item(r.ptr).expect("items are aligned")),
         }
     }
     /// The value, if this is a value entry.
@@ -404,7 +407,8 @@ impl<T: Item> Retired<T> {
     /// The entry, borrowed from this handle.
     #[inline]
     pub fn get(&self) -> EntryRef<'_, T> {
-        // SAFETY: the guard we hold keeps the deferred item alive.
+        // SAFETY: the guard we hold, pinned on the default collector the
+        // item's drop was deferred into, keeps the item alive.
         unsafe { EntryRef::from_raw(self.raw) }
     }
     /// The value, if this was a value entry.

@@ -7,7 +7,7 @@
 //! continue from where the last one stopped instead of walking from the root.
 //!
 //! Writers serialize on one lock ([`XArray::lock`]); readers take no lock at
-//! all: they pin a [`crossbeam_epoch`] guard ([`pin`]), the RCU analog, and
+//! all: they pin an epoch [`Guard`] ([`pin`], crossbeam-epoch's default collector), the RCU analog, and
 //! removed nodes and items are reclaimed only after every reader that could
 //! see them has left.
 //!
@@ -38,10 +38,12 @@ mod cursor;
 mod entry;
 mod error;
 pub mod fault;
+mod guard;
 mod item;
 mod mark;
 mod node;
 mod sync;
+mod view;
 mod xarray;
 
 pub mod backend;
@@ -50,20 +52,12 @@ pub mod filemap;
 pub use cursor::{Conflicts, CursorIter, Stale, XaState};
 pub use entry::MAX_VALUE;
 pub use error::{Error, Rejected};
+pub use guard::{pin, Guard};
 pub use item::{CloneItem, Entry, EntryRef, Item, ItemMut, ItemRef, Retired};
 pub use mark::Mark;
 pub use node::{CHUNK_SHIFT, CHUNK_SIZE};
+pub use view::XaView;
 pub use xarray::{Flags, IntoIter, Iter, XArray, XaLock};
-
-/// The epoch guard readers hold (the RCU read lock analog).
-pub use crossbeam_epoch::Guard;
-
-/// Pin the current thread's epoch: entries loaded under the returned guard
-/// stay readable until it is dropped (`rcu_read_lock`).
-#[inline]
-pub fn pin() -> Guard {
-    crossbeam_epoch::pin()
-}
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

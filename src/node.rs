@@ -7,7 +7,8 @@
 //!   retry/zero entries and child nodes); `nr_values` counts value entries
 //!   and the siblings of value entries.
 //! - A node reachable from the head is never empty; a node detached from the
-//!   tree is freed only through the epoch (`Guard::defer`), after its
+//!   tree is freed only through the epoch (`Guard::defer_unchecked`, into
+//!   the default collector every reader pins), after its
 //!   entries have been replaced by RETRY (or NULL, for a node that emptied),
 //!   so a lock-free reader still inside it restarts instead of reading freed
 //!   memory.

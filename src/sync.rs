@@ -13,7 +13,8 @@
 //! node freed while a reader can still reach it is reported by the next
 //! access instead of being silently read after the free.
 
-pub(crate) use crossbeam_epoch::{pin, unprotected, Guard};
+/// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
+pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {

@@ -23,12 +23,11 @@
 use crate::cursor::{dispose_item, order_shape, XaState};
 use crate::entry::{AtomicEntry, RawEntry, MAX_VALUE};
 use crate::error::{Error, Rejected};
+use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef, Retired};
 use crate::mark::Mark;
 use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::sync::{
-    pin, unprotected, AtomicU64, AtomicU8, AtomicUsize, Guard, Mutex, MutexGuard, Ordering,
-};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
 use core::fmt::Write as _;
 use core::marker::PhantomData;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
@@ -196,8 +195,9 @@ impl<T: Item> XArray<T> {
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
         let _ = guard;
         let e = self.load_raw(index);
-        // SAFETY: read under `guard`; removed items are freed only after
-        // every guard that could see them is dropped.
+        // SAFETY: read under `guard`, pinned on the default collector (the
+        // `Guard` invariant), into which every removed item's free is
+        // deferred: it runs only after `guard` is dropped.
         unsafe { EntryRef::from_raw_opt(e) }
     }
 
@@ -232,7 +232,9 @@ impl<T: Item> XArray<T> {
                     RawEntry::NULL
                 };
             }
-            // SAFETY: node pointers read under a guard stay allocated.
+            // SAFETY: the caller holds a `Guard` (pinned on the default
+            // collector, where node frees are deferred) or the lock, so node
+            // pointers read now stay allocated.
             let mut n: &Node = unsafe { &*head.to_node().as_ptr() };
             // Only the top node's shift is read: a child's shift is its
             // parent's minus CHUNK_SHIFT (shifts never change once published),
@@ -382,8 +384,8 @@ impl<T: Item> XArray<T> {
 
     fn retire(raw: RawEntry, guard: Guard) -> Option<Retired<T>> {
         if raw.is_user() {
-            // SAFETY: the caller deferred the item's drop through `guard`'s
-            // thread-local bag while it was pinned; `Retired` keeps it pinned.
+            // SAFETY: the caller deferred the item's drop through `guard`,
+            // pinned on the default collector; `Retired` keeps it pinned.
             Some(unsafe { Retired::new(raw, guard) })
         } else {
             None
@@ -443,10 +445,38 @@ impl<T: Item> XArray<T> {
     }
 
     /// Replace the entry at `index` with `new` if it currently is `old`
-    /// (`xa_cmpxchg`). `old == None` matches an empty or reserved index.
-    /// On success returns the replaced entry (readable under `guard`); on a
-    /// mismatch returns [`Error::Mismatch`] with `new` handed back, and
-    /// [`XArray::load`] tells what is there.
+    /// (`xa_cmpxchg`), comparing the raw entry as the kernel does: `old ==
+    /// None` matches an empty index only, not a reserved one (use
+    /// [`XArray::cmpxchg_reserved`] for that), and storing `new == None`
+    /// erases, in allocating arrays too (the index becomes free for
+    /// [`XArray::alloc`] again).
+    ///
+    /// On success returns the replaced entry (readable under `guard`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mismatch`] if the entry is not `old` ([`XArray::load`] tells
+    /// what is there), [`Error::ValueOutOfRange`] if `old` or `new` is a
+    /// value above [`MAX_VALUE`], [`Error::NoMemory`]; `new` comes back in
+    /// the [`Rejected`] and the array is unchanged.
+    ///
+    /// ```
+    /// use kxarray::{Entry, EntryRef, Error, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// // None: only an empty index matches
+    /// assert!(xa.cmpxchg(5, None, Some(Entry::Value(1)), &guard).unwrap().is_none());
+    /// let r = xa.cmpxchg(5, None, Some(Entry::Value(2)), &guard).unwrap_err();
+    /// assert_eq!(r.error, Error::Mismatch);
+    /// // a reserved index is not empty for cmpxchg
+    /// xa.reserve(6).unwrap();
+    /// let r = xa.cmpxchg(6, None, Some(Entry::Value(2)), &guard).unwrap_err();
+    /// assert_eq!(r.error, Error::Mismatch);
+    /// // replacing with None erases
+    /// let old = xa.cmpxchg(5, Some(EntryRef::Value(1)), None, &guard).unwrap();
+    /// assert_eq!(old.and_then(|e| e.value()), Some(1));
+    /// assert!(xa.load(5, &guard).is_none());
+    /// ```
     pub fn cmpxchg<'g>(
         &'g self,
         index: u64,
@@ -455,19 +485,44 @@ impl<T: Item> XArray<T> {
         guard: &'g Guard,
     ) -> Result<Option<EntryRef<'g, T>>, Rejected<T>> {
         let lock = self.lock();
-        let raw = lock.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, guard)?;
-        // SAFETY: deferred through `guard`, which outlives 'g.
+        let expect = old.map_or(Ok(RawEntry::NULL), EntryRef::to_raw);
+        let raw = lock.cmpxchg_entry(index, expect, new, guard)?;
+        // SAFETY: deferred through `guard` into the default collector it is
+        // pinned on, and `guard` outlives 'g.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    /// Replace a reserved entry at `index` with `new` (the kernel's
+    /// `xa_cmpxchg(xa, index, XA_ZERO_ENTRY, new)`): an empty or occupied
+    /// index is left alone. `new == None` releases the reservation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Mismatch`] if `index` is not reserved,
+    /// [`Error::ValueOutOfRange`], [`Error::NoMemory`]; `new` comes back in
+    /// the [`Rejected`] and the array is unchanged.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let r = xa.cmpxchg_reserved(3, Some(Entry::Value(7))).unwrap_err();
+    /// assert_eq!(r.error, Error::Mismatch); // empty: nothing stored
+    /// assert_eq!(xa.load_value(3), None);
+    /// xa.reserve(3).unwrap();
+    /// xa.cmpxchg_reserved(3, Some(Entry::Value(7))).unwrap();
+    /// assert_eq!(xa.load_value(3), Some(7));
+    /// ```
+    pub fn cmpxchg_reserved(&self, index: u64, new: Option<Entry<T>>) -> Result<(), Rejected<T>> {
+        self.lock().cmpxchg_reserved(index, new)
     }
 
     /// Reserve `index` (`xa_reserve`): it reads as empty but a later store
     /// needs no allocation. No-op if occupied.
     pub fn reserve(&self, index: u64) -> Result<(), Error> {
         let lock = self.lock();
-        match lock.cmpxchg_raw(index, Some(RawEntry::NULL), None, &lock.epoch) {
-            Ok(_) => Ok(()),
-            Err(r) if r.error == Error::Mismatch => Ok(()),
-            Err(r) => Err(r.error),
+        match lock.cmpxchg_raw(index, RawEntry::NULL, RawEntry::ZERO, &lock.epoch) {
+            Ok(_) | Err(Error::Mismatch) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -527,8 +582,33 @@ impl<T: Item> XArray<T> {
     }
 
     /// Allocate cyclically (`xa_alloc_cyclic`): search from `*next`, wrap to
-    /// the start of `limit`. Returns the ID and whether the search wrapped;
-    /// `*next` becomes the ID after it.
+    /// the start of `limit`. Returns the ID and whether the allocation
+    /// wrapped (the kernel's return value 1); `*next` becomes the ID after
+    /// it.
+    ///
+    /// As in the kernel, the wrap is also recorded on the array
+    /// (`XA_FLAGS_ALLOC_WRAPPED`): an allocation that leaves `*next` at 0
+    /// sets it, and the array's next successful cyclic allocation, through
+    /// whichever `next`, reports the wrap and clears it. For a 32-bit range
+    /// (`limit` ending at or below `u32::MAX`) `*next` counts as the kernel's
+    /// `u32` does, wrapping to 0 after `u32::MAX`; wider ranges wrap after
+    /// `u64::MAX`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when `limit` is full, [`Error::NotAllocating`],
+    /// [`Error::ValueOutOfRange`], [`Error::NoMemory`]; the entry comes back
+    /// in the [`Rejected`].
+    ///
+    /// ```
+    /// use kxarray::{Entry, Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    /// let mut next = u64::from(u32::MAX);
+    /// let limit = 0..=u64::from(u32::MAX);
+    /// assert_eq!(ids.alloc_cyclic(limit.clone(), &mut next, None).unwrap(), (u32::MAX.into(), false));
+    /// assert_eq!(next, 0); // wrapped, as the kernel's u32 does
+    /// assert_eq!(ids.alloc_cyclic(limit, &mut next, None).unwrap(), (0, true));
+    /// ```
     pub fn alloc_cyclic(
         &self,
         limit: RangeInclusive<u64>,
@@ -551,8 +631,9 @@ impl<T: Item> XArray<T> {
 
     fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
         // SAFETY: `&mut self` means no reader or writer can see the tree, so
-        // deferred destruction may run at once.
-        let guard: &'static Guard = unsafe { unprotected() };
+        // deferred destruction may run at once; the cursor (and the guard)
+        // stays inside this crate's `&mut self` methods.
+        let guard: &'static Guard = unsafe { Guard::unprotected() };
         XaState::new(self, guard, index)
     }
 
@@ -638,7 +719,8 @@ impl<T: Item> XArray<T> {
         if !head.is_node() {
             return 0;
         }
-        // SAFETY: read under `guard`.
+        // SAFETY: read under `guard`, pinned on the default collector where
+        // node frees are deferred.
         let shift = unsafe { head.to_node().as_ref() }.shift as u32;
         shift / CHUNK_SHIFT + 1
     }
@@ -1044,8 +1126,8 @@ impl<'a, T: Item> XaLock<'a, T> {
         entry: Option<Entry<T>>,
     ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
         let raw = self.store_raw(index, 0, entry)?;
-        // SAFETY: disposed through a guard pinned by this thread, which the
-        // lock's own guard keeps pinned for '_.
+        // SAFETY: disposed through the lock's guard (pinned on the default
+        // collector, where the free is deferred), alive for '_.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
     }
 
@@ -1120,89 +1202,94 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
     }
 
-    /// `__xa_cmpxchg_raw`: `old` None/NULL matches NULL and ZERO.
+    /// `__xa_cmpxchg_raw`: if the raw entry at `index` is exactly `expect`
+    /// (NULL matches an empty index only, ZERO a reserved one), store `new`
+    /// as is (NULL erases, in allocating arrays too). Returns the replaced
+    /// entry with ZERO read as NULL; a displaced item is disposed of through
+    /// `guard`. On any error the array is unchanged.
     fn cmpxchg_raw(
         &self,
         index: u64,
-        old: Option<RawEntry>,
+        expect: RawEntry,
+        new: RawEntry,
+        guard: &Guard,
+    ) -> Result<RawEntry, Error> {
+        let mut xas = XaState::new(self.xa, guard, index);
+        let track_free = self.xa.track_free();
+        let result = self.with_retry(&mut xas, |xas| {
+            let curr = xas.load_raw();
+            if curr != expect {
+                return Err(Error::Mismatch);
+            }
+            xas.store_raw(new);
+            if track_free && xas.error().is_none() && !new.is_null() && curr.is_null() {
+                xas.clear_mark_raw(Mark::FREE);
+            }
+            Ok(curr)
+        });
+        if let Some(e) = xas.error() {
+            return Err(e);
+        }
+        let curr = result?.zero_to_null();
+        // only items are owned pointers; a value must not be freed
+        if curr.is_item() {
+            dispose_item::<T>(guard, curr);
+        }
+        Ok(curr)
+    }
+
+    /// [`Self::cmpxchg_raw`] for a caller's `new` entry, which comes back in
+    /// the [`Rejected`] on any error (including a bad `expect`).
+    fn cmpxchg_entry(
+        &self,
+        index: u64,
+        expect: Result<RawEntry, Error>,
         new: Option<Entry<T>>,
         guard: &Guard,
     ) -> Result<RawEntry, Rejected<T>> {
-        let mut raw = match new {
+        let raw = match new {
             None => RawEntry::NULL,
             Some(e) => match e.into_raw() {
                 Ok(r) => r,
                 Err((err, e)) => return Err(Rejected::new(err, Some(e))),
             },
         };
-        let expect = old.unwrap_or(RawEntry::NULL);
-        // `Some(NULL)` is only passed by `reserve` (an EntryRef never
-        // encodes NULL): NULL -> ZERO, and only on a truly empty slot.
-        let reserve_only = old == Some(RawEntry::NULL) && raw.is_null();
-        if reserve_only {
-            raw = RawEntry::ZERO;
-        }
-        let mut xas = XaState::new(self.xa, guard, index);
-        let track_free = self.xa.track_free();
-        let result = self.with_retry(&mut xas, |xas| {
-            let curr = xas.load_raw();
-            let matches = if expect.is_null() {
-                if reserve_only {
-                    curr.is_null()
-                } else {
-                    curr.is_null() || curr.is_zero()
-                }
-            } else {
-                curr == expect
-            };
-            if !matches {
-                return Err(curr);
-            }
-            let mut store = raw;
-            if store.is_null() && track_free {
-                store = RawEntry::ZERO;
-            }
-            xas.store_raw(store);
-            if track_free && xas.error().is_none() && !store.is_null() && curr.is_null() {
-                xas.clear_mark_raw(Mark::FREE);
-            }
-            Ok(curr)
-        });
-        let give_back = |e: Error| {
-            // SAFETY: never published.
-            let back = if raw.is_user() {
-                Some(unsafe { Entry::from_raw(raw) })
-            } else {
-                None
-            };
-            Rejected::new(e, back)
-        };
-        if let Some(e) = xas.error() {
-            return Err(give_back(e));
-        }
-        match result {
-            Ok(curr) => {
-                let curr = curr.zero_to_null();
-                // only items are owned pointers; a value must not be freed
-                if curr.is_item() {
-                    dispose_item::<T>(guard, curr);
-                }
-                Ok(curr)
-            }
-            Err(_) => Err(give_back(Error::Mismatch)),
-        }
+        expect
+            .and_then(|expect| self.cmpxchg_raw(index, expect, raw, guard))
+            .map_err(|e| {
+                // SAFETY: never published (the array is unchanged on error).
+                let back = raw.is_user().then(|| unsafe { Entry::from_raw(raw) });
+                Rejected::new(e, back)
+            })
     }
 
     /// Compare-and-exchange under the held lock; see [`XArray::cmpxchg`].
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::cmpxchg`].
     pub fn cmpxchg(
         &self,
         index: u64,
         old: Option<EntryRef<'_, T>>,
         new: Option<Entry<T>>,
     ) -> Result<Option<EntryRef<'_, T>>, Rejected<T>> {
-        let raw = self.cmpxchg_raw(index, old.map(EntryRef::to_raw), new, &self.epoch)?;
-        // SAFETY: disposed through the lock's guard, alive for '_.
+        let expect = old.map_or(Ok(RawEntry::NULL), EntryRef::to_raw);
+        let raw = self.cmpxchg_entry(index, expect, new, &self.epoch)?;
+        // SAFETY: disposed through the lock's guard (pinned on the default
+        // collector, where the free is deferred), alive for '_.
         Ok(unsafe { EntryRef::from_raw_opt(raw) })
+    }
+
+    /// Replace a reserved entry under the held lock; see
+    /// [`XArray::cmpxchg_reserved`].
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::cmpxchg_reserved`].
+    pub fn cmpxchg_reserved(&self, index: u64, new: Option<Entry<T>>) -> Result<(), Rejected<T>> {
+        self.cmpxchg_entry(index, Ok(RawEntry::ZERO), new, &self.epoch)
+            .map(|_| ())
     }
 
     /// Undo a reservation under the held lock.
@@ -1297,7 +1384,8 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// The entry at `index`, read under the lock.
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, T>> {
         let e = self.xa.load_raw(index);
-        // SAFETY: read under the lock and its guard.
+        // SAFETY: read under the lock and its guard, pinned on the default
+        // collector where removed items' frees are deferred; alive for '_.
         unsafe { EntryRef::from_raw_opt(e) }
     }
 
@@ -1394,7 +1482,13 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
         match r {
             Ok(id) => {
-                *next = id.wrapping_add(1);
+                // A 32-bit range counts with the kernel's `u32 *next`: after
+                // u32::MAX it wraps to 0. Wider ranges wrap after u64::MAX.
+                *next = if max <= u64::from(u32::MAX) {
+                    u64::from((id as u32).wrapping_add(1))
+                } else {
+                    id.wrapping_add(1)
+                };
                 if *next == 0 {
                     xa.flags
                         .store(xa.flags() | FLAG_ALLOC_WRAPPED, Ordering::Relaxed);
@@ -1477,7 +1571,8 @@ impl<'g, T: Item> Iterator for Iter<'g, T> {
                 *off += 1;
                 if !e.is_null() {
                     // SAFETY: read under the iterator's guard, which lives
-                    // for 'g; removed items are freed only after it drops.
+                    // for 'g and is pinned on the default collector, where
+                    // removed items' frees are deferred: they wait for it.
                     return Some((*base + *off as u64, unsafe { EntryRef::from_raw(e) }));
                 }
             }

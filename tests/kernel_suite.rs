@@ -520,15 +520,19 @@ fn check_reserve(xa: &XA, allocating: bool) {
     assert!(xa.is_empty());
     inv(xa);
 
-    // cmpxchg sees a reserved entry as empty
+    // xa_cmpxchg(XA_ZERO_ENTRY -> value) replaces the reservation without
+    // allocating; cmpxchg from NULL does not match it
     xa.reserve(12345678).unwrap();
     fault::fail_next_allocations(u64::MAX);
     assert_eq!(
-        ev(xa
-            .cmpxchg(12345678, None, Some(Entry::Value(12345678)), &g)
-            .unwrap()),
-        None
+        xa.cmpxchg(12345678, None, Some(Entry::Value(12345678)), &g)
+            .unwrap_err()
+            .error,
+        Error::Mismatch
     );
+    xa.cmpxchg_reserved(12345678, Some(Entry::Value(12345678)))
+        .unwrap();
+    assert_eq!(ld(xa, 12345678), Some(12345678));
     fault::fail_next_allocations(0);
     xa.release(12345678);
     erase_index(xa, 12345678);

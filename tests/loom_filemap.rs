@@ -43,20 +43,22 @@ mod tests {
         Arc::new(Folio::new(index, order).unwrap())
     }
 
-    /// Preemption bounds (override with `KX_LOOM_PREEMPT=n`): the
-    /// writer-writer models are cheap (about 10k executions at 6), the
+    /// Preemption bounds when `LOOM_MAX_PREEMPTIONS` is unset (when set,
+    /// loom's builder reads it and it applies to every model; CI sets 2):
+    /// the writer-writer models are cheap (about 10k executions at 6), the
     /// reader model is not (lock-free lookups pin the epoch, ~160k at 4).
     const WRITERS: usize = 6;
     const READER: usize = 4;
 
+    /// loom's builder, which reads `LOOM_MAX_PREEMPTIONS` and
+    /// `LOOM_MAX_BRANCHES` itself; `preemption` and 100,000 branches are the
+    /// defaults for when they are unset.
     fn builder(preemption: usize) -> loom::model::Builder {
         let mut b = loom::model::Builder::new();
-        let preemption = std::env::var("KX_LOOM_PREEMPT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(preemption);
-        b.preemption_bound = Some(preemption);
-        b.max_branches = 100_000;
+        b.preemption_bound.get_or_insert(preemption);
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            b.max_branches = 100_000;
+        }
         b
     }
 

@@ -5,7 +5,8 @@
 //!
 //! Run with:
 //! `RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release --test loom_xarray --target-dir /tmp/kx-loom`
-//! (preemption bound: `KX_LOOM_PREEMPT=n`, default 3; about 30 s in release).
+//! (preemption bound: `LOOM_MAX_PREEMPTIONS=n` as loom reads it, default 3
+//! when unset; CI sets 2).
 //!
 //! Items are `Box<Tracked>`, each holding a `loom::sync::Arc`, so loom's
 //! leak check fails the model if an item displaced from the array is never
@@ -56,14 +57,15 @@ mod tests {
         })
     }
 
+    /// loom's builder, which reads `LOOM_MAX_PREEMPTIONS` and
+    /// `LOOM_MAX_BRANCHES` itself; only the defaults for when they are unset
+    /// are ours (loom's own would be an unbounded search and 1,000 branches).
     fn builder() -> loom::model::Builder {
         let mut b = loom::model::Builder::new();
-        let p = std::env::var("KX_LOOM_PREEMPT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
-        b.preemption_bound = Some(p);
-        b.max_branches = 100_000;
+        b.preemption_bound.get_or_insert(3);
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            b.max_branches = 100_000;
+        }
         b
     }
 

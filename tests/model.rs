@@ -676,18 +676,17 @@ impl Ctx {
                 }
             }
             Op::Cmpxchg { idx, ref old, new } => {
-                // (None, None) follows the crate's documented rule (`None`
-                // matches an empty or reserved index; storing `None` erases):
-                // it drops a reservation, where the kernel's xa_cmpxchg(NULL,
-                // NULL) would not match XA_ZERO_ENTRY and leave it.
+                // The kernel's raw comparison: `None` matches an empty index
+                // only (not a reservation); storing `None` erases.
                 let newv = new.map(|(item, val)| new_v(&mut self.next_id, item, val));
                 let g = kxarray::pin();
                 let cur = self.model.containing(idx);
                 let (oldref, matches) = match *old {
-                    OldSel::Empty => (None, cur.is_none_or(|(_, r)| r.v == V::Reserved)),
+                    OldSel::Empty => (None, cur.is_none()),
                     OldSel::Current => {
+                        // a reservation loads as None, which it is not
                         let r = xa.load(idx, &g);
-                        (r, true)
+                        (r, cur.is_none_or(|(_, r)| r.v != V::Reserved))
                     }
                     OldSel::Value(x) => (
                         Some(EntryRef::Value(x)),

@@ -16,6 +16,12 @@
 
 use std::io;
 
+mod file;
+mod ramdisk;
+
+pub use file::{FileBackend, DIRECT_ALIGN};
+pub use ramdisk::{RamDisk, RAMDISK_PAGE_SIZE};
+
 /// A byte-addressed store with positional I/O (`pread`/`pwrite`).
 ///
 /// The provided [`read_exact_at`](Backend::read_exact_at) and

@@ -41,7 +41,7 @@ pub fn add_folio_legacy_stats(
     folio: &Arc<Folio>,
     stats: &mut AddStats,
 ) -> Result<Option<Shadow>, AddError> {
-    let xa = space.pages();
+    let xa = &space.pages;
     let index = folio.index();
     let forder = folio.order();
     let nr = folio.nr_pages();

@@ -26,7 +26,7 @@ pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
 
 use crate::sync::{AtomicU64, Ordering};
-use crate::{fault, pin, Entry, EntryRef, Error, Mark, XArray, XaLock, XaState};
+use crate::{fault, pin, Entry, EntryRef, Error, Mark, XArray, XaLock, XaState, XaView};
 use core::fmt;
 use std::sync::Arc;
 
@@ -191,9 +191,18 @@ impl AddressSpace {
         }
     }
 
-    /// The underlying array (`mapping->i_pages`).
-    pub fn pages(&self) -> &XArray<Arc<Folio>> {
-        &self.pages
+    /// The underlying array (`mapping->i_pages`), read-only: a write that
+    /// bypassed the address space would leave `nr_pages` and
+    /// `nr_shadow_pages` out of step with the tree.
+    ///
+    /// ```compile_fail,E0599
+    /// use kxarray::filemap::AddressSpace;
+    /// let mapping = AddressSpace::new();
+    /// // a shadow stored behind the mapping's back: not possible
+    /// mapping.pages().store_order(0, 2, kxarray::Entry::Value(1));
+    /// ```
+    pub fn pages(&self) -> XaView<'_, Arc<Folio>> {
+        XaView::new(&self.pages)
     }
     /// Pages held by cached folios (`mapping->nrpages`).
     pub fn nr_pages(&self) -> u64 {

@@ -1051,7 +1051,11 @@ pub fn run(input: &ApiInput) {
     };
     for op in input.ops.iter().take(MAX_OPS) {
         h.apply(op);
-        if h.model.map.get(&0).is_some_and(|e| e.kind == Kind::Reserved) {
+        if h.model
+            .map
+            .get(&0)
+            .is_some_and(|e| e.kind == Kind::Reserved)
+        {
             // Found by this target (not in issue 8): after a reservation at
             // index 0, storing there leaves a one-slot node that
             // check_invariants reports as "tree not minimal".

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The seed's brd table (radix tree vs XArray, fio KIOPS) redone over NBD
+# with the real fio: 4 KiB write/randwrite/read/randread at iodepth 64 with
+# 1 and 2 jobs (fio's nbd engine opens one connection per job), over a Unix
+# socket and over TCP loopback, against
+#   xarray         kxarray-nbd --backend xarray   (RamDisk: pages in the XArray)
+#   hashmap        kxarray-nbd --backend hashmap  (pages in a Mutex<HashMap>)
+#   nbdkit-sparse  nbdkit memory allocator=sparse (one global lock)
+#   nbdkit-malloc  nbdkit memory allocator=malloc (one flat allocation)
+# Each round starts every server afresh, in a rotated order, fills its
+# disk with one untimed sequential 1 MiB write pass (so all jobs measure
+# allocated pages, the steady state the seed's --loop=8 measured), then
+# runs the eight jobs against it. The table shows the median KIOPS over the rounds and the diff of
+# xarray against each other store.
+#
+# Usage: kxarray-nbd/scripts/nbd-bench.sh [ROUNDS] [SECONDS] [SIZE]
+#        (defaults 3 rounds, 3 s per job, 512M disk)
+# Needs fio (apt-get install -y fio); the nbdkit columns need nbdkit
+# (apt-get install -y nbdkit) and are skipped with a message without it.
+set -euo pipefail
+ROUNDS=${1:-3}
+RUNTIME=${2:-3}
+SIZE=${3:-512M}
+cd "$(dirname "$0")/../.."
+
+command -v fio >/dev/null || { echo "fio not found: apt-get install -y fio" >&2; exit 1; }
+cargo build --release --bin kxarray-nbd >&2
+BIN=$PWD/target/release/kxarray-nbd
+
+STORES="xarray hashmap"
+if command -v nbdkit >/dev/null && nbdkit memory --dump-plugin >/dev/null 2>&1; then
+  STORES="$STORES nbdkit-sparse nbdkit-malloc"
+else
+  echo "nbdkit (memory plugin) not found: skipping the nbdkit columns (apt-get install -y nbdkit)" >&2
+fi
+
+WORK=$(mktemp -d)
+SERVER_PID=
+cleanup() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+PORT=$((20000 + RANDOM % 20000))
+SOCK=$WORK/nbd.sock
+RESULTS=$WORK/results.tsv
+
+start_server() { # store transport
+  local store=$1 transport=$2 listen
+  rm -f "$SOCK"
+  case $store in
+    xarray|hashmap)
+      if [ "$transport" = unix ]; then listen=(--unix "$SOCK"); else listen=(--listen "127.0.0.1:$PORT"); fi
+      RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" "${listen[@]}" 2>>"$WORK/server.log" &
+      ;;
+    nbdkit-*)
+      if [ "$transport" = unix ]; then listen=(-U "$SOCK"); else listen=(-i 127.0.0.1 -p "$PORT"); fi
+      nbdkit -f "${listen[@]}" memory size="$SIZE" allocator="${store#nbdkit-}" 2>>"$WORK/server.log" &
+      ;;
+  esac
+  SERVER_PID=$!
+  for _ in $(seq 100); do
+    if [ "$transport" = unix ]; then [ -S "$SOCK" ] && return 0
+    else (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; fi
+    sleep 0.05
+  done
+  echo "server $store did not start" >&2; exit 1
+}
+
+stop_server() {
+  kill -INT "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=
+}
+
+uri() {
+  if [ "$1" = unix ]; then echo "nbd+unix:///?socket=$SOCK"; else echo "nbd://127.0.0.1:$PORT/"; fi
+}
+
+kiops() { # json file -> KIOPS (read + write)
+  python3 - "$1" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+j = json.loads(text[text.index('{'):])["jobs"][0]
+print("%.1f" % ((j["read"]["iops"] + j["write"]["iops"]) / 1000))
+EOF
+}
+
+read -r -a store_list <<<"$STORES"
+n=${#store_list[@]}
+for round in $(seq "$ROUNDS"); do
+  for transport in unix tcp; do
+    for k in $(seq 0 $((n - 1))); do
+      store=${store_list[$(( (k + round) % n ))]}
+      start_server "$store" "$transport"
+      # Fill the disk once, untimed, so every measured job sees allocated
+      # pages (steady state, as the seed's --loop=8 over the whole brd).
+      fio --name=fill --ioengine=nbd --uri="$(uri "$transport")" --rw=write --bs=1M \
+        --iodepth=8 --size="$SIZE" >/dev/null 2>>"$WORK/fio.err"
+      for jobs in 1 2; do
+        for rw in write randwrite read randread; do
+          fio --name=bench --ioengine=nbd --uri="$(uri "$transport")" --rw="$rw" --bs=4k \
+            --iodepth=64 --numjobs="$jobs" --size="$SIZE" --time_based --runtime="$RUNTIME" \
+            --group_reporting --output-format=json >"$WORK/out.json" 2>>"$WORK/fio.err"
+          k_iops=$(kiops "$WORK/out.json")
+          printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$transport" "$jobs" "$rw" "$store" "$k_iops" >>"$RESULTS"
+          echo "round $round $transport jobs=$jobs $rw $store: $k_iops KIOPS" >&2
+        done
+      done
+      stop_server
+    done
+  done
+done
+
+python3 - "$RESULTS" "$STORES" "$ROUNDS" "$RUNTIME" "$SIZE" <<'EOF'
+import sys, statistics, collections
+path, stores, rounds, runtime, size = sys.argv[1], sys.argv[2].split(), *sys.argv[3:]
+vals = collections.defaultdict(list)
+for line in open(path):
+    r, t, j, rw, store, k = line.split("\t")
+    vals[(t, j, rw, store)].append(float(k))
+print(f"fio --ioengine=nbd, 4 KiB, iodepth 64, {runtime} s per job, {size} disk filled first; median KIOPS of {rounds} rounds")
+print()
+others = [s for s in stores if s != "xarray"]
+head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
+head += "".join(f" | xarray vs {s}" for s in others) + " |"
+print(head)
+print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
+for t in ("unix", "tcp"):
+    for j in ("1", "2"):
+        for rw in ("write", "randwrite", "read", "randread"):
+            med = {s: statistics.median(vals[(t, j, rw, s)]) for s in stores}
+            row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.1f}" for s in stores)
+            for s in others:
+                d = (med["xarray"] / med[s] - 1) * 100 if med[s] else float("nan")
+                row += " | " + f"{d:+.1f}%".rjust(len("xarray vs " + s))
+            print(row + " |")
+EOF

@@ -1,0 +1,85 @@
+//! The one export a server offers: its name, description, backing store,
+//! size and the transmission flags derived from them.
+//!
+//! Invariants: the size is read once, when the export is made, and every
+//! connection sees the same size and flags; `NBD_FLAG_CAN_MULTI_CONN` is
+//! set because all connections share one backend, so a flush on one
+//! connection flushes the writes completed on every connection.
+
+use std::io;
+use std::sync::Arc;
+
+use kxarray::backend::Backend;
+
+use crate::proto::{
+    NBD_FLAG_CAN_MULTI_CONN, NBD_FLAG_HAS_FLAGS, NBD_FLAG_READ_ONLY, NBD_FLAG_SEND_FLUSH,
+    NBD_FLAG_SEND_FUA, NBD_FLAG_SEND_TRIM, NBD_FLAG_SEND_WRITE_ZEROES,
+};
+
+/// A named backend served over NBD.
+#[derive(Debug, Clone)]
+pub struct Export {
+    /// The export's name (`NBD_OPT_LIST`, `NBD_INFO_NAME`); the empty name
+    /// also selects it.
+    pub name: String,
+    /// Description for humans (`NBD_INFO_DESCRIPTION`).
+    pub description: String,
+    /// Refuse writes (`NBD_FLAG_READ_ONLY`).
+    pub read_only: bool,
+    backend: Arc<dyn Backend>,
+    size: u64,
+}
+
+impl Export {
+    /// An export of `backend` under `name`; its size is the backend's
+    /// length now.
+    ///
+    /// # Errors
+    /// The backend's error from [`Backend::len`].
+    pub fn new(name: impl Into<String>, backend: Arc<dyn Backend>) -> io::Result<Self> {
+        let size = backend.len()?;
+        Ok(Self {
+            name: name.into(),
+            description: String::new(),
+            read_only: false,
+            backend,
+            size,
+        })
+    }
+
+    /// Set the description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// The backing store.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether a client asking for `name` gets this export (its own name or
+    /// the empty default name).
+    pub fn matches(&self, name: &[u8]) -> bool {
+        name.is_empty() || name == self.name.as_bytes()
+    }
+
+    /// The transmission flags every connection gets.
+    pub fn transmission_flags(&self) -> u16 {
+        let mut flags = NBD_FLAG_HAS_FLAGS
+            | NBD_FLAG_SEND_FLUSH
+            | NBD_FLAG_SEND_FUA
+            | NBD_FLAG_SEND_TRIM
+            | NBD_FLAG_SEND_WRITE_ZEROES
+            | NBD_FLAG_CAN_MULTI_CONN;
+        if self.read_only {
+            flags |= NBD_FLAG_READ_ONLY;
+        }
+        flags
+    }
+}

@@ -1,0 +1,84 @@
+//! The real fio (`--ioengine=nbd`, through libnbd) against the server,
+//! with `--verify=crc32c`: every block written is read back and checked.
+//! Skipped, with a message, when `fio` is not installed.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{start, Transport};
+use kxarray::backend::{Backend, RamDisk};
+use kxarray_nbd::{HashMapDisk, ListenAddr};
+
+fn fio_present() -> bool {
+    Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn uri(addr: &ListenAddr) -> String {
+    match addr {
+        ListenAddr::Tcp(a) => format!("nbd://{a}/"),
+        ListenAddr::Unix(p) => format!("nbd+unix:///?socket={}", p.display()),
+    }
+}
+
+/// Two jobs (two connections) of 4 KiB random writes at iodepth 64 on
+/// disjoint halves, then fio reads everything back and checks crc32c.
+fn verify(backend: Arc<dyn Backend>, transport: Transport, rw: &str) {
+    let server = start(backend, "", transport);
+    let out = Command::new("fio")
+        .args([
+            "--name=verify",
+            "--ioengine=nbd",
+            &format!("--uri={}", uri(&server.addr)),
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            "--iodepth=64",
+            "--numjobs=2",
+            "--size=24M",
+            "--offset_increment=24M",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--group_reporting",
+        ])
+        .output()
+        .expect("run fio");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "fio failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("err= 0"), "fio reported errors:\n{stdout}");
+    assert!(
+        stdout.contains("read: IOPS="),
+        "fio did not read back to verify:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("write: IOPS="),
+        "fio did not write:\n{stdout}"
+    );
+    assert!(!stderr.contains("verify:"), "verify complaints:\n{stderr}");
+    server.stop();
+}
+
+#[test]
+fn fio_nbd_engine_verifies_crc32c() {
+    if !fio_present() {
+        eprintln!("SKIPPED: fio is not installed (apt-get install -y fio)");
+        return;
+    }
+    verify(
+        Arc::new(RamDisk::new(64 << 20)),
+        Transport::Unix,
+        "randwrite",
+    );
+    verify(Arc::new(RamDisk::new(64 << 20)), Transport::Tcp, "write");
+    verify(
+        Arc::new(HashMapDisk::new(64 << 20)),
+        Transport::Unix,
+        "randwrite",
+    );
+}
