@@ -4,6 +4,8 @@
 
 mod fuzz_common;
 
+use fuzz_common::api;
+
 use std::path::{Path, PathBuf};
 
 fn inputs(dir: &Path) -> Vec<PathBuf> {
@@ -18,7 +20,7 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn replay(files: &[PathBuf], run: fn(&[u8])) {
+fn replay(files: &[PathBuf], run: impl Fn(&[u8]) + std::panic::RefUnwindSafe) {
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
         let r = std::panic::catch_unwind(|| run(&data));
@@ -65,18 +67,51 @@ fn replay_api_corpus() {
         !files.is_empty(),
         "fuzz corpus fuzz/corpus/api is missing or empty"
     );
-    replay(&files, fuzz_common::api::run_bytes);
+    let on = api::known_defect_ops(api::KNOWN_DEFECTS_FIXED);
+    replay(&files, |d| api::run_bytes(d, on));
 }
 
-/// Inputs that reproduce the open defects of issue 8 (run with
-/// `KX_FUZZ_ISSUE8=1`, which turns on the operations that reach them).
-/// Ignored until those fixes are merged: `cargo test --test fuzz_replay --
-/// --ignored` shows them failing.
+/// Inputs that reproduced a known issue-8 defect, replayed with the
+/// defect-reaching operations on once `KNOWN_DEFECTS_FIXED` is set (until
+/// then with their safe variants, which must pass).
 #[test]
-#[ignore = "reproduces open issue-8 defects; un-ignore once fixed"]
 fn replay_api_regressions() {
-    std::env::set_var("KX_FUZZ_ISSUE8", "1");
-    replay(&corpus("api", "regressions"), fuzz_common::api::run_bytes);
+    let on = api::known_defect_ops(api::KNOWN_DEFECTS_FIXED);
+    replay(&corpus("api", "regressions"), |d| api::run_bytes(d, on));
+}
+
+/// While the issue-8 fixes are pending, every saved regression must still
+/// fail with the defect-reaching operations on (so each one is known to
+/// reproduce something). `cargo test --test fuzz_replay -- --ignored`.
+#[test]
+#[ignore = "expects failures: run by hand until KNOWN_DEFECTS_FIXED"]
+fn api_regressions_reproduce_known_defects() {
+    if api::KNOWN_DEFECTS_FIXED {
+        return;
+    }
+    for f in corpus("api", "regressions") {
+        let data = std::fs::read(&f).expect("read regression");
+        let r = std::panic::catch_unwind(|| api::run_bytes(&data, api::defect::ALL));
+        assert!(r.is_err(), "{} no longer fails", f.display());
+    }
+}
+
+#[test]
+fn replay_filemap_corpus() {
+    let files = corpus("filemap", "corpus");
+    assert!(
+        !files.is_empty(),
+        "fuzz corpus fuzz/corpus/filemap is missing or empty"
+    );
+    replay(&files, fuzz_common::filemap::run_bytes);
+}
+
+#[test]
+fn replay_filemap_regressions() {
+    replay(
+        &corpus("filemap", "regressions"),
+        fuzz_common::filemap::run_bytes,
+    );
 }
 
 /// Debug aid: `FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --

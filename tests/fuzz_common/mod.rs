@@ -23,6 +23,8 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod api_model;
+pub mod filemap;
 
 use arbitrary::{Arbitrary, Unstructured};
 use kxarray::{fault, Entry, Error, Mark, XArray, XaState, MAX_VALUE};
