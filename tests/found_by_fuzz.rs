@@ -40,3 +40,34 @@ fn alloc1_index0_cmpxchg_none_mismatch() {
         "cmpxchg(0, None) with load(0) == None"
     );
 }
+
+/// A mark set on the empty index 0 of a non-empty `ALLOC1` array lands on
+/// the hidden reservation and sticks to the next entry stored at 0; in the
+/// kernel `xa_set_mark` on an empty index does nothing.
+#[test]
+#[ignore = "found by fuzz/api: ALLOC1 index 0 keeps marks set while empty"]
+fn alloc1_index0_mark_on_empty_index_sticks() {
+    use kxarray::Mark;
+    let xa: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC1);
+    xa.store(16, Entry::Value(8)).unwrap();
+    xa.set_mark(0, Mark::M2);
+    xa.store(0, Entry::Value(1)).unwrap();
+    assert!(
+        !xa.get_mark(0, Mark::M2),
+        "mark set while index 0 was empty"
+    );
+}
+
+/// `store_range` on an allocating array leaves the free mark on the range
+/// it stored, so `alloc` hands out an index inside it: here it returns id
+/// 0 for the range `165..=165` and replaces the whole stored range with a
+/// reservation (the value at 165 is lost).
+#[test]
+#[ignore = "found by fuzz/api: store_range keeps the free mark on allocating arrays"]
+fn alloc_after_store_range_overwrites_it() {
+    let xa: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    xa.store_range(0, 255, Some(153)).unwrap();
+    let r = xa.alloc(165..=165, None).map_err(|r| r.error);
+    assert_eq!(r, Err(Error::Busy), "alloc in a stored range");
+    assert_eq!(xa.load_value(165), Some(153), "stored value lost");
+}

@@ -114,7 +114,7 @@ fn replay_filemap_regressions() {
     );
 }
 
-/// Debug aid: `FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
+/// Debug aid: `[FUZZ_TARGET=api] FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
 /// --nocapture` prints the decoded ops of one input, then runs it.
 #[test]
 fn replay_one() {
@@ -122,6 +122,15 @@ fn replay_one() {
         return;
     };
     let data = std::fs::read(&path).expect("read FUZZ_INPUT");
+    if std::env::var("FUZZ_TARGET").as_deref() == Ok("api") {
+        let input = api::decode(&data).expect("decodes");
+        println!("flags {}", input.flags);
+        for (i, op) in input.ops.iter().enumerate().take(api::MAX_OPS) {
+            println!("{i}: {op:?}");
+        }
+        api::run(&input, api::known_defect_ops(false));
+        return;
+    }
     match fuzz_common::decode(&data) {
         Some(ops) => {
             for (i, op) in ops.iter().enumerate().take(fuzz_common::MAX_OPS) {
