@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Miri (tree borrows) over the library's unit tests and the small
+# integration tests, bounded by MIRI_SECONDS (default 240). Without nightly
+# or its miri component it says so and exits 0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "miri: SKIPPED (no nightly toolchain: cargo +nightly --version failed)"
+    exit 0
+fi
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    rustup component add miri rust-src --toolchain nightly >/dev/null 2>&1 || true
+fi
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    echo "miri: SKIPPED (the nightly miri component is not available)"
+    exit 0
+fi
+# -Zmiri-ignore-leaks: epoch garbage queued at exit is never freed.
+export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-ignore-leaks ${MIRIFLAGS_EXTRA:-}"
+timeout "${MIRI_SECONDS:-240}" cargo +nightly miri test --target-dir target/miri \
+    --lib --test smoke --test found_by_fuzz -- ${MIRI_TEST_FILTER:-}
