@@ -106,9 +106,8 @@ mod tests {
     /// true (the interleaving of interest was reached).
     fn check<F: Fn() -> bool + Sync + Send + 'static>(name: &str, f: F) -> usize {
         let mut b = loom::model::Builder::new();
-        if b.preemption_bound.is_none() {
-            b.preemption_bound = Some(2);
-        }
+        // loom reads LOOM_MAX_PREEMPTIONS; 2 when it is unset
+        b.preemption_bound.get_or_insert(2);
         b.max_branches = 100_000;
         let n = Arc::new(AtomicUsize::new(0));
         let hits = Arc::new(AtomicUsize::new(0));
