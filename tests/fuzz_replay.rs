@@ -94,6 +94,21 @@ fn api_regressions_reproduce_known_defects() {
         let r = std::panic::catch_unwind(|| api::run_bytes(&data, api::defect::ALL));
         assert!(r.is_err(), "{} no longer fails", f.display());
     }
+    for (class, name, input) in api::known_defect_seeds() {
+        let r = std::panic::catch_unwind(|| api::run(&input, class));
+        assert!(r.is_err(), "seed {name:?} no longer fails");
+    }
+}
+
+/// The hand-written issue-8 seeds: each passes with its class off (the
+/// safe variant), and with it on once `KNOWN_DEFECTS_FIXED`.
+#[test]
+fn replay_api_known_defect_seeds() {
+    for (class, name, input) in api::known_defect_seeds() {
+        let on = if api::KNOWN_DEFECTS_FIXED { class } else { 0 };
+        let r = std::panic::catch_unwind(|| api::run(&input, on));
+        assert!(r.is_ok(), "seed {name:?} failed");
+    }
 }
 
 #[test]
