@@ -17,16 +17,17 @@
 //! `insert` and `alloc`). After every op the whole array is compared with
 //! it (`check_invariants`, `iter`, `iter_marked`, per-entry probes).
 //!
-//! Known defects: [`KNOWN_DEFECTS_FIXED`] and the `known_defect_ops` switch
-//! of [`run_with`] gate the operations that reach the open defects of issue
-//! 8 (sections 2 and 3, fixed on the `integrity` branch): range stores over
-//! arbitrary (unaligned) ranges and up to the whole index space, cursors
-//! reused after their lock was dropped without a `reset`, partial splits of
-//! marked entries across a node level. With the switch off those inputs are mapped to safe variants
-//! (aligned ranges, a `reset` before reuse, unmarked entries, skipped). The
-//! fuzz target turns the switch on; `cargo test` replays the saved corpus
-//! with it set to [`KNOWN_DEFECTS_FIXED`]. Inputs that reproduce a known
-//! defect are kept in `fuzz/regressions/api/`, not in the corpus.
+//! Known defects: the `known_defect_ops` mask of [`run`] (classes in
+//! [`defect`]) gates the operations that reach the open defects of issue 8
+//! section 2 (being fixed on the `integrity` branch): range stores over
+//! unaligned ranges and up to the whole index space, cursors reused after
+//! their lock was dropped without a `reset`, partial splits of marked
+//! entries across a node level. With a class off its inputs are mapped to
+//! safe variants (aligned ranges, a `reset` before reuse, unmarked entries
+//! skipped). The fuzz target turns every class on; `cargo test` replays the
+//! saved corpus with them on only when [`KNOWN_DEFECTS_FIXED`]. Inputs that
+//! reproduce a known defect are kept in `fuzz/regressions/api/` (and as
+//! [`known_defect_seeds`]), not in the corpus.
 
 mod cursors;
 
