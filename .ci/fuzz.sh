@@ -54,7 +54,7 @@ for target in $(cargo +nightly fuzz list); do
     echo "fuzz: $target for ${secs}s"
     if ! cargo +nightly fuzz run "$target" "$scratch/$target" "corpus/$target" -- \
         -max_total_time="$secs" -timeout=20 -print_final_stats=1 2>&1 |
-        tee "$scratch/$target.log" | grep -E '^(#[0-9]+ +(INITED|DONE))|panicked|SUMMARY|ERROR' ; then
+        tee "$scratch/$target.log" | grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^Done|panicked|SUMMARY|ERROR' ; then
         :
     fi
     if ! grep -q 'Done [0-9]* runs' "$scratch/$target.log"; then
