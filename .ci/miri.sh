@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Miri (tree borrows) over the library's unit tests, bounded by MIRI_SECONDS (default 240). Without nightly
-# or its miri component it says so and exits 0.
+# Miri (tree borrows) over the library's unit tests, bounded by
+# MIRI_SECONDS (default 240). Without nightly or its miri component it says
+# so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! cargo +nightly --version >/dev/null 2>&1; then
