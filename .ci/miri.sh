@@ -23,5 +23,5 @@ export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-ignore-leaks ${MIRIFLAGS_EXTRA:-}"
 # also pass under Miri (`--test fidelity -- --skip
 # loom_models_take_the_bound_from_loom_max_preemptions`, 10 s) but their
 # extra build does not fit the bound; tests/smoke.rs takes minutes per test.
-timeout "${MIRI_SECONDS:-240}" cargo +nightly miri test --target-dir target/miri \
+timeout "${MIRI_SECONDS:-240}" cargo +nightly miri test -p kxarray --target-dir target/miri \
     --lib -- --skip backend::file ${MIRI_TEST_FILTER:-}
