@@ -42,6 +42,9 @@ pub(crate) struct Node {
     parent: AtomicUsize,
     pub(crate) slots: [AtomicEntry; CHUNK_SIZE],
     marks: [AtomicU64; MAX_MARKS],
+    /// Under loom, set when the node is freed (see `sync::Quarantine`).
+    #[cfg(loom)]
+    freed: crate::sync::Quarantine,
 }
 
 /// Mask of the valid bits of a mark word.
@@ -86,6 +89,7 @@ impl Node {
             parent: AtomicUsize::new(0),
             slots: core::array::from_fn(|_| AtomicEntry::new(RawEntry::NULL)),
             marks: core::array::from_fn(|_| AtomicU64::new(0)),
+            freed: crate::sync::Quarantine::new(),
         });
         Some(NonNull::from(Box::leak(n)))
     }
@@ -95,17 +99,47 @@ impl Node {
     /// # Safety
     /// `node` came from `alloc` and no reference to it survives.
     pub(crate) unsafe fn free(node: NonNull<Node>) {
+        #[cfg(loom)]
+        {
+            /// Release a node held by the quarantine.
+            ///
+            /// # Safety
+            /// `addr` is a node from `alloc` that nothing else frees.
+            unsafe fn release(addr: usize) {
+                let p: *mut Node = core::ptr::with_exposed_provenance_mut(addr);
+                debug_assert!(!p.is_null());
+                // SAFETY: per the contract, a Box-allocated node, freed once.
+                drop(unsafe { Box::from_raw(p) });
+            }
+            // SAFETY: the caller passes a live node nobody else frees; the
+            // quarantine releases it with `release` once it is old enough.
+            unsafe {
+                let n = node.as_ref();
+                n.freed.check();
+                n.freed.bury(node.as_ptr().expose_provenance(), release);
+            }
+        }
+        #[cfg(not(loom))]
         // SAFETY: allocated by `alloc_zeroed` with the global allocator and
         // Node's layout, which is exactly what Box expects.
         drop(unsafe { Box::from_raw(node.as_ptr()) });
     }
 
+    /// Under loom, panic if this node was freed (`sync::Quarantine`).
+    #[inline(always)]
+    fn check_live(&self) {
+        #[cfg(loom)]
+        self.freed.check();
+    }
+
     #[inline(always)]
     pub(crate) fn slot(&self, offset: usize) -> RawEntry {
+        self.check_live();
         self.slots[offset].load()
     }
     #[inline(always)]
     pub(crate) fn slot_locked(&self, offset: usize) -> RawEntry {
+        self.check_live();
         self.slots[offset].load_locked()
     }
     #[inline(always)]
@@ -173,6 +207,7 @@ impl Node {
     /// The parent node (lock-free readers climb with this).
     #[inline]
     pub(crate) fn parent(&self) -> Option<NonNull<Node>> {
+        self.check_live();
         let p: *mut Node =
             core::ptr::with_exposed_provenance_mut(self.parent.load(Ordering::Acquire));
         NonNull::new(p)
@@ -190,6 +225,7 @@ impl Node {
     // ---- marks ----
     #[inline(always)]
     pub(crate) fn marks(&self, mark: Mark) -> u64 {
+        self.check_live();
         self.marks[mark.index()].load(Ordering::Relaxed)
     }
     #[inline]

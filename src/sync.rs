@@ -8,6 +8,10 @@
 //!
 //! Invariant: no other module names `std::sync::atomic`, `parking_lot` or
 //! `loom` directly.
+//!
+//! Under loom it also keeps freed nodes in quarantine ([`Quarantine`]): a
+//! node freed while a reader can still reach it is reported by the next
+//! access instead of being silently read after the free.
 
 /// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
 pub(crate) use crossbeam_epoch as epoch;
@@ -126,6 +130,66 @@ mod imp {
         pub(crate) fn kick(&self) {}
         pub(crate) fn set(&self) {
             self.0.store(true, Ordering::Release);
+        }
+    }
+
+    /// Use-after-free detection for the loom models.
+    ///
+    /// Loom does not notice a read of freed memory, so under loom a freed
+    /// node is not returned to the allocator at once: it is marked dead and
+    /// kept in a bounded FIFO (the last [`Quarantine::CAPACITY`] frees), and
+    /// every slot or mark read checks the mark. A node freed while a reader
+    /// can still reach it (a free not deferred through the epoch, or an
+    /// epoch advanced too early) then fails that check in the interleaving
+    /// where the reader comes back to it, instead of being undefined
+    /// behaviour that loom cannot see.
+    pub(crate) struct Quarantine(std::sync::atomic::AtomicBool);
+
+    /// Freed nodes still held: (address, the function that frees it).
+    type Held = std::collections::VecDeque<(usize, unsafe fn(usize))>;
+    static HELD: std::sync::Mutex<Held> = std::sync::Mutex::new(Held::new());
+
+    impl Quarantine {
+        /// Frees held back before the oldest is released; far more than a
+        /// model frees in one execution.
+        pub(crate) const CAPACITY: usize = 4096;
+
+        pub(crate) const fn new() -> Self {
+            Quarantine(std::sync::atomic::AtomicBool::new(false))
+        }
+
+        /// Panics if the object this flag belongs to was freed.
+        #[inline]
+        #[track_caller]
+        pub(crate) fn check(&self) {
+            assert!(
+                !self.0.load(std::sync::atomic::Ordering::SeqCst),
+                "kxarray (loom): a node was read after it was freed"
+            );
+        }
+
+        /// Mark the object dead and hold it; `free(addr)` releases it later.
+        ///
+        /// # Safety
+        /// `addr` is an object that nobody will free otherwise, `self` is
+        /// inside it, and `free(addr)` releases it.
+        pub(crate) unsafe fn bury(&self, addr: usize, free: unsafe fn(usize)) {
+            debug_assert!(addr != 0, "bury: null object");
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            let old = {
+                let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+                held.push_back((addr, free));
+                if held.len() > Self::CAPACITY {
+                    held.pop_front()
+                } else {
+                    None
+                }
+            };
+            if let Some((a, f)) = old {
+                // SAFETY: `a` was buried with its own `f` (the contract
+                // above) and has been held through CAPACITY later frees.
+                unsafe { f(a) }
+            }
         }
     }
 

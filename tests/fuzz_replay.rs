@@ -4,6 +4,8 @@
 
 mod fuzz_common;
 
+use fuzz_common::api;
+
 use std::path::{Path, PathBuf};
 
 fn inputs(dir: &Path) -> Vec<PathBuf> {
@@ -18,10 +20,10 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn replay(files: &[PathBuf]) {
+fn replay(files: &[PathBuf], run: impl Fn(&[u8]) + std::panic::RefUnwindSafe) {
     for f in files {
         let data = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
-        let r = std::panic::catch_unwind(|| fuzz_common::run_bytes(&data));
+        let r = std::panic::catch_unwind(|| run(&data));
         if let Err(e) = r {
             std::panic::resume_unwind(Box::new(format!(
                 "fuzz input {} failed: {}",
@@ -44,17 +46,90 @@ fn replay_split_insert_corpus() {
         "fuzz corpus {} is missing or empty",
         dir.display()
     );
-    replay(&files);
+    replay(&files, fuzz_common::run_bytes);
 }
 
 #[test]
 fn replay_split_insert_regressions() {
     // Optional: crash inputs saved after a fix (may not exist).
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/split_insert");
-    replay(&inputs(&dir));
+    replay(&inputs(&dir), fuzz_common::run_bytes);
 }
 
-/// Debug aid: `FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
+fn corpus(target: &str, kind: &str) -> Vec<PathBuf> {
+    inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("fuzz/{kind}/{target}")))
+}
+
+#[test]
+fn replay_api_corpus() {
+    let files = corpus("api", "corpus");
+    assert!(
+        !files.is_empty(),
+        "fuzz corpus fuzz/corpus/api is missing or empty"
+    );
+    let on = api::known_defect_ops(api::KNOWN_DEFECTS_FIXED);
+    replay(&files, |d| api::run_bytes(d, on));
+}
+
+/// Inputs that reproduced a known issue-8 defect, replayed with the
+/// defect-reaching operations on once `KNOWN_DEFECTS_FIXED` is set (until
+/// then with their safe variants, which must pass).
+#[test]
+fn replay_api_regressions() {
+    let on = api::known_defect_ops(api::KNOWN_DEFECTS_FIXED);
+    replay(&corpus("api", "regressions"), |d| api::run_bytes(d, on));
+}
+
+/// While the issue-8 fixes are pending, every saved regression must still
+/// fail with the defect-reaching operations on (so each one is known to
+/// reproduce something). `cargo test --test fuzz_replay -- --ignored`.
+#[test]
+#[ignore = "expects failures: run by hand until KNOWN_DEFECTS_FIXED"]
+fn api_regressions_reproduce_known_defects() {
+    if api::KNOWN_DEFECTS_FIXED {
+        return;
+    }
+    for f in corpus("api", "regressions") {
+        let data = std::fs::read(&f).expect("read regression");
+        let r = std::panic::catch_unwind(|| api::run_bytes(&data, api::defect::ALL));
+        assert!(r.is_err(), "{} no longer fails", f.display());
+    }
+    for (class, name, input) in api::known_defect_seeds() {
+        let r = std::panic::catch_unwind(|| api::run(&input, class));
+        assert!(r.is_err(), "seed {name:?} no longer fails");
+    }
+}
+
+/// The hand-written issue-8 seeds: each passes with its class off (the
+/// safe variant), and with it on once `KNOWN_DEFECTS_FIXED`.
+#[test]
+fn replay_api_known_defect_seeds() {
+    for (class, name, input) in api::known_defect_seeds() {
+        let on = if api::KNOWN_DEFECTS_FIXED { class } else { 0 };
+        let r = std::panic::catch_unwind(|| api::run(&input, on));
+        assert!(r.is_ok(), "seed {name:?} failed");
+    }
+}
+
+#[test]
+fn replay_filemap_corpus() {
+    let files = corpus("filemap", "corpus");
+    assert!(
+        !files.is_empty(),
+        "fuzz corpus fuzz/corpus/filemap is missing or empty"
+    );
+    replay(&files, fuzz_common::filemap::run_bytes);
+}
+
+#[test]
+fn replay_filemap_regressions() {
+    replay(
+        &corpus("filemap", "regressions"),
+        fuzz_common::filemap::run_bytes,
+    );
+}
+
+/// Debug aid: `[FUZZ_TARGET=api] FUZZ_INPUT=path cargo test --test fuzz_replay replay_one --
 /// --nocapture` prints the decoded ops of one input, then runs it.
 #[test]
 fn replay_one() {
@@ -62,6 +137,15 @@ fn replay_one() {
         return;
     };
     let data = std::fs::read(&path).expect("read FUZZ_INPUT");
+    if std::env::var("FUZZ_TARGET").as_deref() == Ok("api") {
+        let input = api::decode(&data).expect("decodes");
+        println!("flags {}", input.flags);
+        for (i, op) in input.ops.iter().enumerate().take(api::MAX_OPS) {
+            println!("{i}: {op:?}");
+        }
+        api::run(&input, api::known_defect_ops(false));
+        return;
+    }
     match fuzz_common::decode(&data) {
         Some(ops) => {
             for (i, op) in ops.iter().enumerate().take(fuzz_common::MAX_OPS) {

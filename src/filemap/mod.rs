@@ -25,9 +25,9 @@ mod shadow;
 pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::{fault, pin, Entry, EntryRef, Error, Mark, XArray, XaLock, XaState, XaView};
 use core::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Page-cache tags, on the XArray's marks (`include/linux/fs.h`).

@@ -22,6 +22,10 @@
 //!   entries of order `n` with the same value and the same marks.
 #![allow(dead_code)]
 
+pub mod api;
+pub mod api_model;
+pub mod filemap;
+
 use arbitrary::{Arbitrary, Unstructured};
 use kxarray::{fault, Entry, Error, Mark, XArray, XaState, MAX_VALUE};
 use std::collections::BTreeMap;
