@@ -18,7 +18,9 @@ pub(crate) use crossbeam_epoch as epoch;
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
 
     /// A reader-writer lock around data (the page cache's folio data).
     pub(crate) type RwLock<T> = parking_lot::RwLock<T>;

@@ -5,7 +5,7 @@
 //! with batching): a connection has a few worker threads sharing one
 //! buffered reader and one writer. A worker takes the reader lock, waits
 //! for one request, then also takes the requests already sitting in the
-//! read buffer (up to [`MAX_BATCH`]; it never waits for one the client may
+//! read buffer (up to `MAX_BATCH`; it never waits for one the client may
 //! not have sent), lets go, executes them against the backend, and writes
 //! all their replies with one `write` under the writer lock. While it
 //! executes, the next worker reads the next requests, so requests run
