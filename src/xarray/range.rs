@@ -11,6 +11,7 @@ use crate::cursor::order_shape;
 use crate::entry::{RawEntry, MAX_VALUE};
 use crate::error::Error;
 use crate::item::Item;
+use crate::mark::Mark;
 
 impl<T: Item> XaLock<'_, T> {
     /// Store a value over a range under the held lock; see
@@ -47,7 +48,16 @@ impl<T: Item> XaLock<'_, T> {
             };
             // `nomem` allocates without dropping the lock, so the same
             // cursor retries the same step with its preallocated nodes.
-            let old = self.with_retry(&mut xas, |xas| xas.store_raw(entry));
+            // On allocating arrays a stored block is no longer free (an
+            // erased one is marked free again by `store_raw`), as `store` does.
+            let clear_free = self.xa.track_free() && !entry.is_null();
+            let old = self.with_retry(&mut xas, |xas| {
+                let old = xas.store_raw(entry);
+                if clear_free && xas.error().is_none() {
+                    xas.clear_mark_raw(Mark::FREE);
+                }
+                old
+            });
             if let Some(e) = xas.error() {
                 return Err(e);
             }
