@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use kxarray::backend::{Backend, FileBackend, RamDisk};
+use kxarray::pagecache::{CacheConfig, PageCache};
 use kxarray_nbd::{parse_size, Export, HashMapDisk, Listener, Server, DEFAULT_WORKERS};
 use tracing::{error, info};
 
@@ -25,6 +26,10 @@ enum BackendKind {
     Hashmap,
     /// A real file (`--file`), read and written with pread/pwrite.
     File,
+    /// A real file (`--file`) through kxarray's page cache
+    /// (`--cache-size`): reads hit the cache, writes are written back on
+    /// FLUSH, FUA and by the cache's flusher.
+    Cached,
 }
 
 /// Serve a kxarray RAM disk or cached file over the NBD protocol.
@@ -45,8 +50,11 @@ struct Args {
     backend: BackendKind,
     /// The file for `--backend file` (created if missing; grown to
     /// `--size` if shorter).
-    #[arg(long, required_if_eq("backend", "file"))]
+    #[arg(long, required_if_eq_any([("backend", "file"), ("backend", "cached")]))]
     file: Option<PathBuf>,
+    /// Page-cache capacity for `--backend cached` (bytes, K/M/G suffixes).
+    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    cache_size: u64,
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
     export_name: String,
@@ -83,17 +91,25 @@ fn run(args: Args) -> Result<(), String> {
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
         BackendKind::Hashmap => Arc::new(HashMapDisk::new(args.size)),
-        BackendKind::File => {
+        BackendKind::File | BackendKind::Cached => {
             let path = args
                 .file
                 .as_ref()
-                .ok_or("--backend file needs --file PATH")?;
+                .ok_or("--backend file|cached needs --file PATH")?;
             let f = FileBackend::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
             if f.len().map_err(|e| e.to_string())? < args.size {
                 f.set_len(args.size)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
-            Arc::new(f)
+            if args.backend == BackendKind::Cached {
+                let cache = PageCache::new(CacheConfig::default().capacity(args.cache_size));
+                let file = cache
+                    .open(f)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                Arc::new(file)
+            } else {
+                Arc::new(f)
+            }
         }
     };
     let mut export = Export::new(args.export_name.clone(), backend)

@@ -11,7 +11,8 @@ use common::{
     greet, info_or_go, is_closed, open, random_bytes, read_option_reply, send_option, start,
     Client, Transport,
 };
-use kxarray::backend::{Backend, RamDisk};
+use kxarray::backend::{Backend, FileBackend, RamDisk};
+use kxarray::pagecache::{CacheConfig, PageCache};
 use kxarray_nbd::proto::*;
 use kxarray_nbd::HashMapDisk;
 
@@ -21,7 +22,17 @@ fn backends() -> Vec<(&'static str, Arc<dyn Backend>)> {
     vec![
         ("xarray", Arc::new(RamDisk::new(SIZE))),
         ("hashmap", Arc::new(HashMapDisk::new(SIZE))),
+        ("cached", cached_file()),
     ]
+}
+
+/// A temporary file of `SIZE` bytes through a page cache smaller than it
+/// (so the round trips evict and refault), served as a backend.
+fn cached_file() -> Arc<dyn Backend> {
+    let f = tempfile::tempfile().unwrap();
+    f.set_len(SIZE).unwrap();
+    let cache = PageCache::new(CacheConfig::default().capacity(SIZE / 8));
+    Arc::new(cache.open(FileBackend::from_file(f)).unwrap())
 }
 
 /// Random blocks written at random offsets read back; unwritten space reads zeros.

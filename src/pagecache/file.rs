@@ -576,3 +576,29 @@ impl CachedFile {
         self.shared.mapping.nr_pages()
     }
 }
+
+/// A cached file is itself a [`Backend`], so whatever serves or stacks
+/// backends (the NBD server, another cache) can run through the page cache:
+/// reads and writes go through the cache, `flush` is [`CachedFile::sync`]
+/// (every dirty page written back, then the backend flushed).
+impl Backend for CachedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        CachedFile::read_at(self, buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        CachedFile::write_at(self, buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.sync()
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(CachedFile::len(self))
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        CachedFile::set_len(self, len)
+    }
+}
