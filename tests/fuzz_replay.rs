@@ -80,26 +80,6 @@ fn replay_api_regressions() {
     replay(&corpus("api", "regressions"), |d| api::run_bytes(d, on));
 }
 
-/// While the issue-8 fixes are pending, every saved regression must still
-/// fail with the defect-reaching operations on (so each one is known to
-/// reproduce something). `cargo test --test fuzz_replay -- --ignored`.
-#[test]
-#[ignore = "expects failures: run by hand until KNOWN_DEFECTS_FIXED"]
-fn api_regressions_reproduce_known_defects() {
-    if api::KNOWN_DEFECTS_FIXED {
-        return;
-    }
-    for f in corpus("api", "regressions") {
-        let data = std::fs::read(&f).expect("read regression");
-        let r = std::panic::catch_unwind(|| api::run_bytes(&data, api::defect::ALL));
-        assert!(r.is_err(), "{} no longer fails", f.display());
-    }
-    for (class, name, input) in api::known_defect_seeds() {
-        let r = std::panic::catch_unwind(|| api::run(&input, class));
-        assert!(r.is_err(), "seed {name:?} no longer fails");
-    }
-}
-
 /// The hand-written issue-8 seeds: each passes with its class off (the
 /// safe variant), and with it on once `KNOWN_DEFECTS_FIXED`.
 #[test]
