@@ -1784,11 +1784,19 @@ impl<'a, T: Item> XaState<'a, T> {
                 break;
             }
         }
+        // Resume at the slot after the entry, counted from the node's first
+        // index. The kernel adds `offset - xa_offset` to the index instead,
+        // which overshoots (skipping entries) when a load left the index
+        // inside a multi-index entry past its canonical slot; see the
+        // README's deliberate differences.
         let shift = n.shift as u32;
-        self.index &= u64::MAX << shift;
-        self.index = self
-            .index
-            .wrapping_add(((offset - self.offset as usize) as u64) << shift);
+        let node_span_bits = shift + CHUNK_SHIFT;
+        let base = if node_span_bits >= 64 {
+            0
+        } else {
+            self.index & (u64::MAX << node_span_bits)
+        };
+        self.index = base.wrapping_add((offset as u64) << shift);
         if self.index == 0 {
             self.pos = Pos::Bounds;
             self.bounds_at_root = false;

@@ -98,3 +98,48 @@ fn reset_cursor_stores_then_insert_corrupts_offsets() {
     xa.insert(7968, None).unwrap();
     xa.check_invariants().unwrap();
 }
+
+/// `find` from an index inside a multi-index entry, then `pause`: the
+/// kernel's `xas_pause` adds the slot distance to the (non-canonical)
+/// index and so resumes past the entry's end by as far as the start was
+/// from its canonical index, skipping whatever lies there. Here a walk
+/// from 0x31f1 over an order-5 entry at 0x31e0 resumed at 0x3211 and
+/// skipped the entries at 0x3200..=0x3210. kxarray resumes at the index
+/// after the entry (a deliberate difference, see the README).
+#[test]
+// Fixed: pause counts from the node's first index.
+fn find_pause_from_inside_a_multi_index_entry_skips_nothing() {
+    use kxarray::XaState;
+    let xa: XArray<Box<u32>> = XArray::new();
+    xa.store_order(0x31e0, 5, Entry::Value(1)).unwrap();
+    for i in 0x3200..=0x3212u64 {
+        xa.store(i, Entry::Value(i)).unwrap();
+    }
+    let guard = kxarray::pin();
+    let mut xas = XaState::new(&xa, &guard, 0x31f1);
+    let mut seen = Vec::new();
+    while let Some(e) = xas.find(u64::MAX) {
+        seen.push((xas.index(), e.value()));
+        xas.pause();
+    }
+    let mut want = vec![(0x31f1, Some(1))];
+    want.extend((0x3200..=0x3212u64).map(|i| (i, Some(i))));
+    assert_eq!(seen, want);
+}
+
+/// The same through `next` after a `pause` inside a node: pausing on a
+/// multi-index entry reached at a non-canonical index resumes at the index
+/// right after the entry.
+#[test]
+fn pause_resumes_right_after_the_entry() {
+    use kxarray::XaState;
+    let xa: XArray<Box<u32>> = XArray::new();
+    xa.store_order(64, 3, Entry::Value(7)).unwrap();
+    xa.store(72, Entry::Value(72)).unwrap();
+    let guard = kxarray::pin();
+    let mut xas = XaState::new(&xa, &guard, 69);
+    assert_eq!(xas.load().and_then(|e| e.value()), Some(7));
+    xas.pause();
+    assert_eq!(xas.index(), 72);
+    assert_eq!(xas.next().and_then(|e| e.value()), Some(72));
+}
