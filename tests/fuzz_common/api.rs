@@ -411,12 +411,14 @@ impl Harness {
     fn apply(&mut self, op: &ApiOp) {
         let alloc = self.alloc_flags.is_some();
         if self.alloc_flags == Some(true) {
-            // Found by this target, not in issue 8 (tests/found_by_fuzz.rs,
-            // `alloc1_index0_*`): on an ALLOC1 array index 0 holds a
-            // reservation once the tree has a node, so insert/cmpxchg/
-            // reserve/release at 0 answer differently on an empty and a
-            // non-empty array, and a mark set on the empty index 0 sticks
-            // to the next entry stored there. Skipped until that is settled.
+            // On an ALLOC1 array index 0 holds a reservation once the tree
+            // has a node (the kernel's xas_create does the same), so
+            // insert/cmpxchg/reserve/release at 0 answer differently on an
+            // empty and a non-empty array, and a mark set on the empty
+            // index 0 sticks to the next entry stored there. The model does
+            // not track that placeholder; tests/found_by_fuzz.rs
+            // (`alloc1_index0_*`) pins the behaviour and the README's
+            // "Kernel behaviour kept on purpose" explains it.
             if let ApiOp::Insert { index, .. }
             | ApiOp::Reserve { index }
             | ApiOp::Release { index }
