@@ -1,6 +1,7 @@
 //! The real fio (`--ioengine=nbd`, through libnbd) against the server,
 //! with `--verify=crc32c`: every block written is read back and checked.
-//! Skipped, with a message, when `fio` is not installed.
+//! Over the RAM disk, the hash-map baseline and a real file through the
+//! page cache. Skipped, with a message, when `fio` is not installed.
 
 mod common;
 
@@ -8,7 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{start, Transport};
-use kxarray::backend::{Backend, RamDisk};
+use kxarray::backend::{Backend, FileBackend, RamDisk};
+use kxarray::pagecache::{CacheConfig, PageCache};
 use kxarray_nbd::{HashMapDisk, ListenAddr};
 
 fn fio_present() -> bool {
@@ -80,5 +82,20 @@ fn fio_nbd_engine_verifies_crc32c() {
         Arc::new(HashMapDisk::new(64 << 20)),
         Transport::Unix,
         "randwrite",
+    );
+    // A real file through a page cache of 8 MiB, a sixth of the 48 MiB fio
+    // writes, so the verify pass reads back through eviction, writeback of
+    // dirty folios and refaults.
+    let f = tempfile::tempfile().expect("temporary file");
+    f.set_len(64 << 20).expect("set_len");
+    let cache = PageCache::new(CacheConfig::default().capacity(8 << 20));
+    let cached = cache
+        .open(FileBackend::from_file(f))
+        .expect("open through the cache");
+    verify(Arc::new(cached), Transport::Unix, "randwrite");
+    let stats = cache.stats();
+    assert!(
+        stats.evictions > 0,
+        "the cache never evicted, so the test did not exercise refaults: {stats:?}"
     );
 }
