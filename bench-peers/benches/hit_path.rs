@@ -1,7 +1,9 @@
 //! The hit path: cached 4 KiB lookups per second on one thread, every page
-//! resident, kxarray's zero-copy `read_folio` against `quick_cache` and
-//! `moka` `get` (which hand out a clone of an `Arc` to the page) on the same
-//! keys in the same order, in interleaved rounds, with ratios.
+//! resident, kxarray's zero-copy `read_folio_in` (borrowed under one epoch
+//! guard per 64 lookups) and `read_folio` (an `Arc`-holding reference, one
+//! pin per call) against `quick_cache` and `moka` `get` (which hand out a
+//! clone of an `Arc` to the page) on the same keys in the same order, in
+//! interleaved rounds, with ratios to the first row.
 //!
 //! ```text
 //! cargo bench -p kxarray-bench-peers --bench hit_path
@@ -12,8 +14,8 @@
 //!     target/release/deps/hit_path-<hash> --iters 1000000
 //! ```
 //!
-//! `--iters N` runs only N kxarray lookups (after the same setup) and prints
-//! nothing but a checksum, for instruction counting.
+//! `--iters N` runs only N kxarray `read_folio_in` lookups (after the same
+//! setup) and prints nothing but a checksum, for instruction counting.
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -110,9 +112,12 @@ fn main() {
 
     let rounds: usize = arg("--rounds").unwrap_or(10);
     let mut contenders: Vec<Box<dyn Contender>> = Vec::new();
-    match kx::Kx::new(pages) {
-        Ok(k) => contenders.push(Box::new(k)),
-        Err(e) => eprintln!("kxarray page cache unavailable: {e}"),
+    match (kx::Kx::new(pages), kx::Kx::new(pages)) {
+        (Ok(k), Ok(k2)) => {
+            contenders.push(Box::new(k));
+            contenders.push(Box::new(kx::KxRef(k2)));
+        }
+        (Err(e), _) | (_, Err(e)) => eprintln!("kxarray page cache unavailable: {e}"),
     }
     let q = quick_cache::sync::Cache::new(pages as usize * 2);
     let m = moka::sync::Cache::new(pages * 2);
@@ -201,12 +206,38 @@ mod kx {
 
     impl super::Contender for Kx {
         fn name(&self) -> &'static str {
+            "kxarray read_folio_in"
+        }
+        /// Zero-copy borrows under one epoch guard per `BATCH` lookups (an
+        /// engine parsing a batch of pages pins once for it).
+        fn lookups(&self, keys: &[u64]) -> u64 {
+            let mut sum = 0u64;
+            for batch in keys.chunks(BATCH) {
+                let guard = kxarray::pin();
+                for &k in batch {
+                    let f = self.file.read_folio_in(k, &guard).expect("resident");
+                    sum = sum.wrapping_add(f.page(k)[0] as u64);
+                }
+            }
+            sum
+        }
+    }
+
+    /// Lookups per pinned guard in `read_folio_in`.
+    pub const BATCH: usize = 64;
+
+    /// The same cache through `read_folio` (an `Arc`-holding `FolioRef`,
+    /// one pin per call).
+    pub struct KxRef(pub Kx);
+
+    impl super::Contender for KxRef {
+        fn name(&self) -> &'static str {
             "kxarray read_folio"
         }
         fn lookups(&self, keys: &[u64]) -> u64 {
             let mut sum = 0u64;
             for &k in keys {
-                let f = self.file.read_folio(k).expect("resident");
+                let f = self.0.file.read_folio(k).expect("resident");
                 sum = sum.wrapping_add(f.page(k)[0] as u64);
             }
             sum

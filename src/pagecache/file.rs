@@ -21,6 +21,7 @@
 //! - `set_len` and writeback of one file are serialized by its writeback
 //!   lock, so writeback never writes past a size that truncation removed.
 
+use super::borrow::FolioBorrow;
 use super::errseq::ErrSeq;
 use super::folio::{self, FolioRef};
 use super::readahead::Readahead;
@@ -31,7 +32,7 @@ use crate::backend::{checked_end, Backend};
 use crate::filemap::{AddError, AddressSpace, Folio, FolioFlags, Shadow, PAGE_SIZE};
 use crate::pin;
 use crate::sync::{AtomicU64, Lock, Ordering};
-use crate::EntryRef;
+use crate::{EntryRef, Guard};
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -247,6 +248,19 @@ impl FileShared {
         self.cache.counters.hits.add(1);
         folio::mark_accessed(r.folio());
         Some(r)
+    }
+
+    /// The hit path of `read_folio_in`: load under the caller's guard and
+    /// lock the folio's data shared; no reference count, no pin.
+    #[inline]
+    fn folio_hit_in<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<FolioBorrow<'g>> {
+        let EntryRef::Item(r) = self.mapping.pages().load(index, guard)? else {
+            return None;
+        };
+        let b = FolioBorrow::new(r.get())?;
+        self.cache.counters.hits.add(1);
+        folio::mark_accessed(b.folio());
+        Some(b)
     }
 
     fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -567,6 +581,71 @@ impl CachedFile {
             let (f, _) = s.get_folio(index, Fill::Read)?;
             if let Some(r) = FolioRef::new(f, index) {
                 return Ok(r);
+            }
+        }
+    }
+
+    /// [`read_folio`](CachedFile::read_folio) borrowing under an epoch
+    /// guard the caller pinned: the cheapest zero-copy read, with no
+    /// reference count taken and no pin per call, for engines that parse
+    /// many pages in place (pin once per batch with [`crate::pin`]).
+    ///
+    /// The reference lives as long as the guard; while it lives the folio
+    /// cannot change (writers wait) and reclaim skips it, and while the
+    /// guard lives nothing unlinked meanwhile is freed, so keep both short.
+    ///
+    /// # Errors
+    /// As [`read_folio`](CachedFile::read_folio):
+    /// [`io::ErrorKind::UnexpectedEof`] past the end of the file, or the
+    /// backend's read error on a miss.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// file.write_at(b"in place", 4096).unwrap();
+    /// let guard = kxarray::pin();
+    /// let page = file.read_folio_in(1, &guard).unwrap();
+    /// assert_eq!(&page.page(1)[..8], b"in place");
+    /// ```
+    #[inline]
+    pub fn read_folio_in<'g>(
+        &'g self,
+        index: u64,
+        guard: &'g Guard,
+    ) -> io::Result<FolioBorrow<'g>> {
+        match self.shared.folio_hit_in(index, guard) {
+            Some(b) => Ok(b),
+            None => self.read_folio_in_miss(index, guard),
+        }
+    }
+
+    /// The miss path of `read_folio_in`, kept out of line so the hit stays
+    /// small.
+    #[cold]
+    #[inline(never)]
+    fn read_folio_in_miss<'g>(
+        &'g self,
+        index: u64,
+        guard: &'g Guard,
+    ) -> io::Result<FolioBorrow<'g>> {
+        let s = &self.shared;
+        if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("page {index} is past the end of the file"),
+            ));
+        }
+        loop {
+            // The miss path fills the folio; then borrow it from the tree
+            // under the caller's guard (the Arc the fill returns cannot lend
+            // for `'g`). Evicted in between: fill again. (The fill counted
+            // a miss; the borrow counts a hit as well.)
+            drop(s.get_folio(index, Fill::Read)?);
+            if let Some(b) = s.folio_hit_in(index, guard) {
+                return Ok(b);
             }
         }
     }

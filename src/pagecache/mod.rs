@@ -33,6 +33,7 @@
 //! assert!(cache.stats().hits >= 1);
 //! ```
 
+mod borrow;
 mod errseq;
 mod file;
 mod flusher;
@@ -44,6 +45,7 @@ mod stats;
 mod workingset;
 mod writeback;
 
+pub use borrow::FolioBorrow;
 pub use file::CachedFile;
 pub use folio::FolioRef;
 pub use stats::CacheStats;

@@ -1,0 +1,121 @@
+//! [`FolioBorrow`], the zero-copy reference borrowed under a caller's epoch
+//! guard: the hit path with no reference count and no pin of its own.
+//!
+//! Owns the rule that lets a folio be borrowed for the guard's lifetime
+//! `'g`: a folio loaded from a file's tree under a pinned [`Guard`] is not
+//! freed before the guard is dropped (a removed folio's last `Arc` is
+//! dropped through the epoch), and its bytes change only under its data
+//! lock held for writing, so holding that lock shared makes them a stable
+//! `&[u8]`. The liveness test under the lock ([`is_live`]) turns away a
+//! folio that was detached or never filled.
+
+use super::folio::is_live;
+use crate::filemap::{Folio, PAGE_SIZE};
+use crate::sync::RwLockReadGuard;
+
+/// A zero-copy reference to a cached folio's bytes, borrowed under an epoch
+/// [`Guard`](crate::Guard) the caller pinned
+/// ([`CachedFile::read_folio_in`](super::CachedFile::read_folio_in)).
+///
+/// The same as [`FolioRef`](super::FolioRef) but cheaper: no reference
+/// count is taken and no epoch pin per lookup, so a caller that reads many
+/// pages pins once for the batch. While it lives it holds the folio's data
+/// lock shared: writers to this folio wait, reclaim passes it over. The
+/// guard it borrows from keeps every folio unlinked meanwhile unfreed, so
+/// do not hold the guard for long (see the crate docs on guards).
+///
+/// A thread holding a `FolioBorrow` must not write, truncate or read the
+/// same folio through its [`CachedFile`](super::CachedFile) until it drops
+/// it (a self-deadlock, never unsound), as with `FolioRef`.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+/// file.write_at(&[7u8; 4096], 8192).unwrap();
+/// let guard = kxarray::pin();
+/// let mut sum = 0u64;
+/// for index in 0..4 {
+///     let page = file.read_folio_in(index, &guard).unwrap();
+///     sum += page.page(index)[0] as u64;
+/// }
+/// assert_eq!(sum, 7);
+/// ```
+pub struct FolioBorrow<'g> {
+    data: RwLockReadGuard<'g, Vec<u8>>,
+    folio: &'g Folio,
+}
+
+impl<'g> FolioBorrow<'g> {
+    /// Lock `folio` shared; `None` if it was detached or never filled (the
+    /// caller looks the index up again).
+    #[inline]
+    pub(crate) fn new(folio: &'g Folio) -> Option<FolioBorrow<'g>> {
+        let data = folio.data().read();
+        if !is_live(folio) {
+            return None;
+        }
+        Some(FolioBorrow { data, folio })
+    }
+
+    /// The folio itself.
+    pub(crate) fn folio(&self) -> &'g Folio {
+        self.folio
+    }
+
+    /// The folio's first page index.
+    pub fn index(&self) -> u64 {
+        self.folio.index()
+    }
+
+    /// The folio's order (`2^order` pages).
+    pub fn order(&self) -> u32 {
+        self.folio.order()
+    }
+
+    /// The bytes of page `index` (which must lie in this folio; an index
+    /// outside gives an empty slice).
+    #[inline]
+    pub fn page(&self, index: u64) -> &[u8] {
+        if !self.folio.contains(index) {
+            return &[];
+        }
+        let at = (index - self.folio.index()) as usize * PAGE_SIZE;
+        &self.data[at..at + PAGE_SIZE]
+    }
+}
+
+impl std::ops::Deref for FolioBorrow<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl std::fmt::Debug for FolioBorrow<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FolioBorrow")
+            .field("index", &self.index())
+            .field("order", &self.order())
+            .finish()
+    }
+}
+
+/// The borrow cannot outlive the guard it was taken under:
+///
+/// ```compile_fail
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+/// let page = {
+///     let guard = kxarray::pin();
+///     file.read_folio_in(0, &guard).unwrap()
+/// };
+/// let _ = page.len();
+/// ```
+#[cfg(doctest)]
+struct BorrowOutlivesGuard;
