@@ -854,6 +854,7 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut count: i32 = 0;
         let mut values: i32 = 0;
         let mut first_slot = true;
+        let mut last_written: usize;
         loop {
             if !first_slot && next.is_item() {
                 self.dispose(next);
@@ -862,6 +863,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 Some(n) => self.nref(n).set_slot(offset, cur),
                 None => self.xa.head.store(cur),
             }
+            last_written = offset;
             crate::fault::slot_written();
             if next.is_node() && node.is_none_or(|n| self.nref(n).shift != 0) {
                 self.free_nodes(next.to_node());
@@ -903,6 +905,20 @@ impl<'a, T: Item> XaState<'a, T> {
                 while o < CHUNK_SIZE && n.slot_locked(o) == sib {
                     values += (!first.is_value()) as i32 - (!value) as i32;
                     o += 1;
+                }
+            }
+        }
+        // Erasing a multi-index entry on an allocating array frees its
+        // sibling slots too: mark them free, as `init_marks_raw` did the
+        // canonical slot (and its ancestors). The kernel's `xas_store` marks
+        // only the canonical slot, so `xa_alloc` never again hands out the
+        // indices under the old siblings while the node lives (see the
+        // README's deliberate differences).
+        if entry.is_null() && self.xa.track_free() {
+            if let Some(n) = node {
+                let n = self.nref(n);
+                for o in self.offset as usize + 1..=last_written {
+                    n.set_mark(o, Mark::FREE);
                 }
             }
         }

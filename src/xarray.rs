@@ -808,7 +808,7 @@ impl<T: Item> XArray<T> {
             if t.parent().is_some() {
                 return Err("top node has a parent".into());
             }
-            let m = check_node(top, None, 0, &mut nodes)?;
+            let m = check_node(top, None, 0, &mut nodes, self.track_free())?;
             for (i, r) in root_marks.iter_mut().enumerate() {
                 *r = m & (1 << i) != 0;
             }
@@ -918,6 +918,7 @@ fn check_node(
     parent: Option<NonNull<Node>>,
     base: u64,
     nodes: &mut usize,
+    track_free: bool,
 ) -> Result<u8, String> {
     *nodes += 1;
     // SAFETY: called under the lock on reachable nodes.
@@ -936,6 +937,13 @@ fn check_node(
     for off in 0..CHUNK_SIZE {
         let e = n.slot_locked(off);
         if e.is_null() {
+            // Free-tracking arrays hand out exactly the indices marked
+            // free: an empty slot without the mark is an ID lost to alloc.
+            if track_free && !n.get_mark(off, Mark::FREE) {
+                return Err(format!(
+                    "empty slot {off} of node at {base:#x} is not marked free"
+                ));
+            }
             for mark in Mark::ALL {
                 // Free-tracking arrays mark empty slots free.
                 if n.get_mark(off, mark) && mark != Mark::FREE {
@@ -988,7 +996,7 @@ fn check_node(
             if c.count() == 0 {
                 return Err(format!("empty node at {child_base:#x}"));
             }
-            let m = check_node(child, Some(node), child_base, nodes)?;
+            let m = check_node(child, Some(node), child_base, nodes, track_free)?;
             for mark in Mark::ALL {
                 if mark == Mark::FREE && (slot_marks & 1 != 0 || m & 1 != 0) {
                     // free-tracking arrays: parents may be marked free

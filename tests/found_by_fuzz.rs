@@ -152,3 +152,29 @@ fn pause_resumes_right_after_the_entry() {
     assert_eq!(xas.index(), 72);
     assert_eq!(xas.next().and_then(|e| e.value()), Some(72));
 }
+
+/// Erasing a multi-index entry from an allocating array left the free mark
+/// clear on its sibling slots (the kernel's `xas_store` initialises the
+/// marks of the canonical slot only), so `alloc` skipped the indices under
+/// them for as long as the node lived: here an order-7 entry at 0 was
+/// erased and `alloc(107..=214)` returned 129 instead of 107. Input:
+/// `fuzz/regressions/api/erase-multi-index-leaves-siblings-not-free`.
+#[test]
+// Fixed: the erase marks every slot it empties free.
+fn erase_of_a_multi_index_entry_frees_all_its_indices_for_alloc() {
+    let xa: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC1);
+    xa.store_order(0, 7, Entry::Value(107)).unwrap();
+    let id = xa.alloc(107..=142, Some(Entry::Value(35))).unwrap();
+    assert_eq!(id, 128);
+    drop(xa.erase(35));
+    let id = xa.alloc(107..=214, Some(Entry::Value(107))).unwrap();
+    assert_eq!(id, 107, "the erased entry's indices are free again");
+    // and every index it covered can be allocated, 1..=127 (0 is busy)
+    let mut ids = vec![id];
+    while let Ok(id) = xa.alloc(1..=127, None) {
+        ids.push(id);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=127).collect::<Vec<u64>>());
+    xa.check_invariants().unwrap();
+}
