@@ -1400,6 +1400,14 @@ impl<'a, T: Item> XaLock<'a, T> {
         if !self.xa.track_free() {
             return Err(Error::NotAllocating);
         }
+        // An ALLOC1 array never hands out index 0, whatever the marks say:
+        // the kernel relies on index 0's free mark alone, which an erase
+        // over index 0 (of a multi-index entry, or of the placeholder)
+        // sets again, after which `xa_alloc` returns 0.
+        let min = if self.xa.zero_busy() { min.max(1) } else { min };
+        if min > max {
+            return Err(Error::Busy);
+        }
         let raw = if raw.is_null() { RawEntry::ZERO } else { raw };
         let mut xas = self.cursor(min);
         let mut id = 0;

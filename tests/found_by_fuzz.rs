@@ -178,3 +178,30 @@ fn erase_of_a_multi_index_entry_frees_all_its_indices_for_alloc() {
     assert_eq!(ids, (1..=127).collect::<Vec<u64>>());
     xa.check_invariants().unwrap();
 }
+
+/// On an `ALLOC1` array, erasing a multi-index entry that covers index 0
+/// (here an order-9 entry at 0, erased through index 22) marks index 0 free
+/// again, as the kernel's `xas_init_marks` does; the tree then shrinks to
+/// nothing and grows back with index 0 still free, and `alloc_cyclic(0..=33)`
+/// returned 0. Input: `fuzz/regressions/api/alloc1-erase-over-index-0-hands-out-0`.
+#[test]
+// Fixed: alloc on an ALLOC1 array starts at 1 whatever the marks say.
+fn alloc1_never_hands_out_index_0() {
+    let xa: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC1);
+    xa.store_order(0, 9, Entry::Value(65)).unwrap();
+    drop(xa.erase(22));
+    let mut next = 125;
+    let (id, _) = xa
+        .alloc_cyclic(125..=250, &mut next, Some(Entry::Value(125)))
+        .unwrap();
+    assert_eq!(id, 125);
+    let mut next = 0;
+    let (id, _) = xa
+        .alloc_cyclic(0..=33, &mut next, Some(Entry::Value(1)))
+        .unwrap();
+    assert_eq!(id, 1, "ALLOC1 handed out index 0");
+    assert_eq!(xa.alloc(0..=0, None).map_err(|r| r.error), Err(Error::Busy));
+    let id = xa.alloc(0..=10, None).unwrap();
+    assert_eq!(id, 2);
+    xa.check_invariants().unwrap();
+}
