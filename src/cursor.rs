@@ -1696,6 +1696,14 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         if !self.frozen() {
             self.index = self.index.wrapping_add(1);
+            // Stepping off the top of the index space. The kernel relies on
+            // climbing past the top node's last slot instead, which a full
+            // height tree (a 64-slot top node at shift 60 uses 16 slots)
+            // never reaches: it went on reading slots 16.. of the top node
+            // while its index counted 0, 1, 2... (a deliberate difference).
+            if self.index == 0 && matches!(self.pos, Pos::Node(_)) {
+                return self.set_bounds();
+            }
         }
         let node = match self.pos {
             Pos::Head => return self.set_bounds(),
@@ -1741,6 +1749,10 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         if !self.frozen() {
             self.index = self.index.wrapping_sub(1);
+            // Stepping off the bottom of the index space (see `next_raw`).
+            if self.index == u64::MAX && matches!(self.pos, Pos::Node(_)) {
+                return self.set_bounds();
+            }
         }
         let node = match self.pos {
             Pos::Head => return self.set_bounds(),

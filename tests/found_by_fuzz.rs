@@ -205,3 +205,47 @@ fn alloc1_never_hands_out_index_0() {
     assert_eq!(id, 2);
     xa.check_invariants().unwrap();
 }
+
+/// `next` stepping off `u64::MAX` in a full-height tree (a top node at
+/// shift 60 uses 16 of its 64 slots) climbed to the top node's slot 16 and
+/// went on reading empty slots 16, 17... while its index counted 0, 1, 2,
+/// so the order-1 entry at 10 came back as `None` (the kernel's
+/// `__xas_next` only stops when the offset reaches 64). Now stepping off
+/// either end puts the cursor out of bounds, and the next step loads.
+/// Input: `fuzz/regressions/api/next-off-u64-max-reads-top-node-tail`.
+#[test]
+// Fixed: next/prev go out of bounds when the index wraps.
+fn next_off_the_top_then_walks_from_the_start() {
+    use kxarray::XaState;
+    let xa: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    xa.store(0, Entry::Item(Box::new(1))).unwrap();
+    xa.store_order(10, 1, Entry::Value(75)).unwrap();
+    xa.reserve(u64::MAX - 28).unwrap();
+    let guard = kxarray::pin();
+    let mut xas = XaState::new(&xa, &guard, u64::MAX);
+    assert!(xas.next().is_none(), "u64::MAX is empty");
+    assert!(xas.next().is_none(), "the wrap step is out of bounds");
+    assert_eq!(xas.index(), 0);
+    let mut got = Vec::new();
+    for _ in 0..12 {
+        if let Some(v) = xas.next().and_then(|e| e.value()) {
+            got.push((xas.index(), v));
+        }
+    }
+    assert_eq!(got, vec![(10, 75)]);
+
+    // and backwards off 0, in the same tree with a value near the top
+    xa.store(u64::MAX - 5, Entry::Value(9)).unwrap();
+    let mut xas = XaState::new(&xa, &guard, 1);
+    assert!(xas.prev().is_none(), "index 1 is empty (unwalked: loads)");
+    assert!(xas.prev().is_some(), "index 0 holds the item");
+    assert!(xas.prev().is_none(), "the wrap step is out of bounds");
+    assert_eq!(xas.index(), u64::MAX);
+    let mut got = Vec::new();
+    for _ in 0..40 {
+        if let Some(v) = xas.prev().and_then(|e| e.value()) {
+            got.push((xas.index(), v));
+        }
+    }
+    assert_eq!(got, vec![(u64::MAX - 5, 9)]);
+}
