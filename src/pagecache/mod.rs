@@ -33,11 +33,13 @@
 //! assert!(cache.stats().hits >= 1);
 //! ```
 
+mod blocks;
 mod errseq;
 mod file;
 mod flusher;
 mod folio;
 mod lru;
+mod options;
 mod readahead;
 mod reclaim;
 mod stats;
@@ -46,6 +48,7 @@ mod writeback;
 
 pub use file::CachedFile;
 pub use folio::FolioRef;
+pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
 pub use stats::CacheStats;
 
 use crate::backend::Backend;
@@ -216,19 +219,37 @@ impl PageCache {
         }
     }
 
-    /// Cache `backend` as a file. Its current length is the file's length.
+    /// Cache `backend` as a file with the default [`FileOptions`]. Its
+    /// current length is the file's length.
     ///
     /// # Errors
     /// The backend's error from reading its length.
     pub fn open<B: Backend + 'static>(&self, backend: B) -> io::Result<CachedFile> {
-        let len = backend.len()?;
+        Ok(self.open_with(backend, FileOptions::default())?)
+    }
+
+    /// Cache `backend` as a file with `opts` (block size, write folio
+    /// size, whole-folio mode).
+    ///
+    /// # Errors
+    /// [`OpenError::BlockSize`] or [`OpenError::FolioSize`] for invalid
+    /// options (checked before the backend is touched);
+    /// [`OpenError::Io`] with the backend's error reading its length.
+    pub fn open_with<B: Backend + 'static>(
+        &self,
+        backend: B,
+        opts: FileOptions,
+    ) -> Result<CachedFile, OpenError> {
+        opts.validate()?;
+        let len = backend.len().map_err(OpenError::Io)?;
         let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(FileShared::new(
             id,
             Arc::clone(&self.inner),
             Box::new(backend),
             len,
-        ));
+            opts,
+        )?);
         self.inner.files.lock().push(Arc::downgrade(&shared));
         Ok(CachedFile::new(shared))
     }
