@@ -305,6 +305,7 @@ impl FileShared {
             self.mark_dirty(&f, newly);
             drop(data);
             pos += n as u64;
+            self.cache.balance_dirty_pages(newly);
         }
         Ok(buf.len())
     }
@@ -327,13 +328,7 @@ impl FileShared {
     /// Book `newly` dirty bytes of a folio (flag, tag, gauge, file age).
     /// The caller holds its data lock for writing.
     fn mark_dirty(&self, f: &Folio, newly: u64) {
-        if newly > 0 {
-            let c = &self.cache.counters;
-            let dirty = c.dirty_bytes.fetch_add(newly, Ordering::Relaxed) + newly;
-            if dirty > self.cache.config.dirty_background_bytes {
-                self.cache.kick_flusher();
-            }
-        }
+        self.cache.counters.dirty_bytes.add(newly);
         if !f.set(FolioFlags::DIRTY) {
             self.mapping.mark_dirty(f.index());
             let _ = self.dirtied_at.compare_exchange(
@@ -354,7 +349,7 @@ impl FileShared {
             drop_gauge(&self.cache.nr_cached, f.nr_pages());
         }
         f.clear(FolioFlags::DIRTY);
-        drop_gauge(&self.cache.counters.dirty_bytes, self.blocks.forget(f));
+        self.cache.counters.dirty_bytes.sub(self.blocks.forget(f));
         *data = Vec::new();
     }
 

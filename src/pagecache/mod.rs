@@ -43,6 +43,7 @@ mod options;
 mod readahead;
 mod reclaim;
 mod stats;
+mod throttle;
 mod workingset;
 mod writeback;
 
@@ -50,6 +51,7 @@ pub use file::CachedFile;
 pub use folio::FolioRef;
 pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
 pub use stats::CacheStats;
+pub use throttle::{ThrottleMode, MAX_PAUSE};
 
 use crate::backend::Backend;
 use crate::filemap::PAGE_SIZE;
@@ -84,8 +86,17 @@ pub struct CacheConfig {
     /// [`MAX_FOLIO_ORDER`](crate::filemap::MAX_FOLIO_ORDER).
     pub max_folio_order: u32,
     /// Dirty bytes (over the whole cache) above which the flusher starts
-    /// writing back.
+    /// writing back (default 10% of the capacity).
     pub dirty_background_bytes: u64,
+    /// Dirty bytes above which writers are throttled (default 20% of the
+    /// capacity): they pause, at most [`MAX_PAUSE`] at a time, until the
+    /// flusher brings the dirty bytes back under it.
+    pub dirty_bytes: u64,
+    /// Pages a thread dirties between two reads of the global dirty count
+    /// ([`ThrottleMode::Ratelimited`]; default 32).
+    pub ratelimit_pages: u64,
+    /// How writers read the global dirty count.
+    pub throttle_mode: ThrottleMode,
     /// Age after which dirty data is written back by the flusher.
     pub dirty_expire: Duration,
     /// Run a background flusher thread (stopped when the last
@@ -94,13 +105,16 @@ pub struct CacheConfig {
 }
 
 impl Default for CacheConfig {
-    /// 64 MiB, order-4 readahead cap, 10% background threshold, 1 s expiry,
-    /// flusher on.
+    /// 64 MiB, order-4 readahead cap, 10% background threshold, 20% dirty
+    /// limit, ratelimit 32 pages, 1 s expiry, flusher on.
     fn default() -> Self {
         CacheConfig {
             capacity: 64 << 20,
             max_folio_order: 4,
             dirty_background_bytes: (64 << 20) / 10,
+            dirty_bytes: (64 << 20) / 5,
+            ratelimit_pages: 32,
+            throttle_mode: ThrottleMode::Ratelimited,
             dirty_expire: Duration::from_secs(1),
             flusher: true,
         }
@@ -108,10 +122,27 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
-    /// Set the capacity in bytes (and the background threshold to 10% of it).
+    /// Set the capacity in bytes (and the background threshold to 10% of
+    /// it, the dirty limit to 20%).
     pub fn capacity(mut self, bytes: u64) -> Self {
         self.capacity = bytes;
         self.dirty_background_bytes = bytes / 10;
+        self.dirty_bytes = bytes / 5;
+        self
+    }
+    /// Set the dirty limit in bytes.
+    pub fn dirty_bytes(mut self, bytes: u64) -> Self {
+        self.dirty_bytes = bytes;
+        self
+    }
+    /// Set the pages a thread dirties between reads of the global count.
+    pub fn ratelimit_pages(mut self, pages: u64) -> Self {
+        self.ratelimit_pages = pages;
+        self
+    }
+    /// Set how writers read the global dirty count.
+    pub fn throttle_mode(mut self, mode: ThrottleMode) -> Self {
+        self.throttle_mode = mode;
         self
     }
     /// Set the readahead folio order cap.
@@ -145,6 +176,7 @@ pub(crate) struct CacheInner {
     pub(crate) nr_cached: AtomicU64,
     pub(crate) workingset: Workingset,
     pub(crate) counters: Counters,
+    pub(crate) throttle: throttle::Throttle,
     files: Lock<Vec<Weak<FileShared>>>,
     next_file_id: AtomicU64,
     start: Instant,
@@ -202,6 +234,7 @@ impl PageCache {
             nr_cached: AtomicU64::new(0),
             workingset: Workingset::new(capacity_pages),
             counters: Counters::new(),
+            throttle: throttle::Throttle::new(),
             files: Lock::new(Vec::new()),
             next_file_id: AtomicU64::new(1),
             start: Instant::now(),
@@ -262,6 +295,7 @@ impl PageCache {
     /// A snapshot of the counters.
     pub fn stats(&self) -> CacheStats {
         let c = &self.inner.counters;
+        let t = &self.inner.throttle;
         let shadows = self
             .inner
             .files()
@@ -276,7 +310,12 @@ impl PageCache {
             evictions: c.evictions.load(Ordering::Relaxed),
             shadows,
             shadow_nodes_reclaimed: c.shadow_nodes_reclaimed.load(Ordering::Relaxed),
-            dirty_bytes: c.dirty_bytes.load(Ordering::Relaxed),
+            dirty_bytes: c.dirty_bytes.read(),
+            throttled: t.throttled.load(Ordering::Relaxed),
+            pauses: t.pauses.load(Ordering::Relaxed),
+            pause_ns: t.pause_ns.load(Ordering::Relaxed),
+            max_pause_ns: t.max_pause_ns.load(Ordering::Relaxed),
+            dirty_global_reads: t.global_reads.load(Ordering::Relaxed),
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),

@@ -91,7 +91,7 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         let taken = file.blocks.take_dirty(&folio);
         let c = &file.cache.counters;
         let taken_bytes: usize = taken.iter().map(|(_, n)| n * bs).sum();
-        drop_gauge(&c.dirty_bytes, taken_bytes as u64);
+        c.dirty_bytes.sub(taken_bytes as u64);
         // Read the size under the folio's lock: a write that extended the
         // file stored the new size before it took the lock, so its bytes
         // are inside the span.
@@ -148,8 +148,14 @@ fn finish(file: &FileShared, run: &mut Run, result: &mut io::Result<()>) {
     if run.parts.is_empty() {
         return;
     }
+    let t0 = std::time::Instant::now();
     let res = file.backend.write_all_at(&run.buf, run.offset);
     let c = &file.cache.counters;
+    if res.is_ok() {
+        file.cache
+            .throttle
+            .note_writeback(run.buf.len() as u64, t0.elapsed());
+    }
     match &res {
         Ok(()) => bump(&c.backend_written_bytes, run.buf.len() as u64),
         Err(e) => file.errseq.set(e),
@@ -158,7 +164,7 @@ fn finish(file: &FileShared, run: &mut Run, result: &mut io::Result<()>) {
         if res.is_err() {
             // Dirty again before writeback ends: nothing is lost.
             let newly = file.blocks.redirty(&p.folio, p.first, p.count);
-            bump(&c.dirty_bytes, newly);
+            c.dirty_bytes.add(newly);
             if !p.folio.test(FolioFlags::DETACHED) {
                 p.folio.set(FolioFlags::DIRTY);
                 file.mapping.mark_dirty(p.folio.index());
