@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Each cell is the median of `--rounds` runs, the two modes interleaved
-//! (ratelimited, global-read, ratelimited, ...). A run opens a fresh cache
+//! (which goes first alternates from round to round). A run opens a fresh cache
 //! of `--cache-size` (background threshold 10%, limit 20%) over a RAM disk
 //! that admits `--bandwidth` MiB/s of writes, then `--jobs` threads write
 //! their share of the size sequentially in `--bs` writes. MiB/s is the size
@@ -174,11 +174,12 @@ fn main() -> io::Result<()> {
     for frac in [0.5, 0.75, 1.0, 1.25, 1.5, 2.0] {
         let size = ((limit as f64 * frac) as u64).max(a.bs as u64 * a.jobs);
         let mut cells: [Vec<Cell>; 2] = [Vec::new(), Vec::new()];
-        for _ in 0..a.rounds {
-            for (m, mode) in [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead]
-                .into_iter()
-                .enumerate()
-            {
+        for round in 0..a.rounds {
+            // Alternate which mode goes first, so neither always runs on
+            // the heap and page state the other left.
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for m in order {
+                let mode = [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead][m];
                 cells[m].push(one(&a, cap, size, mode)?);
             }
         }
