@@ -182,11 +182,18 @@ impl CacheInner {
                 } else {
                     cfg.ratelimit_pages.max(1)
                 } * PAGE_SIZE as u64;
-                let acc = DIRTIED.with(|c| {
-                    let v = c.get() + newly;
-                    c.set(if v >= every { 0 } else { v });
-                    v
-                });
+                // Loom replays models on reused OS threads, so a count
+                // kept from an earlier run would change what this run
+                // does: under loom every call starts from zero.
+                let acc = if cfg!(loom) {
+                    newly
+                } else {
+                    DIRTIED.with(|c| {
+                        let v = c.get() + newly;
+                        c.set(if v >= every { 0 } else { v });
+                        v
+                    })
+                };
                 if acc < every {
                     return;
                 }
