@@ -279,3 +279,32 @@ fn stress_redirty_during_writeback_loses_nothing() {
     assert!(backend.contents() == model, "a redirtied block was lost");
     assert_eq!(cache.stats().dirty_bytes, 0);
 }
+
+#[test]
+fn a_2m_folio_of_512_byte_blocks_writes_back_one_block() {
+    let cache = PageCache::new(CacheConfig::default().flusher(false));
+    let backend = Arc::new(MemBackend::new());
+    *backend.data.lock().unwrap() = vec![7; 4 << 20];
+    let o = FileOptions::default().block_size(512).folio_size(2 << 20);
+    let file = cache.open_with(Arc::clone(&backend), o).unwrap();
+    // Bytes 100..400 of block 2049: the block is read, then written whole.
+    file.write_at(&[1u8; 300], (1 << 20) + 512 + 100).unwrap();
+    assert_eq!(cache.stats().dirty_bytes, 512);
+    assert_eq!(
+        cache.stats().backend_read_bytes,
+        512,
+        "only the partial block"
+    );
+    file.sync().unwrap();
+    assert_eq!(backend.written.load(Ordering::Relaxed), 512);
+    let d = backend.contents();
+    let at = (1 << 20) + 512;
+    assert!(d[at..at + 100].iter().all(|&b| b == 7));
+    assert!(d[at + 100..at + 400].iter().all(|&b| b == 1));
+    assert!(d[at + 400..at + 512].iter().all(|&b| b == 7));
+    // A read elsewhere in the folio fills only what it reads.
+    let mut buf = [0u8; 10];
+    file.read_at(&mut buf, 5000).unwrap();
+    assert_eq!(buf, [7u8; 10]);
+    assert_eq!(cache.stats().backend_read_bytes, 1024);
+}
