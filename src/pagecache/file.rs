@@ -1,6 +1,6 @@
 //! One cached file: [`CachedFile`], the handle, and `FileShared`, the state
 //! its clones share (address space, backend, size, writeback lock, error
-//! sequence, readahead state).
+//! sequence, readahead state, per-block state).
 //!
 //! Owns the per-file read, write, truncate and invalidate paths and the
 //! miss path that fills a folio from the backend.
@@ -10,6 +10,14 @@
 //!   before it is published with `add_folio` until `UPTODATE` is set, so a
 //!   reader that finds it waits on the lock (`folio_wait_locked`); a failed
 //!   fill removes the folio again (restoring the shadow) and caches nothing;
+//!   a write miss publishes a folio whose blocks are all not uptodate
+//!   (`UPTODATE` then means "published", the blocks say what holds data);
+//! - bytes are copied out only from uptodate blocks: readers check the
+//!   blocks they read ([`BlockMap::is_uptodate`]) and fill the missing ones
+//!   under the data lock held for writing first, `read_folio` fills the
+//!   whole folio, and a write reads the blocks it overwrites in part (all
+//!   it does not overwrite, in whole-folio mode) before marking them
+//!   uptodate and dirty;
 //! - every path that removes a folio from the address space holds its data
 //!   lock for writing and sets `DETACHED` first, and every reader or writer
 //!   re-checks `DETACHED` and `UPTODATE` after taking the lock and looks
