@@ -8,7 +8,15 @@
 //! cargo run --release --example fio -- --rw randread --bs 4k --size 256m --cache-size 128m --numjobs 2 --runtime 5
 //! cargo run --release --example fio -- --rw write --fsync 64 --filename /tmp/test.img
 //! cargo run --release --example fio -- --backend ram --rw randrw --rwmixread 50
+//! cargo run --release --example fio -- --rw randwrite --bs 4k --size 64M --fsync 1 --folio-size 64k --compare 3
 //! ```
+//!
+//! Writes allocate folios of `--folio-size` bytes whose dirty state is kept
+//! per `--block-size` block; `--whole-folio` keeps it per folio instead (the
+//! baseline of seed 004). Every write job prints `write amplification: X`,
+//! the bytes the cache wrote to the backend (up to the final sync) per
+//! byte the job wrote. `--compare N` runs the job N times in block mode and
+//! N times in whole-folio mode, interleaved, and prints both side by side.
 //!
 //! The file (a temporary file by default, `--filename` for a real one, or a
 //! [`RamDisk`] with `--backend ram`) is first laid out directly on the
@@ -28,7 +36,7 @@ use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use kxarray::backend::{Backend, FileBackend, RamDisk};
-use kxarray::pagecache::{CacheConfig, CacheStats, CachedFile, PageCache};
+use kxarray::pagecache::{CacheConfig, CacheStats, CachedFile, FileOptions, PageCache};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::io::{self, IsTerminal};
@@ -39,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A fio-like runner over a kxarray page cache.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(about, long_about = None)]
 struct Args {
     /// I/O pattern.
@@ -76,6 +84,19 @@ struct Args {
     /// one; only with `--backend file`.
     #[arg(long)]
     filename: Option<PathBuf>,
+    /// Bytes of the folios writes allocate (4k..2m, a power of two).
+    #[arg(long, default_value = "64k", value_parser = parse_size)]
+    folio_size: u64,
+    /// Bytes per block of dirty/uptodate state (512..4k, a power of two).
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    block_size: u64,
+    /// Track dirty state per folio, not per block (the baseline).
+    #[arg(long)]
+    whole_folio: bool,
+    /// Run the job N times per mode, block and whole-folio interleaved, and
+    /// print the two side by side.
+    #[arg(long, default_value_t = 0)]
+    compare: u32,
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -402,7 +423,12 @@ fn lay_out(b: &dyn Backend, blocks: u64, bs: u64) -> io::Result<()> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    match run(&a) {
+    let res = if a.compare > 0 {
+        compare(&a)
+    } else {
+        run(&a).map(|o| o.ok)
+    };
+    match res {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -412,7 +438,66 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(a: &Args) -> io::Result<bool> {
+/// What one run measured, for `--compare`.
+struct Outcome {
+    ok: bool,
+    write_iops: f64,
+    wa: f64,
+    sync_p50_us: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// `--compare N`: block mode and whole-folio mode, interleaved.
+fn compare(a: &Args) -> io::Result<bool> {
+    let mut rows: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..a.compare {
+        for (m, whole) in [false, true].into_iter().enumerate() {
+            let mut b = a.clone();
+            b.whole_folio = whole;
+            b.compare = 0;
+            b.seed = a.seed + round as u64;
+            println!(
+                "\n=== round {} of {}, {} ===",
+                round + 1,
+                a.compare,
+                if whole { "whole-folio" } else { "per-block" }
+            );
+            rows[m].push(run(&b)?);
+        }
+    }
+    println!(
+        "\nseed 004 side by side ({} rounds each, interleaved; medians):",
+        a.compare
+    );
+    println!("| mode | write IOPS | write amplification | sync p50 (us) | IOPS per round |");
+    println!("|---|---|---|---|---|");
+    let mut med = [0.0; 2];
+    for (m, name) in ["per-block", "whole-folio"].into_iter().enumerate() {
+        let mut iops: Vec<f64> = rows[m].iter().map(|o| o.write_iops).collect();
+        let per_round = iops.iter().map(|x| si(*x)).collect::<Vec<_>>().join(" / ");
+        med[m] = median(&mut iops);
+        let mut wa: Vec<f64> = rows[m].iter().map(|o| o.wa).collect();
+        let mut sy: Vec<f64> = rows[m].iter().map(|o| o.sync_p50_us).collect();
+        println!(
+            "| {name} | {} | {:.2} | {:.1} | {per_round} |",
+            si(med[m]),
+            median(&mut wa),
+            median(&mut sy)
+        );
+    }
+    println!(
+        "per-block / whole-folio IOPS: {:.2}x ({:+.0}%)",
+        med[0] / med[1],
+        100.0 * (med[0] / med[1] - 1.0)
+    );
+    Ok(rows.iter().flatten().all(|o| o.ok))
+}
+
+fn run(a: &Args) -> io::Result<Outcome> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     if a.bs < 16 || !a.bs.is_multiple_of(8) {
         return Err(invalid(format!(
@@ -473,6 +558,15 @@ fn run(a: &Args) -> io::Result<bool> {
         a.fsync,
         bytes(a.cache_size),
     );
+    println!(
+        "folios: writes allocate {}, dirty state per {}",
+        bytes(a.folio_size),
+        if a.whole_folio {
+            "folio (--whole-folio)".to_string()
+        } else {
+            format!("{} block", bytes(a.block_size))
+        }
+    );
     let t0 = Instant::now();
     lay_out(&*backend, blocks, a.bs)?;
     println!(
@@ -485,7 +579,12 @@ fn run(a: &Args) -> io::Result<bool> {
             .capacity(a.cache_size)
             .max_folio_order(a.max_folio_order),
     );
-    let file = cache.open(backend)?;
+    let opts = FileOptions::default()
+        .block_size(u32::try_from(a.block_size).unwrap_or(0))
+        .folio_size(a.folio_size)
+        .whole_folio(a.whole_folio);
+    let file = cache.open_with(backend, opts)?;
+    let written_before = cache.stats().backend_written_bytes;
 
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
@@ -580,6 +679,10 @@ fn run(a: &Args) -> io::Result<bool> {
         println!("verify: sync failed: {e}");
         ok = false;
     }
+    let wa = (cache.stats().backend_written_bytes - written_before) as f64 / wb.max(1) as f64;
+    if wb > 0 {
+        println!("write amplification: {wa:.2}");
+    }
     let dropped = file.invalidate(0..size)?;
     let mut buf = vec![0u8; a.bs as usize];
     let mut checked = 0u64;
@@ -622,7 +725,12 @@ fn run(a: &Args) -> io::Result<bool> {
     if !ok {
         println!("FAILED");
     }
-    Ok(ok)
+    Ok(Outcome {
+        ok,
+        write_iops: write.len() as f64 / (msec.max(1) as f64 / 1000.0),
+        wa,
+        sync_p50_us: sync.value_at_quantile(0.5) as f64 / 1e3,
+    })
 }
 
 #[cfg(test)]

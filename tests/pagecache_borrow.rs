@@ -118,3 +118,32 @@ fn concurrent_writers_never_tear_a_borrowed_page() {
     writer.join().unwrap();
     assert_eq!(checked, 2400);
 }
+
+/// A 512-byte write into a file with 64 KiB write folios allocates a folio
+/// with one block uptodate; borrowing any page of it fills the rest from
+/// the backend first, so the borrow never shows bytes that were not read.
+#[test]
+fn a_borrow_of_a_partly_written_folio_fills_it_first() {
+    use kxarray::pagecache::FileOptions;
+    let c = cache(64);
+    let f = c
+        .open_with(
+            stamped_disk(32),
+            FileOptions::default().block_size(512).folio_size(64 << 10),
+        )
+        .unwrap();
+    f.write_at(&[0xee; 512], 3 * PAGE + 1024).unwrap();
+    let guard = kxarray::pin();
+    for index in [0u64, 3, 15] {
+        let p = f.read_folio_in(index, &guard).unwrap();
+        let page = p.page(index);
+        for (i, &b) in page.iter().enumerate() {
+            let want = if index == 3 && (1024..1536).contains(&i) {
+                0xee
+            } else {
+                index as u8
+            };
+            assert_eq!(b, want, "page {index} byte {i}");
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! One cached file: [`CachedFile`], the handle, and `FileShared`, the state
 //! its clones share (address space, backend, size, writeback lock, error
-//! sequence, readahead state).
+//! sequence, readahead state, per-block state).
 //!
 //! Owns the per-file read, write, truncate and invalidate paths and the
 //! miss path that fills a folio from the backend.
@@ -10,6 +10,14 @@
 //!   before it is published with `add_folio` until `UPTODATE` is set, so a
 //!   reader that finds it waits on the lock (`folio_wait_locked`); a failed
 //!   fill removes the folio again (restoring the shadow) and caches nothing;
+//!   a write miss publishes a folio whose blocks are all not uptodate
+//!   (`UPTODATE` then means "published", the blocks say what holds data);
+//! - bytes are copied out only from uptodate blocks: readers check the
+//!   blocks they read ([`BlockMap::is_uptodate`]) and fill the missing ones
+//!   under the data lock held for writing first, `read_folio` fills the
+//!   whole folio, and a write reads the blocks it overwrites in part (all
+//!   it does not overwrite, in whole-folio mode) before marking them
+//!   uptodate and dirty;
 //! - every path that removes a folio from the address space holds its data
 //!   lock for writing and sets `DETACHED` first, and every reader or writer
 //!   re-checks `DETACHED` and `UPTODATE` after taking the lock and looks
@@ -21,9 +29,11 @@
 //! - `set_len` and writeback of one file are serialized by its writeback
 //!   lock, so writeback never writes past a size that truncation removed.
 
+use super::blocks::BlockMap;
 use super::borrow::FolioBorrow;
 use super::errseq::ErrSeq;
 use super::folio::{self, FolioRef};
+use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
@@ -53,15 +63,22 @@ pub(crate) struct FileShared {
     /// ([`CacheInner::now_ms`]), 0 when clean.
     pub(crate) dirtied_at: AtomicU64,
     ra: Readahead,
+    /// Per-block uptodate and dirty state.
+    pub(crate) blocks: BlockMap,
+    /// Dirty and read-modify-write whole folios (the baseline mode).
+    pub(crate) whole_folio: bool,
+    /// Order of the folios a write allocates on a miss.
+    write_order: u32,
 }
 
-/// How a miss fills a new folio: from the backend, or (a write covering
-/// the whole page) from the written bytes, so no reader ever sees the
-/// folio before it holds either the old or the new contents.
-#[derive(Clone, Copy)]
-enum Fill<'a> {
+/// How a miss fills a new folio: wholly from the backend (readahead may
+/// make it large), or not at all (a write: a folio of the file's write
+/// folio size whose blocks are all not uptodate; the write then reads only
+/// the blocks it overwrites in part, and readers fill the others).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
     Read,
-    Overwrite(&'a [u8]),
+    Write,
 }
 
 fn io_add_error(e: AddError) -> io::Error {
@@ -74,8 +91,10 @@ impl FileShared {
         cache: Arc<CacheInner>,
         backend: Box<dyn Backend>,
         len: u64,
-    ) -> Self {
-        FileShared {
+        opts: FileOptions,
+    ) -> Result<Self, OpenError> {
+        let (shift, write_order) = opts.validate()?;
+        Ok(FileShared {
             id,
             cache,
             mapping: AddressSpace::new(),
@@ -86,31 +105,35 @@ impl FileShared {
             errseq: ErrSeq::new(),
             dirtied_at: AtomicU64::new(0),
             ra: Readahead::new(),
-        }
+            blocks: BlockMap::new(shift),
+            whole_folio: opts.whole_folio,
+            write_order,
+        })
     }
 
     pub(crate) fn len(&self) -> u64 {
         self.size.load(Ordering::Acquire)
     }
 
-    /// The uptodate folio covering `index`, from the cache or the backend.
-    /// The caller must lock it and re-check `DETACHED`/`UPTODATE`. With
-    /// [`Fill::Overwrite`], a miss creates the page from those bytes, marks
-    /// it dirty and returns `(folio, true)`: the write is done.
-    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill<'_>) -> io::Result<(Arc<Folio>, bool)> {
+    /// The folio covering `index`, from the cache or (a miss) filled from
+    /// the backend or, for [`Fill::Write`], empty. The caller must lock it,
+    /// re-check `DETACHED`/`UPTODATE`, and check the blocks it uses are
+    /// uptodate ([`BlockMap::is_uptodate`]).
+    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
             if let Some(f) = self.mapping.lookup(index) {
                 self.cache.counters.hits.add(1);
                 folio::mark_accessed(&f);
-                return Ok((f, false));
+                return Ok(f);
             }
             let size = self.len();
-            let order = if matches!(fill, Fill::Read) && allow_large {
-                self.ra
-                    .on_miss(index, self.cache.max_order, size.div_ceil(PAGE))
-            } else {
-                0
+            let order = match fill {
+                _ if !allow_large => 0,
+                Fill::Read => self
+                    .ra
+                    .on_miss(index, self.cache.max_order, size.div_ceil(PAGE)),
+                Fill::Write => self.write_order,
             };
             let base = index & !((1u64 << order) - 1);
             let folio = Arc::new(Folio::new(base, order).map_err(io_add_error)?);
@@ -132,7 +155,7 @@ impl FileShared {
                 bump(&self.cache.counters.readahead_pages, nr - 1);
             }
             let mut buf = vec![0u8; nr as usize * PAGE_SIZE];
-            let written = match fill {
+            match fill {
                 Fill::Read => {
                     if let Err(e) = self.read_backend(&mut buf, base * PAGE, size) {
                         folio.set(FolioFlags::DETACHED);
@@ -140,21 +163,14 @@ impl FileShared {
                         drop_gauge(&self.cache.nr_cached, nr);
                         return Err(e);
                     }
-                    false
                 }
-                Fill::Overwrite(bytes) => {
-                    buf.copy_from_slice(bytes);
-                    true
-                }
-            };
+                Fill::Write => self.blocks.new_empty(&folio),
+            }
             *data = buf;
             folio.set(FolioFlags::UPTODATE);
-            if written {
-                self.mark_dirty(&folio);
-            }
             drop(data);
             self.cache.insert_new(self, &folio, shadow);
-            return Ok((folio, written));
+            return Ok(folio);
         }
     }
 
@@ -193,13 +209,18 @@ impl FileShared {
                 pos += n as u64;
                 continue;
             }
-            let (f, _) = self.get_folio(pos / PAGE, Fill::Read)?;
+            let f = self.get_folio(pos / PAGE, Fill::Read)?;
             let data = f.data().read();
             if !folio::is_live(&f) {
                 continue;
             }
             let at = (pos - f.index() * PAGE) as usize;
             let n = ((end - pos) as usize).min(data.len() - at);
+            if !self.blocks.is_uptodate(&f, at, at + n) {
+                drop(data);
+                self.fill_blocks(&f, at, at + n)?;
+                continue;
+            }
             let out = (pos - offset) as usize;
             buf[out..out + n].copy_from_slice(&data[at..at + n]);
             pos += n as u64;
@@ -225,6 +246,9 @@ impl FileShared {
         }
         let at = (pos - f.index() * PAGE) as usize;
         let n = ((end - pos) as usize).min(data.len() - at);
+        if !self.blocks.is_uptodate(f, at, at + n) {
+            return None;
+        }
         out[..n].copy_from_slice(&data[at..at + n]);
         drop(data);
         self.cache.counters.hits.add(1);
@@ -258,6 +282,11 @@ impl FileShared {
             return None;
         };
         let b = FolioBorrow::new(r.get())?;
+        // A folio a write allocated may have blocks never read: the miss
+        // path fills them first (one relaxed load when no folio is partial).
+        if !self.blocks.is_uptodate(b.folio(), 0, b.len()) {
+            return None;
+        }
         self.cache.counters.hits.add(1);
         folio::mark_accessed(b.folio());
         Some(b)
@@ -277,49 +306,64 @@ impl FileShared {
         }
         let mut pos = offset;
         while pos < end {
-            let index = pos / PAGE;
-            let src = (pos - offset) as usize;
-            let fill = if pos.is_multiple_of(PAGE) && end - pos >= PAGE {
-                Fill::Overwrite(&buf[src..src + PAGE_SIZE])
-            } else {
-                Fill::Read
-            };
-            let (f, written) = self.get_folio(index, fill)?;
-            if written {
-                pos += PAGE;
-                continue;
-            }
+            let f = self.get_folio(pos / PAGE, Fill::Write)?;
             let mut data = f.data().write();
             if !folio::is_live(&f) {
                 continue;
             }
-            let at = (pos - f.index() * PAGE) as usize;
+            let base = f.index() * PAGE;
+            let at = (pos - base) as usize;
             let n = ((end - pos) as usize).min(data.len() - at);
+            // Read-modify-write: the blocks this write overwrites in part
+            // (or, whole-folio, every block it does not overwrite) that
+            // are not uptodate are read first.
+            let need = if self.whole_folio {
+                (0, data.len())
+            } else {
+                (at, at + n)
+            };
+            for (a, b) in self.blocks.missing(&f, need.0, need.1, (at, at + n)) {
+                self.read_backend(&mut data[a..b], base + a as u64, self.len())?;
+            }
+            self.blocks.set_uptodate(&f, need.0, need.1);
+            let src = (pos - offset) as usize;
             data[at..at + n].copy_from_slice(&buf[src..src + n]);
-            self.mark_dirty(&f);
+            let newly = self.blocks.mark_dirty(&f, need.0, need.1);
+            self.mark_dirty(&f, newly);
             drop(data);
             pos += n as u64;
+            self.cache.balance_dirty_pages(newly);
         }
         Ok(buf.len())
     }
 
-    /// Mark a folio dirty (flag, tag, gauge, file age). The caller holds
-    /// its data lock for writing.
-    fn mark_dirty(&self, f: &Folio) {
+    /// Fill the blocks touching bytes `from..to` of `f` that are not
+    /// uptodate from the backend (one read per run of such blocks).
+    fn fill_blocks(&self, f: &Folio, from: usize, to: usize) -> io::Result<()> {
+        let mut data = f.data().write();
+        if !folio::is_live(f) {
+            return Ok(()); // the caller looks it up again
+        }
+        let base = f.index() * PAGE;
+        for (a, b) in self.blocks.missing(f, from, to, (0, 0)) {
+            self.read_backend(&mut data[a..b], base + a as u64, self.len())?;
+        }
+        self.blocks.set_uptodate(f, from, to);
+        Ok(())
+    }
+
+    /// Book `newly` dirty bytes of a folio (flag, tag, gauge, file age).
+    /// The caller holds its data lock for writing.
+    fn mark_dirty(&self, f: &Folio, newly: u64) {
+        self.cache.counters.dirty_bytes.add(newly);
         if !f.set(FolioFlags::DIRTY) {
             self.mapping.mark_dirty(f.index());
-            let bytes = f.nr_pages() * PAGE;
-            let c = &self.cache.counters;
-            let dirty = c.dirty_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
             let _ = self.dirtied_at.compare_exchange(
                 0,
                 self.cache.now_ms(),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
-            if dirty > self.cache.config.dirty_background_bytes {
-                self.cache.kick_flusher();
-            }
         }
     }
 
@@ -331,9 +375,8 @@ impl FileShared {
         if self.mapping.remove_folio(f, shadow) {
             drop_gauge(&self.cache.nr_cached, f.nr_pages());
         }
-        if f.clear(FolioFlags::DIRTY) {
-            drop_gauge(&self.cache.counters.dirty_bytes, f.nr_pages() * PAGE);
-        }
+        f.clear(FolioFlags::DIRTY);
+        self.cache.counters.dirty_bytes.sub(self.blocks.forget(f));
         *data = Vec::new();
     }
 
@@ -574,14 +617,23 @@ impl CachedFile {
                 format!("page {index} is past the end of the file"),
             ));
         }
-        if let Some(r) = s.folio_hit(index) {
-            return Ok(r);
-        }
         loop {
-            let (f, _) = s.get_folio(index, Fill::Read)?;
-            if let Some(r) = FolioRef::new(f, index) {
+            let r = match s.folio_hit(index) {
+                Some(r) => r,
+                None => match FolioRef::new(s.get_folio(index, Fill::Read)?, index) {
+                    Some(r) => r,
+                    None => continue,
+                },
+            };
+            if s.blocks.is_uptodate(r.folio(), 0, r.len()) {
                 return Ok(r);
             }
+            // Part of the folio was never read (a write allocated it):
+            // fill the rest before handing out all its bytes.
+            let f = r.folio_arc();
+            let len = r.len();
+            drop(r);
+            s.fill_blocks(&f, 0, len)?;
         }
     }
 
@@ -631,20 +683,15 @@ impl CachedFile {
         index: u64,
         guard: &'g Guard,
     ) -> io::Result<FolioBorrow<'g>> {
-        let s = &self.shared;
-        if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("page {index} is past the end of the file"),
-            ));
-        }
         loop {
-            // The miss path fills the folio; then borrow it from the tree
-            // under the caller's guard (the Arc the fill returns cannot lend
-            // for `'g`). Evicted in between: fill again. (The fill counted
-            // a miss; the borrow counts a hit as well.)
-            drop(s.get_folio(index, Fill::Read)?);
-            if let Some(b) = s.folio_hit_in(index, guard) {
+            // `read_folio` reads the folio in (and fills any blocks a write
+            // left unread, checking the end of the file); then borrow it
+            // from the tree under the caller's guard (the reference it
+            // returns cannot lend for `'g`). Evicted or partly invalidated
+            // in between: again. (The fill counted a miss; the borrow counts
+            // a hit as well.)
+            drop(self.read_folio(index)?);
+            if let Some(b) = self.shared.folio_hit_in(index, guard) {
                 return Ok(b);
             }
         }

@@ -56,8 +56,7 @@ fn run(cache: Weak<CacheInner>, event: Arc<Event>, period: Duration) {
             return;
         };
         cache.counters.flusher_runs.fetch_add(1, Ordering::Relaxed);
-        let over = cache.counters.dirty_bytes.load(Ordering::Relaxed)
-            > cache.config.dirty_background_bytes;
+        let over = cache.counters.dirty_bytes.read() > cache.config.dirty_background_bytes;
         let expire = cache.config.dirty_expire.as_millis() as u64;
         let now = cache.now_ms();
         for file in cache.files() {

@@ -81,6 +81,11 @@ impl FolioRef {
         &self.folio
     }
 
+    /// Another reference to the folio itself.
+    pub(crate) fn folio_arc(&self) -> Arc<Folio> {
+        Arc::clone(&self.folio)
+    }
+
     /// The folio's first page index.
     pub fn index(&self) -> u64 {
         self.folio.index()

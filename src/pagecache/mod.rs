@@ -33,22 +33,27 @@
 //! assert!(cache.stats().hits >= 1);
 //! ```
 
+mod blocks;
 mod borrow;
 mod errseq;
 mod file;
 mod flusher;
 mod folio;
 mod lru;
+mod options;
 mod readahead;
 mod reclaim;
 mod stats;
+mod throttle;
 mod workingset;
 mod writeback;
 
 pub use borrow::FolioBorrow;
 pub use file::CachedFile;
 pub use folio::FolioRef;
+pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
 pub use stats::CacheStats;
+pub use throttle::{ThrottleMode, MAX_PAUSE};
 
 use crate::backend::Backend;
 use crate::filemap::PAGE_SIZE;
@@ -83,8 +88,17 @@ pub struct CacheConfig {
     /// [`MAX_FOLIO_ORDER`](crate::filemap::MAX_FOLIO_ORDER).
     pub max_folio_order: u32,
     /// Dirty bytes (over the whole cache) above which the flusher starts
-    /// writing back.
+    /// writing back (default 10% of the capacity).
     pub dirty_background_bytes: u64,
+    /// Dirty bytes above which writers are throttled (default 20% of the
+    /// capacity): they pause, at most [`MAX_PAUSE`] at a time, until the
+    /// flusher brings the dirty bytes back under it.
+    pub dirty_bytes: u64,
+    /// Pages a thread dirties between two reads of the global dirty count
+    /// ([`ThrottleMode::Ratelimited`]; default 32).
+    pub ratelimit_pages: u64,
+    /// How writers read the global dirty count.
+    pub throttle_mode: ThrottleMode,
     /// Age after which dirty data is written back by the flusher.
     pub dirty_expire: Duration,
     /// Run a background flusher thread (stopped when the last
@@ -93,13 +107,16 @@ pub struct CacheConfig {
 }
 
 impl Default for CacheConfig {
-    /// 64 MiB, order-4 readahead cap, 10% background threshold, 1 s expiry,
-    /// flusher on.
+    /// 64 MiB, order-4 readahead cap, 10% background threshold, 20% dirty
+    /// limit, ratelimit 32 pages, 1 s expiry, flusher on.
     fn default() -> Self {
         CacheConfig {
             capacity: 64 << 20,
             max_folio_order: 4,
             dirty_background_bytes: (64 << 20) / 10,
+            dirty_bytes: (64 << 20) / 5,
+            ratelimit_pages: 32,
+            throttle_mode: ThrottleMode::Ratelimited,
             dirty_expire: Duration::from_secs(1),
             flusher: true,
         }
@@ -107,10 +124,27 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
-    /// Set the capacity in bytes (and the background threshold to 10% of it).
+    /// Set the capacity in bytes (and the background threshold to 10% of
+    /// it, the dirty limit to 20%).
     pub fn capacity(mut self, bytes: u64) -> Self {
         self.capacity = bytes;
         self.dirty_background_bytes = bytes / 10;
+        self.dirty_bytes = bytes / 5;
+        self
+    }
+    /// Set the dirty limit in bytes.
+    pub fn dirty_bytes(mut self, bytes: u64) -> Self {
+        self.dirty_bytes = bytes;
+        self
+    }
+    /// Set the pages a thread dirties between reads of the global count.
+    pub fn ratelimit_pages(mut self, pages: u64) -> Self {
+        self.ratelimit_pages = pages;
+        self
+    }
+    /// Set how writers read the global dirty count.
+    pub fn throttle_mode(mut self, mode: ThrottleMode) -> Self {
+        self.throttle_mode = mode;
         self
     }
     /// Set the readahead folio order cap.
@@ -144,6 +178,7 @@ pub(crate) struct CacheInner {
     pub(crate) nr_cached: AtomicU64,
     pub(crate) workingset: Workingset,
     pub(crate) counters: Counters,
+    pub(crate) throttle: throttle::Throttle,
     files: Lock<Vec<Weak<FileShared>>>,
     next_file_id: AtomicU64,
     start: Instant,
@@ -201,6 +236,7 @@ impl PageCache {
             nr_cached: AtomicU64::new(0),
             workingset: Workingset::new(capacity_pages),
             counters: Counters::new(),
+            throttle: throttle::Throttle::new(),
             files: Lock::new(Vec::new()),
             next_file_id: AtomicU64::new(1),
             start: Instant::now(),
@@ -218,19 +254,37 @@ impl PageCache {
         }
     }
 
-    /// Cache `backend` as a file. Its current length is the file's length.
+    /// Cache `backend` as a file with the default [`FileOptions`]. Its
+    /// current length is the file's length.
     ///
     /// # Errors
     /// The backend's error from reading its length.
     pub fn open<B: Backend + 'static>(&self, backend: B) -> io::Result<CachedFile> {
-        let len = backend.len()?;
+        Ok(self.open_with(backend, FileOptions::default())?)
+    }
+
+    /// Cache `backend` as a file with `opts` (block size, write folio
+    /// size, whole-folio mode).
+    ///
+    /// # Errors
+    /// [`OpenError::BlockSize`] or [`OpenError::FolioSize`] for invalid
+    /// options (checked before the backend is touched);
+    /// [`OpenError::Io`] with the backend's error reading its length.
+    pub fn open_with<B: Backend + 'static>(
+        &self,
+        backend: B,
+        opts: FileOptions,
+    ) -> Result<CachedFile, OpenError> {
+        opts.validate()?;
+        let len = backend.len().map_err(OpenError::Io)?;
         let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(FileShared::new(
             id,
             Arc::clone(&self.inner),
             Box::new(backend),
             len,
-        ));
+            opts,
+        )?);
         self.inner.files.lock().push(Arc::downgrade(&shared));
         Ok(CachedFile::new(shared))
     }
@@ -243,6 +297,7 @@ impl PageCache {
     /// A snapshot of the counters.
     pub fn stats(&self) -> CacheStats {
         let c = &self.inner.counters;
+        let t = &self.inner.throttle;
         let shadows = self
             .inner
             .files()
@@ -257,7 +312,12 @@ impl PageCache {
             evictions: c.evictions.load(Ordering::Relaxed),
             shadows,
             shadow_nodes_reclaimed: c.shadow_nodes_reclaimed.load(Ordering::Relaxed),
-            dirty_bytes: c.dirty_bytes.load(Ordering::Relaxed),
+            dirty_bytes: c.dirty_bytes.read(),
+            throttled: t.throttled.load(Ordering::Relaxed),
+            pauses: t.pauses.load(Ordering::Relaxed),
+            pause_ns: t.pause_ns.load(Ordering::Relaxed),
+            max_pause_ns: t.max_pause_ns.load(Ordering::Relaxed),
+            dirty_global_reads: t.global_reads.load(Ordering::Relaxed),
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),

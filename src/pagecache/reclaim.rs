@@ -144,6 +144,8 @@ impl CacheInner {
         }
         lru.take(&e);
         folio.set(FolioFlags::DETACHED);
+        // Clean, so no dirty bytes; drops a partly-uptodate folio's state.
+        file.blocks.forget(&folio);
         let nr = folio.nr_pages();
         let shadow = self
             .workingset

@@ -7,6 +7,7 @@
 //! Invariant: counters only grow, except the gauges (`dirty_bytes`,
 //! `writeback_bytes`), which the cache raises and lowers in pairs.
 
+use super::throttle::DirtyGauge;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 const SHARDS: usize = 16;
@@ -17,7 +18,12 @@ struct Slot(AtomicU64);
 /// A counter split over per-thread slots.
 pub(crate) struct Sharded([Slot; SHARDS]);
 
-fn shard() -> usize {
+pub(crate) fn shard() -> usize {
+    // Loom replays a model many times and needs every run to touch the
+    // same atomics: one shard.
+    if cfg!(loom) {
+        return 0;
+    }
     use std::cell::Cell;
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     thread_local! {
@@ -56,7 +62,7 @@ pub(crate) struct Counters {
     pub(crate) activations: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) shadow_nodes_reclaimed: AtomicU64,
-    pub(crate) dirty_bytes: AtomicU64,
+    pub(crate) dirty_bytes: DirtyGauge,
     pub(crate) writeback_bytes: AtomicU64,
     pub(crate) backend_read_bytes: AtomicU64,
     pub(crate) backend_written_bytes: AtomicU64,
@@ -73,7 +79,7 @@ impl Counters {
             activations: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             shadow_nodes_reclaimed: AtomicU64::new(0),
-            dirty_bytes: AtomicU64::new(0),
+            dirty_bytes: DirtyGauge::new(),
             writeback_bytes: AtomicU64::new(0),
             backend_read_bytes: AtomicU64::new(0),
             backend_written_bytes: AtomicU64::new(0),
@@ -116,8 +122,18 @@ pub struct CacheStats {
     pub shadows: u64,
     /// Shadow-only index ranges (one tree node's span) reclaimed.
     pub shadow_nodes_reclaimed: u64,
-    /// Bytes in dirty folios now.
+    /// Bytes in dirty blocks now (whole folios in whole-folio mode).
     pub dirty_bytes: u64,
+    /// Times a writer found the dirty limit exceeded and was throttled.
+    pub throttled: u64,
+    /// Pauses throttled writers slept (each at most 200 ms).
+    pub pauses: u64,
+    /// Total time throttled writers slept, in nanoseconds.
+    pub pause_ns: u64,
+    /// Longest single pause, in nanoseconds.
+    pub max_pause_ns: u64,
+    /// Reads of the global dirty gauge by writers.
+    pub dirty_global_reads: u64,
     /// Bytes under writeback now.
     pub writeback_bytes: u64,
     /// Bytes read from backends.

@@ -1,26 +1,25 @@
 //! Tag-driven writeback (`write_cache_pages` / `writeback_iter`): tag the
-//! range's `DIRTY` folios `TOWRITE`, then write every `TOWRITE` folio under
-//! `WRITEBACK`, merging runs of adjacent dirty bytes into one backend write.
+//! range's `DIRTY` folios `TOWRITE`, then write the dirty blocks of every
+//! `TOWRITE` folio under `WRITEBACK`, merging adjacent dirty blocks (inside
+//! a folio and across neighbouring folios) into one backend write.
 //!
 //! Owns the writeback pass of one file. The unit of dirty state is the
-//! span list a folio reports ([`dirty_spans`]): today one span, the whole
-//! folio (clamped to the file's size). Per-block dirty tracking (the next
-//! issue) changes only that function and the clearing step
-//! ([`Folio::clear`] of `DIRTY` becomes "clear these blocks"): runs are
-//! already built from byte spans, so adjacent dirty blocks inside a folio
-//! and across neighbouring folios merge the same way, and a clean block
-//! between two dirty ones already splits a run.
+//! block ([`BlockMap`](super::blocks::BlockMap)); a run is a byte range of
+//! consecutive dirty blocks, clamped to the file's size; a clean block
+//! between two dirty ones ends a run, and so does [`MAX_RUN`].
 //!
 //! Invariants:
 //! - one pass per file at a time (the file's writeback lock), so two passes
 //!   never write the same folio out of order and truncation never races a
 //!   write past the new end;
-//! - a folio's bytes are copied into the run and its `DIRTY` cleared under
-//!   its data lock held shared, so a write either lands before the copy or
-//!   re-dirties the folio after it, never lost;
-//! - on a backend error every folio of the failed run is dirty again before
-//!   its `WRITEBACK` clears (reclaim never sees it clean), and the error is
-//!   recorded in the file's error sequence (`mapping_set_error`).
+//! - a folio's dirty blocks are copied into the run and their bits cleared
+//!   under its data lock held shared, so a write either lands before the
+//!   copy or dirties its blocks again after it (the kernel's
+//!   `set_page_writeback_keepwrite` case): never lost;
+//! - on a backend error exactly the blocks of the failed run are dirty
+//!   again before their folios' `WRITEBACK` clears (reclaim never sees them
+//!   clean), and the error is recorded in the file's error sequence
+//!   (`mapping_set_error`).
 
 use super::file::FileShared;
 use super::stats::{bump, drop_gauge};
@@ -42,24 +41,23 @@ pub(crate) enum Mode {
     Background,
 }
 
-/// The byte spans of `folio` (relative to the folio) that need writing, for
-/// a file of `size` bytes. Whole-folio dirty state: one span.
-pub(crate) fn dirty_spans(folio: &Folio, size: u64) -> Option<(usize, usize)> {
-    let start = folio.index() * PAGE;
-    if start >= size {
-        return None;
-    }
-    let len = (size - start).min(folio.nr_pages() * PAGE) as usize;
-    Some((0, len))
+/// One folio's share of a run: blocks `first..first + count`; `last` when
+/// it is the folio's last share (its writeback ends with that run).
+struct Part {
+    folio: Arc<Folio>,
+    first: usize,
+    count: usize,
+    bytes: u64,
+    last: bool,
 }
 
 struct Run {
     offset: u64,
     buf: Vec<u8>,
-    folios: Vec<Arc<Folio>>,
+    parts: Vec<Part>,
 }
 
-/// Write back the dirty folios of pages `start..=end`.
+/// Write back the dirty blocks of pages `start..=end`.
 ///
 /// # Errors
 /// The first backend error (also recorded in the file's error sequence).
@@ -81,41 +79,55 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     let mut run = Run {
         offset: 0,
         buf: Vec::new(),
-        folios: Vec::new(),
+        parts: Vec::new(),
     };
+    let bs = file.blocks.block_size();
     for folio in file.mapping.folios_tagged(start, end, Tag::Towrite) {
         let data = folio.data().read();
-        let bytes = folio.nr_pages() * PAGE;
         if folio.test(FolioFlags::DETACHED) || !folio.test(FolioFlags::DIRTY) {
             continue;
         }
         file.mapping.start_writeback(folio.index());
-        folio.clear(FolioFlags::DIRTY);
+        let taken = file.blocks.take_dirty(&folio);
         let c = &file.cache.counters;
-        drop_gauge(&c.dirty_bytes, bytes);
-        bump(&c.writeback_bytes, bytes);
+        let taken_bytes: usize = taken.iter().map(|(_, n)| n * bs).sum();
+        c.dirty_bytes.sub(taken_bytes as u64);
         // Read the size under the folio's lock: a write that extended the
         // file stored the new size before it took the lock, so its bytes
         // are inside the span.
-        match dirty_spans(&folio, file.len()) {
-            Some((from, to)) => {
-                let pos = folio.index() * PAGE + from as u64;
-                let adjacent = !run.folios.is_empty()
-                    && run.offset + run.buf.len() as u64 == pos
-                    && run.buf.len() + (to - from) <= MAX_RUN;
-                if !adjacent {
-                    finish(file, &mut run, &mut result);
-                    run.offset = pos;
-                }
-                run.buf.extend_from_slice(&data[from..to]);
-                drop(data);
-                run.folios.push(folio);
+        let base = folio.index() * PAGE;
+        let in_file = file.len().saturating_sub(base).min(data.len() as u64) as usize;
+        let spans: Vec<(usize, usize)> = taken
+            .into_iter()
+            .filter(|&(b, _)| b * bs < in_file)
+            .collect();
+        let nspans = spans.len();
+        if nspans == 0 {
+            // Wholly past the end of the file: nothing to write.
+            drop(data);
+            file.mapping.end_writeback(folio.index());
+            continue;
+        }
+        for (k, (first, count)) in spans.into_iter().enumerate() {
+            let from = first * bs;
+            let to = ((first + count) * bs).min(in_file);
+            let pos = base + from as u64;
+            let adjacent = !run.parts.is_empty()
+                && run.offset + run.buf.len() as u64 == pos
+                && run.buf.len() + (to - from) <= MAX_RUN;
+            if !adjacent {
+                finish(file, &mut run, &mut result);
+                run.offset = pos;
             }
-            None => {
-                // Wholly past the end of the file: nothing to write.
-                drop(data);
-                end_one(file, &folio);
-            }
+            run.buf.extend_from_slice(&data[from..to]);
+            bump(&c.writeback_bytes, (to - from) as u64);
+            run.parts.push(Part {
+                folio: Arc::clone(&folio),
+                first,
+                count,
+                bytes: (to - from) as u64,
+                last: k + 1 == nspans,
+            });
         }
     }
     finish(file, &mut run, &mut result);
@@ -130,41 +142,111 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     result
 }
 
-fn end_one(file: &FileShared, folio: &Folio) {
-    file.mapping.end_writeback(folio.index());
-    drop_gauge(
-        &file.cache.counters.writeback_bytes,
-        folio.nr_pages() * PAGE,
-    );
-}
-
-/// Issue the run's one backend write and end writeback of its folios.
+/// Issue the run's one backend write and end writeback of the folios whose
+/// last share it carried.
 fn finish(file: &FileShared, run: &mut Run, result: &mut io::Result<()>) {
-    if run.folios.is_empty() {
+    if run.parts.is_empty() {
         return;
     }
+    let t0 = std::time::Instant::now();
     let res = file.backend.write_all_at(&run.buf, run.offset);
+    let c = &file.cache.counters;
+    if res.is_ok() {
+        file.cache
+            .throttle
+            .note_writeback(run.buf.len() as u64, t0.elapsed());
+    }
     match &res {
-        Ok(()) => bump(
-            &file.cache.counters.backend_written_bytes,
-            run.buf.len() as u64,
-        ),
+        Ok(()) => bump(&c.backend_written_bytes, run.buf.len() as u64),
         Err(e) => file.errseq.set(e),
     }
-    for folio in run.folios.drain(..) {
+    for p in run.parts.drain(..) {
         if res.is_err() {
             // Dirty again before writeback ends: nothing is lost.
-            if !folio.set(FolioFlags::DIRTY) {
-                bump(&file.cache.counters.dirty_bytes, folio.nr_pages() * PAGE);
+            let newly = file.blocks.redirty(&p.folio, p.first, p.count);
+            c.dirty_bytes.add(newly);
+            if !p.folio.test(FolioFlags::DETACHED) {
+                p.folio.set(FolioFlags::DIRTY);
+                file.mapping.mark_dirty(p.folio.index());
             }
-            file.mapping.mark_dirty(folio.index());
         }
-        end_one(file, &folio);
+        drop_gauge(&c.writeback_bytes, p.bytes);
+        if p.last {
+            file.mapping.end_writeback(p.folio.index());
+        }
     }
     run.buf.clear();
     if let Err(e) = res {
         if result.is_ok() {
             *result = Err(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::Backend;
+    use crate::pagecache::{CacheConfig, FileOptions, PageCache};
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    /// Records every write's (offset, length).
+    #[derive(Debug, Default)]
+    struct Log(Arc<Mutex<Vec<(u64, usize)>>>);
+
+    impl Backend for Log {
+        fn read_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+            buf.fill(0);
+            Ok(buf.len())
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+            self.0.lock().unwrap().push((offset, buf.len()));
+            Ok(buf.len())
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(1 << 20)
+        }
+        fn set_len(&self, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn writes_after(ranges: &[(u64, usize)], opts: FileOptions) -> Vec<(u64, usize)> {
+        let cache = PageCache::new(CacheConfig::default().flusher(false));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let file = cache.open_with(Log(Arc::clone(&log)), opts).unwrap();
+        for &(off, len) in ranges {
+            file.write_at(&vec![1u8; len], off).unwrap();
+        }
+        file.sync().unwrap();
+        let v = log.lock().unwrap().clone();
+        v
+    }
+
+    #[test]
+    fn merge_rules() {
+        let o = FileOptions::default().block_size(512).folio_size(16 << 10);
+        // Adjacent dirty blocks, within a folio: one write.
+        assert_eq!(writes_after(&[(0, 512), (512, 512)], o), vec![(0, 1024)]);
+        // A clean block between two dirty ones splits the write.
+        assert_eq!(
+            writes_after(&[(0, 512), (1024, 512)], o),
+            vec![(0, 512), (1024, 512)]
+        );
+        // A partial block is written whole; its neighbour merges in.
+        assert_eq!(writes_after(&[(100, 10), (600, 10)], o), vec![(0, 1024)]);
+        // Adjacent dirty blocks across two neighbouring folios: one write.
+        assert_eq!(
+            writes_after(&[((16 << 10) - 512, 1024)], o),
+            vec![((16 << 10) - 512, 1024)]
+        );
+        // Whole-folio mode writes the whole folio.
+        assert_eq!(
+            writes_after(&[(4096, 512)], o.whole_folio(true)),
+            vec![(0, 16 << 10)]
+        );
     }
 }

@@ -1,0 +1,266 @@
+//! Dirty throttling (`balance_dirty_pages`): the cache-wide dirty gauge,
+//! kept in sharded counters, and the check writers make after dirtying.
+//!
+//! Owns [`DirtyGauge`] (bytes of dirty blocks over every file of a cache,
+//! one padded slot per thread shard, so dirtying never bounces one shared
+//! line), [`ThrottleMode`], the writeback bandwidth estimate, and the pause.
+//!
+//! A writer adds what it dirtied to a per-thread count and reads the whole
+//! gauge (the sum of its shards) only when that count reaches
+//! `ratelimit_pages` pages (the kernel's `ratelimit_pages`; 8 pages while
+//! the limit is exceeded, as `dirty_exceeded` does), or on every dirtied
+//! page in [`ThrottleMode::GlobalRead`]. Above the background threshold it
+//! kicks the flusher; above the dirty limit it sleeps, each pause computed
+//! from the measured writeback bandwidth and capped at [`MAX_PAUSE`], until
+//! the gauge is at or below the limit again. With no flusher thread, a
+//! throttled writer writes back itself instead. A writer stops waiting
+//! when writeback makes no progress ([`STUCK_PAUSES`] pauses, or one
+//! failed pass of its own): a failing backend must not hang writers, and
+//! its error reaches the next `sync`.
+//!
+//! Invariants: the gauge's shards sum (wrapping) to the dirty bytes, since
+//! every dirtying and cleaning is booked exactly once; so, with `W` writer
+//! threads, the dirty bytes stay below `limit + W × (ratelimit_pages pages +
+//! one folio)` (each thread's dirtying since its last check, which saw the
+//! gauge at or below the limit); no single pause exceeds [`MAX_PAUSE`].
+//! The per-thread count is shared by all caches a thread writes to.
+
+use super::writeback::{self, Mode};
+use super::CacheInner;
+use crate::filemap::PAGE_SIZE;
+use crate::sync::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+/// The longest single pause of a throttled writer (the kernel's
+/// `MAX_PAUSE`, `HZ / 5`).
+pub const MAX_PAUSE: Duration = Duration::from_millis(200);
+/// Shortest pause.
+const MIN_PAUSE: Duration = Duration::from_millis(1);
+/// Pages between checks while the limit is exceeded.
+const EXCEEDED_RATELIMIT: u64 = 8;
+/// Consecutive pauses without the dirty bytes falling after which a
+/// writer gives up waiting (writeback is failing; `sync` reports why).
+const STUCK_PAUSES: u32 = 10;
+
+const SHARDS: usize = 16;
+
+#[repr(align(128))]
+struct Slot(AtomicU64);
+
+/// A gauge split over padded per-thread-shard slots. A slot may go
+/// "negative" (wrapping) when a thread cleans bytes another dirtied; the
+/// wrapping sum is exact.
+pub(crate) struct DirtyGauge([Slot; SHARDS]);
+
+impl DirtyGauge {
+    pub(crate) fn new() -> Self {
+        DirtyGauge(std::array::from_fn(|_| Slot(AtomicU64::new(0))))
+    }
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n > 0 {
+            self.0[super::stats::shard()]
+                .0
+                .fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    #[inline]
+    pub(crate) fn sub(&self, n: u64) {
+        if n > 0 {
+            self.0[super::stats::shard()]
+                .0
+                .fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+    /// The global read: every shard. Transiently negative sums (a clean
+    /// booked before its dirtying was seen) read as 0.
+    pub(crate) fn read(&self) -> u64 {
+        let s = self
+            .0
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0.load(Ordering::Relaxed)));
+        if (s as i64) < 0 {
+            0
+        } else {
+            s
+        }
+    }
+}
+
+/// How writers learn the cache's dirty bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThrottleMode {
+    /// Read the global gauge once per `ratelimit_pages` pages a thread
+    /// dirties (the kernel's way).
+    Ratelimited,
+    /// Read the global gauge on every dirtied page (the comparison).
+    GlobalRead,
+}
+
+thread_local! {
+    /// Bytes this thread dirtied since its last check.
+    static DIRTIED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Throttling state of one cache.
+pub(crate) struct Throttle {
+    /// Estimated writeback bandwidth, bytes per second (0: unknown).
+    bw: AtomicU64,
+    /// Whether the last check found the limit exceeded.
+    exceeded: AtomicU64,
+    pub(crate) throttled: AtomicU64,
+    pub(crate) pauses: AtomicU64,
+    pub(crate) pause_ns: AtomicU64,
+    pub(crate) max_pause_ns: AtomicU64,
+    pub(crate) global_reads: AtomicU64,
+}
+
+impl Throttle {
+    pub(crate) fn new() -> Self {
+        Throttle {
+            bw: AtomicU64::new(0),
+            exceeded: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
+            pause_ns: AtomicU64::new(0),
+            max_pause_ns: AtomicU64::new(0),
+            global_reads: AtomicU64::new(0),
+        }
+    }
+
+    /// Fold one backend write of `bytes` that took `took` into the
+    /// bandwidth estimate (an average weighted 7:1 toward the past).
+    pub(crate) fn note_writeback(&self, bytes: u64, took: Duration) {
+        let sample = (bytes as f64 / took.as_secs_f64().max(1e-6)) as u64;
+        let old = self.bw.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            (old / 8) * 7 + sample / 8
+        };
+        self.bw.store(new.max(1), Ordering::Relaxed);
+    }
+
+    fn pause_for(&self, over: u64) -> Duration {
+        let bw = self.bw.load(Ordering::Relaxed);
+        let d = if bw == 0 {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_secs_f64(over as f64 / bw as f64)
+        };
+        d.clamp(MIN_PAUSE, MAX_PAUSE)
+    }
+}
+
+impl CacheInner {
+    /// `balance_dirty_pages_ratelimited`: book that this thread dirtied
+    /// `newly` bytes, and check the global dirty bytes when the ratelimit
+    /// (or, in [`ThrottleMode::GlobalRead`], every page) says so.
+    pub(crate) fn balance_dirty_pages(&self, newly: u64) {
+        if newly == 0 {
+            return;
+        }
+        let cfg = &self.config;
+        let dirty = match cfg.throttle_mode {
+            ThrottleMode::GlobalRead => {
+                // One global read per dirtied page, as the seed's
+                // unpatched kernel did.
+                let pages = newly.div_ceil(PAGE_SIZE as u64);
+                let mut d = 0;
+                for _ in 0..pages {
+                    d = self.counters.dirty_bytes.read();
+                }
+                self.throttle
+                    .global_reads
+                    .fetch_add(pages, Ordering::Relaxed);
+                d
+            }
+            ThrottleMode::Ratelimited => {
+                let every = if self.throttle.exceeded.load(Ordering::Relaxed) != 0 {
+                    EXCEEDED_RATELIMIT
+                } else {
+                    cfg.ratelimit_pages.max(1)
+                } * PAGE_SIZE as u64;
+                // Loom replays models on reused OS threads, so a count
+                // kept from an earlier run would change what this run
+                // does: under loom every call starts from zero.
+                let acc = if cfg!(loom) {
+                    newly
+                } else {
+                    DIRTIED.with(|c| {
+                        let v = c.get() + newly;
+                        c.set(if v >= every { 0 } else { v });
+                        v
+                    })
+                };
+                if acc < every {
+                    return;
+                }
+                self.throttle.global_reads.fetch_add(1, Ordering::Relaxed);
+                self.counters.dirty_bytes.read()
+            }
+        };
+        if dirty > cfg.dirty_background_bytes {
+            self.kick_flusher();
+        }
+        if dirty <= cfg.dirty_bytes {
+            if self.throttle.exceeded.load(Ordering::Relaxed) != 0 {
+                self.throttle.exceeded.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.throttle.exceeded.store(1, Ordering::Relaxed);
+        self.throttle.throttled.fetch_add(1, Ordering::Relaxed);
+        let mut dirty = dirty;
+        let mut stuck = 0;
+        while dirty > cfg.dirty_bytes {
+            if self.flusher_event.get().is_none() {
+                // No flusher: the writer writes back itself.
+                for f in self.files() {
+                    let _ = writeback::writeback(&f, 0, u64::MAX, Mode::Background);
+                }
+                let now = self.counters.dirty_bytes.read();
+                if now >= dirty {
+                    return; // failing writeback: errors go to `sync`
+                }
+                dirty = now;
+                continue;
+            }
+            self.kick_flusher();
+            let pause = self.throttle.pause_for(dirty - cfg.dirty_bytes);
+            let t0 = Instant::now();
+            std::thread::sleep(pause);
+            let ns = t0.elapsed().as_nanos() as u64;
+            let t = &self.throttle;
+            t.pauses.fetch_add(1, Ordering::Relaxed);
+            t.pause_ns.fetch_add(ns, Ordering::Relaxed);
+            t.max_pause_ns.fetch_max(ns, Ordering::Relaxed);
+            let now = self.counters.dirty_bytes.read();
+            stuck = if now >= dirty { stuck + 1 } else { 0 };
+            if stuck >= STUCK_PAUSES {
+                return; // writeback makes no progress (failing backend)
+            }
+            dirty = now;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauge_sums_across_threads_and_pause_is_capped() {
+        let g = std::sync::Arc::new(DirtyGauge::new());
+        g.add(10_000);
+        let g2 = std::sync::Arc::clone(&g);
+        std::thread::spawn(move || g2.sub(4_000)).join().unwrap();
+        assert_eq!(g.read(), 6_000);
+        let t = Throttle::new();
+        assert_eq!(t.pause_for(1 << 20), Duration::from_millis(10));
+        t.note_writeback(1 << 20, Duration::from_secs(1)); // 1 MiB/s
+        assert_eq!(t.pause_for(1 << 30), MAX_PAUSE);
+        assert_eq!(t.pause_for(1), MIN_PAUSE);
+    }
+}
