@@ -12,7 +12,7 @@
 //! slot is read or written, with Acquire loads for lock-free readers and
 //! Release stores for publication.
 
-use crate::node::{Node, CHUNK_SIZE};
+use crate::geometry::CHUNK_SIZE;
 use crate::sync::{AtomicUsize, Ordering};
 use core::ptr::NonNull;
 
@@ -69,7 +69,7 @@ impl RawEntry {
     }
 
     #[inline]
-    pub(crate) fn node(node: NonNull<Node>) -> RawEntry {
+    pub(crate) fn internal_ptr<N>(node: NonNull<N>) -> RawEntry {
         let addr = node.as_ptr().expose_provenance();
         debug_assert!(addr & 3 == 0 && addr > NODE_MIN);
         RawEntry(addr | INTERNAL)
@@ -133,9 +133,9 @@ impl RawEntry {
         self.0 >> 2
     }
     #[inline]
-    pub(crate) fn to_node(self) -> NonNull<Node> {
+    pub(crate) fn to_internal_ptr<N>(self) -> NonNull<N> {
         debug_assert!(self.is_node());
-        let p: *mut Node = core::ptr::with_exposed_provenance_mut(self.0 - INTERNAL);
+        let p: *mut N = core::ptr::with_exposed_provenance_mut(self.0 - INTERNAL);
         // SAFETY: `is_node` guarantees the word was built by `RawEntry::node`
         // from a non-null pointer, so subtracting the tag gives it back.
         unsafe { NonNull::new_unchecked(p) }
@@ -200,7 +200,8 @@ mod tests {
 
     #[test]
     fn kinds_are_disjoint() {
-        let node = crate::node::Node::alloc(0, 0, None).unwrap().into_raw();
+        let block = Box::new([0u64; 8]);
+        let node = NonNull::from(&*block);
         let item = NonNull::<u64>::dangling(); // 8-aligned address
         let cases = [
             RawEntry::NULL,
@@ -210,7 +211,7 @@ mod tests {
             RawEntry::value(MAX_VALUE),
             RawEntry::sibling(0),
             RawEntry::sibling(CHUNK_SIZE - 2),
-            RawEntry::node(node),
+            RawEntry::internal_ptr(node),
             RawEntry::item(item).unwrap(),
         ];
         for e in cases {
@@ -225,8 +226,6 @@ mod tests {
             ];
             assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{e:?}");
         }
-        // SAFETY: allocated above, never linked.
-        unsafe { crate::node::Node::free(node) };
     }
 
     #[test]

@@ -34,14 +34,17 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("kxarray needs a 64-bit target (value entries are 63 bits)");
 
-mod cursor;
+mod check;
+mod engine;
 mod entry;
 mod error;
 pub mod fault;
+mod geometry;
 mod guard;
 mod item;
 mod mark;
 mod node;
+mod rejected;
 mod sync;
 mod view;
 mod xarray;
@@ -52,13 +55,14 @@ pub mod filemap;
 pub mod pagecache;
 
 pub use chunked::ChunkedXArray;
-pub use cursor::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
+pub use engine::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
 pub use entry::MAX_VALUE;
-pub use error::{Error, Rejected};
+pub use error::Error;
+pub use geometry::{CHUNK_SHIFT, CHUNK_SIZE};
 pub use guard::{pin, Guard};
 pub use item::{CloneItem, Entry, EntryRef, Item, ItemMut, ItemRef, Retired};
 pub use mark::Mark;
-pub use node::{CHUNK_SHIFT, CHUNK_SIZE};
+pub use rejected::Rejected;
 pub use view::XaView;
 pub use xarray::{Flags, IntoIter, Iter, XArray, XaLock};
 

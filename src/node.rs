@@ -20,17 +20,21 @@ use crate::mark::Mark;
 use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use core::ptr::NonNull;
 
-/// log2 of the fan-out: 6 (64-way) normally, 3 (8-way, as the kernel's
-/// user-space test harness uses) under `--cfg kxarray_small_nodes` or loom.
-#[cfg(not(any(loom, kxarray_small_nodes)))]
-pub const CHUNK_SHIFT: u32 = 6;
-/// log2 of the fan-out (small-node test configuration).
-#[cfg(any(loom, kxarray_small_nodes))]
-pub const CHUNK_SHIFT: u32 = 3;
-/// Slots per node.
-pub const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
-pub(crate) const CHUNK_MASK: u64 = CHUNK_SIZE as u64 - 1;
-pub(crate) const MAX_MARKS: usize = 3;
+pub(crate) use crate::geometry::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE, MAX_MARKS};
+
+impl RawEntry {
+    /// The entry for a node pointer (`xa_mk_node`).
+    #[inline]
+    pub(crate) fn node(node: NonNull<Node>) -> RawEntry {
+        RawEntry::internal_ptr(node)
+    }
+
+    /// The node pointer of a node entry (`xa_to_node`).
+    #[inline]
+    pub(crate) fn to_node(self) -> NonNull<Node> {
+        self.to_internal_ptr()
+    }
+}
 
 /// A node of the radix tree.
 #[repr(C)]

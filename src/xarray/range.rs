@@ -7,7 +7,7 @@
 //! stored whole.
 
 use super::XaLock;
-use crate::cursor::order_shape;
+use crate::engine::order_shape;
 use crate::entry::{RawEntry, MAX_VALUE};
 use crate::error::Error;
 use crate::item::Item;

@@ -5,7 +5,7 @@
 //! see it empty, the writer lock and every writing method panic, and
 //! `check_invariants` reports the poisoning.
 
-use super::{XArray, FLAG_POISONED};
+use super::array::{XArray, FLAG_POISONED};
 use crate::entry::RawEntry;
 use crate::item::Item;
 use crate::sync::Ordering;
@@ -29,7 +29,7 @@ impl<T: Item> XArray<T> {
 
     #[cold]
     #[inline(never)]
-    pub(super) fn poisoned_panic() -> ! {
+    pub(crate) fn poisoned_panic() -> ! {
         panic!("kxarray: the array was poisoned by a panic inside a write")
     }
 }

@@ -1,3 +1,6 @@
+//! Splitting multi-index entries: the uniform split (`xas_split_alloc`/`xas_split`)
+//! and the partial split (`xas_try_split`), together.
+//!
 //! Partial split: the page cache's `xas_try_split`, all levels at once.
 //!
 //! Splitting an order-`o` value entry so that one aligned block of the
@@ -15,14 +18,173 @@
 //! or a fully initialised child node at every instant, so lock-free readers
 //! see the same value throughout.
 
-use super::{order_shape, PoisonOnUnwind, Pos, XaState};
+use super::array::XaLock;
+use super::state::{order_shape, PoisonOnUnwind, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;
 use crate::item::Item;
 use crate::mark::Mark;
 use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::xarray::XaLock;
 use core::ptr::NonNull;
+
+impl<'a, T: Item> XaState<'a, T> {
+    /// Preallocate, without the lock, the nodes needed to split a value entry
+    /// of order `order` into entries of the cursor's order
+    /// (`xas_split_alloc`). The nodes are prefilled with `value` and tagged
+    /// with it, so [`XaState::split`] can check that the entry it splits is
+    /// still the one they were built for.
+    pub fn split_alloc(&mut self, value: u64, order: u32) -> Result<(), Error> {
+        if value > crate::entry::MAX_VALUE {
+            return Err(Error::ValueOutOfRange(value));
+        }
+        if order > 63 {
+            return Err(Error::OrderTooLarge(order));
+        }
+        self.clear_split();
+        let entry = RawEntry::value(value);
+        if self.shift as u32 + 2 * CHUNK_SHIFT <= order {
+            return Err(Error::InvalidSplit);
+        }
+        if order <= self.order() {
+            return Err(Error::InvalidSplit);
+        }
+        if self.shift as u32 + CHUNK_SHIFT <= order {
+            let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
+            for _ in 0..=sibs {
+                let Some(mut nb) = Node::alloc(0, 0, None) else {
+                    self.clear_split();
+                    return Err(Error::NoMemory);
+                };
+                self.fill_for_split(nb.node_mut(), entry);
+                self.push_split_node(nb);
+            }
+        }
+        self.set_split_tag(entry, order, false);
+        Ok(())
+    }
+
+    pub(crate) fn fill_for_split(&self, n: &mut Node, entry: RawEntry) {
+        let mask = self.sibs as usize;
+        let mut sibling = RawEntry::NULL;
+        for i in 0..CHUNK_SIZE {
+            if i & mask == 0 {
+                n.slots[i].init(entry);
+                sibling = RawEntry::sibling(i);
+            } else {
+                n.slots[i].init(sibling);
+            }
+        }
+    }
+
+    /// Split the value entry of order `order` at the cursor into entries of
+    /// the cursor's order, all holding `value` (`xas_split`), using the
+    /// nodes from [`XaState::split_alloc`]. No allocation happens here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`] if `value` does not fit in 63 bits (it
+    /// cannot be the entry's); [`Error::InvalidSplit`] if the entry at the
+    /// cursor is not `value` of order `order`, or if the preallocation was
+    /// made for another entry or order: the check the kernel's pre-6.10 page
+    /// cache lacked. Either way the array is unchanged and the preallocation
+    /// freed.
+    pub fn split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
+        self.check_lock(lock);
+        if value > crate::entry::MAX_VALUE {
+            self.clear_split();
+            return Err(Error::ValueOutOfRange(value));
+        }
+        let entry = RawEntry::value(value);
+        if self.split_tag() != Some((entry, order, false)) {
+            self.clear_split();
+            return Err(Error::InvalidSplit);
+        }
+        let curr = self.load_raw();
+        let node = match self.pos {
+            Pos::Node(n) => n,
+            _ => {
+                self.destroy();
+                return Err(Error::InvalidSplit);
+            }
+        };
+        if curr != entry || self.get_order() != order {
+            self.destroy();
+            return Err(Error::InvalidSplit);
+        }
+        let bomb = PoisonOnUnwind::arm(self.xa);
+        let n = self.nref(node);
+        let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
+        let marks = n.slot_marks(self.offset as usize);
+        let mut values: i32 = 0;
+        let mut offset = self.offset as usize + sibs;
+        let xa = self.xa;
+        loop {
+            if (self.shift) < n.shift {
+                let mut child = self.pop_split_node();
+                {
+                    let c = child.node_mut();
+                    c.shift = n.shift - CHUNK_SHIFT as u8;
+                    c.offset = offset as u8;
+                    c.set_count(CHUNK_SIZE as u8);
+                    c.set_nr_values(if entry.is_value() {
+                        CHUNK_SIZE as u8
+                    } else {
+                        0
+                    });
+                    c.set_parent(Some(node));
+                }
+                let child = child.into_raw();
+                xa.node_added();
+                self.set_split_marks(n, offset, Some(self.nref(child)), marks);
+                n.set_slot(offset, RawEntry::node(child));
+                crate::fault::slot_written();
+                if curr.is_value() {
+                    values -= 1;
+                }
+            } else {
+                let canon = offset - self.sibs as usize;
+                self.set_split_marks(n, canon, None, marks);
+                n.set_slot(canon, entry);
+                crate::fault::slot_written();
+                while offset > canon {
+                    n.set_slot(offset, RawEntry::sibling(canon));
+                    offset -= 1;
+                }
+                values +=
+                    (entry.is_value() as i32 - curr.is_value() as i32) * (self.sibs as i32 + 1);
+            }
+            if offset == self.offset as usize {
+                break;
+            }
+            offset -= 1;
+        }
+        n.add_nr_values(values);
+        xa.bump_seq();
+        self.seq = xa.seq();
+        bomb.defuse();
+        self.clear_split();
+        Ok(())
+    }
+
+    pub(crate) fn set_split_marks(&self, n: &Node, offset: usize, child: Option<&Node>, marks: u8) {
+        for mark in Mark::ALL {
+            if marks & (1 << mark.index()) != 0 {
+                n.set_mark(offset, mark);
+                if let Some(c) = child {
+                    if self.sibs == 0 {
+                        c.mark_all(mark);
+                    } else {
+                        let mut i = 0;
+                        while i < CHUNK_SIZE {
+                            c.set_mark(i, mark);
+                            i += self.sibs as usize + 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// Nodes a partial split from order `order` to order `new_order` needs.
 pub(crate) fn partial_split_nodes(order: u32, new_order: u32) -> usize {

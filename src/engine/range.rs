@@ -8,11 +8,11 @@
 //! the span it created is recorded in the array and swept when the lock is
 //! released, so no empty node outlives the lock.
 
-use super::{PoisonOnUnwind, Pos, XaState};
+use super::array::XaLock;
+use super::state::{PoisonOnUnwind, Pos, XaState};
 use crate::error::Error;
 use crate::item::Item;
 use crate::node::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::xarray::XaLock;
 
 /// The most nodes one [`XaState::create_range`] may span (8192 nodes, about
 /// 4.5 MiB with 64-slot nodes: an order-18 range); larger requests fail

@@ -1,0 +1,394 @@
+//! The XaState cursor: the crate's tree engine and the `xas_*` analog.
+//!
+//! A cursor names a range (`index`, `shift`, `sibs`: an aligned block of
+//! `(sibs + 1) << shift` indices) and a position in the tree (`pos` plus
+//! `offset`). Reads work lock-free under the epoch guard the cursor borrows;
+//! writes take `&XaLock` as proof that the writer lock is held. Successive
+//! operations continue from the cursor's position instead of walking from
+//! the root again; [`XaState::walks`] counts the descents from the root.
+//!
+//! Invariants:
+//! - Every node pointer in `pos` was read while `guard` was pinned, and nodes
+//!   are only freed through the epoch, so dereferencing it is sound for the
+//!   cursor's lifetime even if the node has since been detached.
+//! - A write operation first re-validates the position: if the tree was
+//!   modified (`XArray::seq`: bumped after every store, split and node
+//!   change) since the cursor walked, it restarts from the root (the
+//!   kernel's `xas_reset` after dropping the lock, made automatic). Only the
+//!   writes that cannot change any slot's kind or a node's membership (an
+//!   order-0 store into a plain leaf slot, marks) leave the counter alone,
+//!   so a position the counter vouches for is exact: never a write through
+//!   a slot that has become a sibling or a stale canonical slot.
+//! - A panic inside a write (a bug, or an item's `Drop` run inline on the
+//!   `&mut` paths) poisons the array ([`XArray::is_poisoned`]) through
+//!   [`PoisonOnUnwind`], so a half-written tree is never used again.
+//! - Node allocations for one operation happen before the tree is touched
+//!   (`reserve`), so a failed allocation leaves the array unchanged.
+//! - Nodes preallocated for a split (`split_nodes`) are tagged with the entry
+//!   and order they were built for and are used for nothing else; a split
+//!   whose entry or order no longer matches frees them instead.
+
+use super::array::XArray;
+use crate::entry::RawEntry;
+use crate::error::Error;
+use crate::guard::Guard;
+use crate::item::Item;
+use crate::mark::Mark;
+use crate::node::{Node, NodeBox, CHUNK_SHIFT, CHUNK_SIZE};
+use core::ptr::NonNull;
+
+/// Where the cursor is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Pos {
+    /// Not walked yet (`XAS_RESTART`).
+    Restart,
+    /// The index is outside the tree, or an iteration ran off its end
+    /// (`XAS_BOUNDS`).
+    Bounds,
+    /// At the head: the entry for index 0 is stored in the array itself
+    /// (the kernel's `xa_node == NULL`).
+    Head,
+    /// In a node, at `offset`.
+    Node(NonNull<Node>),
+    /// An operation failed (`xas_error`).
+    Error(Error),
+}
+
+/// A cursor over an [`XArray`]: the kernel's `struct xa_state`.
+///
+/// Reads (`load`, `next`, `find`, …) are lock-free and use the guard given
+/// at construction; writes (`store`, `set_mark`, `find_conflict`, `split`,
+/// …) take the array's [`XaLock`](crate::XaLock).
+///
+/// # Panics
+///
+/// Write methods panic if given the lock of a different array (a
+/// programming error, like a `RefCell` borrowed twice).
+///
+/// ```
+/// use kxarray::{Entry, XArray, XaState};
+/// let xa: XArray<Box<u64>> = XArray::new();
+/// let guard = kxarray::pin();
+/// let lock = xa.lock();
+/// let mut xas = XaState::new(&xa, &guard, 100);
+/// xas.store(&lock, Some(Entry::Value(7))).unwrap();
+/// assert_eq!(xas.load().and_then(|e| e.value()), Some(7));
+/// assert_eq!(xas.walks(), 1); // the load reused the store's position
+/// ```
+pub struct XaState<'a, T: Item> {
+    pub(crate) xa: &'a XArray<T>,
+    pub(crate) guard: &'a Guard,
+    pub(crate) index: u64,
+    pub(crate) shift: u8,
+    pub(crate) sibs: u8,
+    pub(crate) offset: u8,
+    pub(crate) pos: Pos,
+    /// `XArray::seq` when the current position was established.
+    pub(crate) seq: u64,
+    pub(crate) walks: u64,
+    /// `pos == Bounds` was decided at the root by this walk.
+    pub(crate) bounds_at_root: bool,
+    /// Preallocated nodes, boxed so that a cursor that allocates nothing
+    /// (most of them) stays small and cheap to create and drop.
+    pub(crate) pre: Option<Box<Prealloc>>,
+}
+
+/// Nodes a cursor holds in reserve.
+#[derive(Default)]
+pub(crate) struct Prealloc {
+    /// Blank nodes reserved for this operation.
+    pub(crate) alloc: Vec<NodeBox>,
+    /// Nodes the last failed operation needed (for `nomem`).
+    pub(crate) need: usize,
+    /// Nodes for a split, with the (entry, order) they were made for.
+    pub(crate) split_nodes: Vec<NodeBox>,
+    pub(crate) split_for: Option<(RawEntry, u32)>,
+    /// The split preallocation is for `try_split` (partial) rather than
+    /// `split` (uniform).
+    pub(crate) split_partial: bool,
+}
+
+/// Decoded order: `(shift, sibs)` for an order.
+#[inline]
+pub(crate) fn order_shape(order: u32) -> (u8, u8) {
+    let rem = order % CHUNK_SHIFT;
+    ((order - rem) as u8, ((1u32 << rem) - 1) as u8)
+}
+
+#[inline]
+pub(crate) fn max_index(entry: RawEntry) -> u64 {
+    if !entry.is_node() {
+        return 0;
+    }
+    // SAFETY: node entries read from the tree point to live nodes (caller
+    // holds the lock or a `Guard`, pinned on the default collector where
+    // node frees are deferred).
+    let shift = unsafe { entry.to_node().as_ref() }.shift as u32;
+    ((CHUNK_SIZE as u64) << shift).wrapping_sub(1)
+}
+
+/// Poisons the array if dropped during a panic: armed at the start of a
+/// write and defused (`mem::forget`) at its end, so the normal path costs
+/// nothing.
+pub(crate) struct PoisonOnUnwind<'a, T: Item>(&'a XArray<T>);
+
+impl<'a, T: Item> PoisonOnUnwind<'a, T> {
+    #[inline(always)]
+    pub(crate) fn arm(xa: &'a XArray<T>) -> Self {
+        PoisonOnUnwind(xa)
+    }
+    #[inline(always)]
+    pub(crate) fn defuse(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl<T: Item> Drop for PoisonOnUnwind<'_, T> {
+    #[cold]
+    fn drop(&mut self) {
+        self.0.poison();
+    }
+}
+
+pub(crate) struct SendPtr(pub(crate) usize);
+// SAFETY: only moved into a deferred destructor that frees what it points
+// to; the pointee types are Send (items: `Item: Send`; nodes: atomics).
+unsafe impl Send for SendPtr {}
+
+impl<'a, T: Item> XaState<'a, T> {
+    /// A cursor for the single index `index`, not walked yet.
+    #[inline]
+    pub fn new(xa: &'a XArray<T>, guard: &'a Guard, index: u64) -> Self {
+        XaState {
+            xa,
+            guard,
+            index,
+            shift: 0,
+            sibs: 0,
+            offset: 0,
+            pos: Pos::Restart,
+            seq: 0,
+            walks: 0,
+            bounds_at_root: false,
+            pre: None,
+        }
+    }
+
+    /// A cursor for the order-`order` block containing `index` (the index is
+    /// rounded down to the order, as `XA_STATE_ORDER` does).
+    pub fn with_order(
+        xa: &'a XArray<T>,
+        guard: &'a Guard,
+        index: u64,
+        order: u32,
+    ) -> Result<Self, Error> {
+        let mut xas = Self::new(xa, guard, index);
+        xas.set_order(index, order)?;
+        Ok(xas)
+    }
+
+    /// The array this cursor walks.
+    pub fn array(&self) -> &'a XArray<T> {
+        self.xa
+    }
+    /// The guard this cursor reads under.
+    pub fn guard(&self) -> &'a Guard {
+        self.guard
+    }
+    /// The current index.
+    #[inline]
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+    /// The order of the range the cursor operates on.
+    pub fn order(&self) -> u32 {
+        self.shift as u32 + (self.sibs as u32 + 1).trailing_zeros()
+    }
+    /// Descents from the root this cursor has made (restarts included).
+    #[inline]
+    pub fn walks(&self) -> u64 {
+        self.walks
+    }
+    /// The error of the last operation, if it failed (`xas_error`).
+    pub fn error(&self) -> Option<Error> {
+        match self.pos {
+            Pos::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+    /// Whether the cursor has not been walked (`XAS_RESTART`).
+    pub fn is_restart(&self) -> bool {
+        self.pos == Pos::Restart
+    }
+    /// Whether the cursor ran off the tree (`XAS_BOUNDS`).
+    pub fn is_bounds(&self) -> bool {
+        self.pos == Pos::Bounds
+    }
+    /// Whether the cursor sits at the array's head (index 0 held directly).
+    pub fn is_head(&self) -> bool {
+        self.pos == Pos::Head
+    }
+    /// The shift of the node the cursor is in, if it is in one.
+    pub fn node_shift(&self) -> Option<u32> {
+        match self.pos {
+            Pos::Node(n) => Some(self.nref(n).shift as u32),
+            _ => None,
+        }
+    }
+    /// `(count, nr_values)` of the node the cursor is in (test introspection).
+    pub fn node_counts(&self) -> Option<(u32, u32)> {
+        match self.pos {
+            Pos::Node(n) => {
+                let n = self.nref(n);
+                Some((n.count() as u32, n.nr_values() as u32))
+            }
+            _ => None,
+        }
+    }
+
+    /// Move to `index` (order 0) and forget the position (`xas_set`).
+    #[inline]
+    pub fn set_index(&mut self, index: u64) {
+        self.index = index;
+        self.shift = 0;
+        self.sibs = 0;
+        self.pos = Pos::Restart;
+    }
+
+    /// Operate on the order-`order` block containing `index`
+    /// (`xas_set_order`); the index is rounded down to the order.
+    pub fn set_order(&mut self, index: u64, order: u32) -> Result<(), Error> {
+        if order > 63 {
+            return Err(Error::OrderTooLarge(order));
+        }
+        let (shift, sibs) = order_shape(order);
+        self.index = index & !((1u64 << order) - 1);
+        self.shift = shift;
+        self.sibs = sibs;
+        self.pos = Pos::Restart;
+        Ok(())
+    }
+
+    /// Forget the position (and any error): the next operation walks from
+    /// the root (`xas_reset`).
+    #[inline]
+    pub fn reset(&mut self) {
+        self.pos = Pos::Restart;
+    }
+
+    #[inline(always)]
+    pub(crate) fn nref(&self, n: NonNull<Node>) -> &'a Node {
+        // SAFETY: `n` was read under `self.guard` (or the lock's guard), a
+        // `Guard` pinned on the default collector; nodes are freed only
+        // through that collector, so it stays allocated for 'a.
+        unsafe { &*n.as_ptr() }
+    }
+
+    #[inline]
+    pub(crate) fn is_valid(&self) -> bool {
+        matches!(self.pos, Pos::Node(_) | Pos::Head)
+    }
+
+    #[inline]
+    pub(crate) fn set_err(&mut self, e: Error) {
+        self.pos = Pos::Error(e);
+    }
+
+    #[inline]
+    pub(crate) fn size(&self) -> u64 {
+        (self.sibs as u64 + 1) << self.shift
+    }
+
+    pub(crate) fn set_shape(&mut self, shift: u8, sibs: u8) {
+        self.shift = shift;
+        self.sibs = sibs;
+        self.index &= !(self.size().wrapping_sub(1));
+        self.pos = Pos::Restart;
+    }
+
+    /// The first and last index of the entry the cursor is on, after a
+    /// `load_raw` that found one: its canonical slot and the sibling slots
+    /// that follow it, at the node's shift (wrapping arithmetic: the top
+    /// node of a full-height tree spans all of `u64`).
+    pub(crate) fn entry_extent(&self) -> (u64, u64) {
+        let Pos::Node(node) = self.pos else {
+            return (self.index, self.index);
+        };
+        let n = self.nref(node);
+        let shift = n.shift as u32;
+        let canon = self.offset as usize;
+        let mut end = canon;
+        while end + 1 < CHUNK_SIZE && n.slot_locked(end + 1) == RawEntry::sibling(canon) {
+            end += 1;
+        }
+        let base = self.index & !((CHUNK_SIZE as u64) << shift).wrapping_sub(1);
+        let first = base + ((canon as u64) << shift);
+        let last = first
+            .wrapping_add(((end - canon + 1) as u64) << shift)
+            .wrapping_sub(1);
+        (first, last)
+    }
+
+    /// `xas_sibling`: the index lies past the canonical slot of the entry
+    /// the cursor is on (it was found through a sibling).
+    pub(crate) fn on_sibling_index(&self) -> bool {
+        let Pos::Node(n) = self.pos else { return false };
+        let n = self.nref(n);
+        let mask = ((CHUNK_SIZE as u64) << n.shift).wrapping_sub(1);
+        (self.index & mask) > ((self.offset as u64) << n.shift)
+    }
+
+    /// `xa_destroy`: empty the array, disposing of every node and item.
+    pub(crate) fn destroy_all(&mut self) {
+        let xa = self.xa;
+        let head = xa.head.load_locked();
+        xa.head.store(RawEntry::NULL);
+        for mark in Mark::ALL {
+            if xa.track_free() && mark == Mark::FREE {
+                if xa.zero_busy() {
+                    xa.mark_clear(mark);
+                } else {
+                    xa.mark_set(mark);
+                }
+            } else {
+                xa.mark_clear(mark);
+            }
+        }
+        if head.is_node() {
+            self.free_nodes(head.to_node());
+            xa.bump_seq();
+        } else {
+            self.dispose(head);
+        }
+        self.pos = Pos::Restart;
+    }
+}
+
+pub(crate) fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
+    let p = SendPtr(e.bits());
+    // SAFETY: the item is unreachable; `guard` is pinned on the default
+    // collector (or is the unprotected guard under `&mut XArray`), the one
+    // every reader's `Guard` pins, so readers delay the deferred drop until
+    // they leave; the closure owns the array's reference to it.
+    unsafe {
+        guard.defer_unchecked(move || {
+            let p = p;
+            let ptr: NonNull<T::Target> =
+                NonNull::new_unchecked(core::ptr::with_exposed_provenance_mut(p.0));
+            drop(T::from_raw(ptr));
+        })
+    }
+}
+
+impl<T: Item> core::fmt::Debug for XaState<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("XaState")
+            .field("index", &self.index)
+            .field("shift", &self.shift)
+            .field("sibs", &self.sibs)
+            .field("offset", &self.offset)
+            .field("pos", &self.pos)
+            .field("walks", &self.walks)
+            .finish()
+    }
+}

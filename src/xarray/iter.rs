@@ -1,0 +1,146 @@
+//! Lock-free iterators over an array, the owning iterator, and `FromIterator`.
+
+use crate::engine::array::XArray;
+use crate::engine::state::XaState;
+use crate::guard::{pin, Guard};
+use crate::item::{Entry, EntryRef, Item, ItemRef};
+use crate::mark::Mark;
+use crate::node::Node;
+
+// ----------------------------------------------------------------------
+// Iteration
+// ----------------------------------------------------------------------
+
+/// An ordered, lock-free iterator over entries (one item per multi-index
+/// entry), yielding `(index, entry)`. See [`XArray::iter`].
+pub struct Iter<'g, T: Item> {
+    xas: XaState<'g, T>,
+    max: u64,
+    mark: Option<Mark>,
+    done: bool,
+    /// Fast path for unmarked iteration: the leaf being scanned, the offset
+    /// of the last entry returned, the last offset to scan, and the index of
+    /// slot 0. The cursor is brought up to date before any slow step.
+    leaf: Option<(&'g Node, usize, usize, u64)>,
+}
+
+impl<'g, T: Item> Iter<'g, T> {
+    pub(crate) fn new(
+        xa: &'g XArray<T>,
+        guard: &'g Guard,
+        start: u64,
+        max: u64,
+        mark: Option<Mark>,
+    ) -> Self {
+        Iter {
+            xas: XaState::new(xa, guard, start),
+            max,
+            mark,
+            done: false,
+            leaf: None,
+        }
+    }
+    pub(crate) fn empty(xa: &'g XArray<T>, guard: &'g Guard) -> Self {
+        Iter {
+            xas: XaState::new(xa, guard, 0),
+            max: 0,
+            mark: None,
+            done: true,
+            leaf: None,
+        }
+    }
+}
+
+impl<'g, T: Item> Iterator for Iter<'g, T> {
+    type Item = (u64, EntryRef<'g, T>);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some((leaf, off, last, base)) = &mut self.leaf {
+            while *off < *last {
+                let e = leaf.slot(*off + 1);
+                if e.is_internal() {
+                    break; // sibling, retry, reserved: the cursor decides
+                }
+                *off += 1;
+                if !e.is_null() {
+                    // SAFETY: read under the iterator's guard, which lives
+                    // for 'g and is pinned on the default collector, where
+                    // removed items' frees are deferred: they wait for it.
+                    return Some((*base + *off as u64, unsafe { EntryRef::from_raw(e) }));
+                }
+            }
+            let off = *off;
+            self.xas.set_leaf_offset(off);
+            self.leaf = None;
+        }
+        if self.done {
+            return None;
+        }
+        let e = match self.mark {
+            None => self.xas.find(self.max),
+            Some(m) => self.xas.find_marked(self.max, m),
+        };
+        match e {
+            Some(e) => {
+                if self.mark.is_none() {
+                    self.leaf = self.xas.leaf_window(self.max);
+                }
+                Some((self.xas.index(), e))
+            }
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+/// An owning iterator, in index order; see `XArray::into_iter`.
+pub struct IntoIter<T: Item> {
+    xa: XArray<T>,
+    next: Option<u64>,
+}
+
+impl<T: Item> Iterator for IntoIter<T> {
+    type Item = (u64, Entry<T>);
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.next?;
+        let index = {
+            let guard = pin();
+            let (i, _) = self.xa.find(start, u64::MAX, None, &guard)?;
+            i
+        };
+        self.next = index.checked_add(1);
+        let e = self.xa.remove(index)?;
+        Some((index, e))
+    }
+}
+
+impl<T: Item> IntoIterator for XArray<T> {
+    type Item = (u64, Entry<T>);
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter {
+            xa: self,
+            next: Some(0),
+        }
+    }
+}
+
+impl<T: Item> FromIterator<(u64, Entry<T>)> for XArray<T> {
+    fn from_iter<I: IntoIterator<Item = (u64, Entry<T>)>>(iter: I) -> Self {
+        let mut xa = XArray::new();
+        for (i, e) in iter {
+            // Values out of range are dropped with their error; items always fit.
+            let _ = xa.replace(i, e);
+        }
+        xa
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<XArray<Box<u64>>>();
+    let _ = ItemRef::<Box<u64>>::get;
+}
