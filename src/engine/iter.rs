@@ -23,6 +23,15 @@ pub struct CursorIter<'c, 'a, T: Item> {
     pub(crate) max: u64,
 }
 
+impl<T: Item> core::fmt::Debug for CursorIter<'_, '_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CursorIter")
+            .field("cursor", &*self.xas)
+            .field("max", &self.max)
+            .finish()
+    }
+}
+
 impl<'a, T: Item> Iterator for CursorIter<'_, 'a, T> {
     type Item = (u64, EntryRef<'a, T>);
     #[inline]
@@ -36,6 +45,14 @@ impl<'a, T: Item> Iterator for CursorIter<'_, 'a, T> {
 pub struct Conflicts<'c, 'a, 'l, T: Item> {
     pub(crate) xas: &'c mut XaState<'a, T>,
     pub(crate) lock: &'c XaLock<'l, T>,
+}
+
+impl<T: Item> core::fmt::Debug for Conflicts<'_, '_, '_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Conflicts")
+            .field("cursor", &*self.xas)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a, T: Item> Iterator for Conflicts<'_, 'a, '_, T> {

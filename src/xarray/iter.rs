@@ -2,10 +2,12 @@
 
 use crate::engine::array::XArray;
 use crate::engine::state::XaState;
+use crate::error::Error;
 use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef};
 use crate::mark::Mark;
 use crate::node::Node;
+use crate::rejected::Rejected;
 
 // ----------------------------------------------------------------------
 // Iteration
@@ -22,6 +24,17 @@ pub struct Iter<'g, T: Item> {
     /// of the last entry returned, the last offset to scan, and the index of
     /// slot 0. The cursor is brought up to date before any slow step.
     leaf: Option<(&'g Node, usize, usize, u64)>,
+}
+
+impl<T: Item> core::fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Iter")
+            .field("index", &self.xas.index())
+            .field("max", &self.max)
+            .field("mark", &self.mark)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'g, T: Item> Iter<'g, T> {
@@ -101,6 +114,15 @@ pub struct IntoIter<T: Item> {
     next: Option<u64>,
 }
 
+impl<T: Item> core::fmt::Debug for IntoIter<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("IntoIter")
+            .field("next", &self.next)
+            .field("array", &self.xa)
+            .finish()
+    }
+}
+
 impl<T: Item> Iterator for IntoIter<T> {
     type Item = (u64, Entry<T>);
     fn next(&mut self) -> Option<Self::Item> {
@@ -127,14 +149,64 @@ impl<T: Item> IntoIterator for XArray<T> {
     }
 }
 
+/// Collects `(index, entry)` pairs; a later pair for the same index
+/// replaces the earlier one.
+///
+/// # Panics
+///
+/// If a pair cannot be stored: a node allocation failed
+/// ([`Error::NoMemory`], as std collections panic when allocation fails) or
+/// a value is above [`MAX_VALUE`](crate::MAX_VALUE). Use
+/// [`XArray::try_from_iter`] to get the error instead.
 impl<T: Item> FromIterator<(u64, Entry<T>)> for XArray<T> {
     fn from_iter<I: IntoIterator<Item = (u64, Entry<T>)>>(iter: I) -> Self {
-        let mut xa = XArray::new();
-        for (i, e) in iter {
-            // Values out of range are dropped with their error; items always fit.
-            let _ = xa.replace(i, e);
+        match XArray::try_from_iter(iter) {
+            Ok(xa) => xa,
+            Err((index, rejected)) => from_iter_failed(index, rejected.error),
         }
-        xa
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn from_iter_failed(index: u64, error: Error) -> ! {
+    panic!(
+        "kxarray: XArray::from_iter could not store index {index}: {error} \
+         (XArray::try_from_iter reports this as an error)"
+    )
+}
+
+impl<T: Item> XArray<T> {
+    /// Builds an array from `(index, entry)` pairs, the fallible form of
+    /// `collect()`: a later pair for the same index replaces the earlier
+    /// one. No lock is taken (the array is not shared yet).
+    ///
+    /// # Errors
+    ///
+    /// The first pair that cannot be stored stops the build and comes back
+    /// with its index and entry: [`Error::NoMemory`] when a node cannot be
+    /// allocated, [`Error::ValueOutOfRange`] for a value above
+    /// [`MAX_VALUE`](crate::MAX_VALUE). The pairs stored before it are
+    /// dropped with the partly built array.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, XArray};
+    /// let xa: XArray<Box<u32>> =
+    ///     XArray::try_from_iter([(1, Entry::Value(10)), (64, Entry::Item(Box::new(7)))]).unwrap();
+    /// assert_eq!(xa.load_value(1), Some(10));
+    ///
+    /// let bad = XArray::<Box<u32>>::try_from_iter([(3, Entry::Value(u64::MAX))]);
+    /// let (index, rejected) = bad.unwrap_err();
+    /// assert_eq!((index, rejected.error), (3, Error::ValueOutOfRange(u64::MAX)));
+    /// ```
+    pub fn try_from_iter<I: IntoIterator<Item = (u64, Entry<T>)>>(
+        iter: I,
+    ) -> Result<Self, (u64, Rejected<T>)> {
+        let mut xa = XArray::new();
+        for (index, entry) in iter {
+            xa.replace(index, entry).map_err(|r| (index, r))?;
+        }
+        Ok(xa)
     }
 }
 
