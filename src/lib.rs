@@ -35,6 +35,7 @@
 compile_error!("kxarray needs a 64-bit target (value entries are 63 bits)");
 
 mod check;
+mod cursor;
 mod engine;
 mod entry;
 mod error;
@@ -55,7 +56,8 @@ pub mod filemap;
 pub mod pagecache;
 
 pub use chunked::ChunkedXArray;
-pub use engine::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
+pub use cursor::{Cursor, CursorMut};
+pub use engine::{Conflicts, CursorIter, CursorState, Stale, XaState, MAX_RANGE_NODES};
 pub use entry::MAX_VALUE;
 pub use error::Error;
 pub use geometry::{CHUNK_SHIFT, CHUNK_SIZE};

@@ -30,4 +30,4 @@ pub use array::{Flags, XArray, XaLock};
 pub use iter::{Conflicts, CursorIter, Stale};
 pub use range::MAX_RANGE_NODES;
 pub(crate) use state::order_shape;
-pub use state::XaState;
+pub use state::{CursorState, XaState};

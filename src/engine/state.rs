@@ -54,6 +54,26 @@ pub(crate) enum Pos {
     Error(Error),
 }
 
+/// Where a cursor is: the kernel's `xa_state.xa_node` decoded (its
+/// `XAS_RESTART`/`XAS_BOUNDS` sentinels, the head, a node, or an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CursorState {
+    /// Not walked yet, reset or paused (`XAS_RESTART`): the next operation
+    /// walks from the root.
+    Restart,
+    /// The index is outside the tree, or an iteration ran off its end
+    /// (`XAS_BOUNDS`).
+    Bounds,
+    /// At the array's head: the entry for index 0 is held in the array
+    /// itself (the kernel's `xa_node == NULL`).
+    Head,
+    /// In a node, at the slot for the cursor's index.
+    Node,
+    /// The last operation failed (`xas_error`); [`XaState::reset`] clears it.
+    Error(Error),
+}
+
 /// A cursor over an [`XArray`]: the kernel's `struct xa_state`.
 ///
 /// Reads (`load`, `next`, `find`, …) are lock-free and use the guard given
@@ -216,15 +236,39 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => None,
         }
     }
+    /// Where the cursor is (see [`CursorState`]).
+    ///
+    /// ```
+    /// use kxarray::{CursorState, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 1 << 40);
+    /// assert_eq!(xas.state(), CursorState::Restart);
+    /// xas.load();
+    /// assert_eq!(xas.state(), CursorState::Bounds); // beyond an empty tree
+    /// ```
+    #[inline]
+    pub fn state(&self) -> CursorState {
+        match self.pos {
+            Pos::Restart => CursorState::Restart,
+            Pos::Bounds => CursorState::Bounds,
+            Pos::Head => CursorState::Head,
+            Pos::Node(_) => CursorState::Node,
+            Pos::Error(e) => CursorState::Error(e),
+        }
+    }
     /// Whether the cursor has not been walked (`XAS_RESTART`).
+    #[deprecated(note = "use `state() == CursorState::Restart`")]
     pub fn is_restart(&self) -> bool {
         self.pos == Pos::Restart
     }
     /// Whether the cursor ran off the tree (`XAS_BOUNDS`).
+    #[deprecated(note = "use `state() == CursorState::Bounds`")]
     pub fn is_bounds(&self) -> bool {
         self.pos == Pos::Bounds
     }
     /// Whether the cursor sits at the array's head (index 0 held directly).
+    #[deprecated(note = "use `state() == CursorState::Head`")]
     pub fn is_head(&self) -> bool {
         self.pos == Pos::Head
     }

@@ -2,6 +2,7 @@
 
 use super::check_order;
 use crate::engine::array::{XaLock, FLAG_ALLOC_WRAPPED};
+use crate::engine::state::CursorState;
 use crate::engine::state::{dispose_item, order_shape, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;
@@ -297,7 +298,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         let r = self.with_retry(&mut xas, |xas| {
             xas.set_index(min);
             xas.find_marked_raw(max, Mark::FREE);
-            if xas.is_restart() {
+            if xas.state() == CursorState::Restart {
                 return Err(Error::Busy);
             }
             id = xas.index();
