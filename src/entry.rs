@@ -135,18 +135,20 @@ impl RawEntry {
     #[inline]
     pub(crate) fn to_internal_ptr<N>(self) -> NonNull<N> {
         debug_assert!(self.is_node());
-        let p: *mut N = core::ptr::with_exposed_provenance_mut(self.0 - INTERNAL);
-        // SAFETY: `is_node` guarantees the word was built by `RawEntry::node`
-        // from a non-null pointer, so subtracting the tag gives it back.
-        unsafe { NonNull::new_unchecked(p) }
+        let p: *mut N = core::ptr::with_exposed_provenance_mut(self.0.wrapping_sub(INTERNAL));
+        // A node word (`is_node`, checked by every caller and asserted above)
+        // is never the null pointer plus the tag; `new` keeps a misused word
+        // from becoming a null `NonNull` (dereferencing it is the caller's
+        // `unsafe`, under the node or item contract).
+        NonNull::new(p).unwrap_or(NonNull::dangling())
     }
     #[inline]
     pub(crate) fn to_item<U>(self) -> NonNull<U> {
         debug_assert!(self.is_item());
         let p: *mut U = core::ptr::with_exposed_provenance_mut(self.0);
-        // SAFETY: `is_item` means the word is a non-zero pointer built by
-        // `RawEntry::item`.
-        unsafe { NonNull::new_unchecked(p) }
+        // An item word (`is_item`, asserted above) is non-zero; `new` keeps
+        // a misused NULL word from becoming a null `NonNull`.
+        NonNull::new(p).unwrap_or(NonNull::dangling())
     }
     /// The zero (reserved) entry reads as empty through the normal API.
     #[inline]

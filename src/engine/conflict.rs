@@ -31,11 +31,15 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(mut node) = self.pos else {
             return RawEntry::NULL;
         };
-        if self.nref(node).shift > self.shift {
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        if unsafe { self.nref(node) }.shift > self.shift {
             return RawEntry::NULL;
         }
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.shift == self.shift {
                 if (self.offset & self.sibs) == self.sibs {
                     break;
@@ -55,7 +59,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
             }
             self.offset += 1;
-            let mut curr = self.nref(node).slot_locked(self.offset as usize);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let mut curr = unsafe { self.nref(node) }.slot_locked(self.offset as usize);
             if curr.is_sibling() {
                 continue;
             }
@@ -63,7 +69,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 node = curr.to_node();
                 self.pos = Pos::Node(node);
                 self.offset = 0;
-                curr = self.nref(node).slot_locked(0);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                curr = unsafe { self.nref(node) }.slot_locked(0);
             }
             if !curr.is_null() {
                 return curr;

@@ -48,7 +48,9 @@ impl<'a, T: Item> XaState<'a, T> {
         // New top levels, as `expand` will add them.
         let mut levels = 0usize;
         let mut shift = if head.is_node() {
-            self.nref(head.to_node()).shift as u32 + CHUNK_SHIFT
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT
         } else {
             0
         };
@@ -83,13 +85,17 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             return shift + CHUNK_SHIFT;
         } else if head.is_node() {
-            shift = self.nref(head.to_node()).shift as u32 + CHUNK_SHIFT;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
         }
         self.pos = Pos::Head;
         let xa = self.xa;
         while max > max_index(head) {
             let node = self.take_node(shift, None, 0);
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             n.set_count(1);
             if head.is_value() {
                 n.set_nr_values(1);
@@ -107,7 +113,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
             }
             if head.is_node() {
-                self.nref(head.to_node()).set_parent(Some(node));
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                unsafe { self.nref(head.to_node()) }.set_parent(Some(node));
             }
             head = RawEntry::node(node);
             xa.head.store(head);
@@ -140,7 +148,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 if head.is_node() && self.max_needed() <= max_index(head) {
                     // The range fits under the current top node: no
                     // expansion to plan (the common case of a store).
-                    shift = self.nref(head.to_node()).shift as u32 + CHUNK_SHIFT;
+                    shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
                 } else {
                     if head.is_null() && xa.zero_busy() {
                         head = RawEntry::ZERO;
@@ -166,7 +174,9 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             Pos::Error(_) => return RawEntry::NULL,
             Pos::Node(node) => {
-                let n = self.nref(node);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
                 shift = n.shift as u32;
                 entry = n.slot_locked(self.offset as usize);
                 parent = Some(node);
@@ -182,12 +192,16 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 node = self.take_node(shift, parent, self.offset as usize);
                 if xa.track_free() {
-                    self.nref(node).mark_all(Mark::FREE);
+                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                    unsafe { self.nref(node) }.mark_all(Mark::FREE);
                 }
                 match parent {
-                    Some(p) => self
-                        .nref(p)
-                        .set_slot(self.offset as usize, RawEntry::node(node)),
+                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                    Some(p) => {
+                        unsafe { self.nref(p) }.set_slot(self.offset as usize, RawEntry::node(node))
+                    }
                     None => xa.head.store(RawEntry::node(node)),
                 }
                 xa.bump_seq();

@@ -38,7 +38,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
             }
             Pos::Node(node) => {
-                let n = self.nref(node);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
                 if self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
                     if n.shift == 0 {
                         self.offset = (((self.index.wrapping_sub(1)) & CHUNK_MASK) + 1) as u8;
@@ -54,12 +56,16 @@ impl<'a, T: Item> XaState<'a, T> {
         };
         // xas_next_offset
         self.offset += 1;
-        self.move_index(self.nref(node), self.offset as u64);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        self.move_index(unsafe { self.nref(node) }, self.offset as u64);
         loop {
             if self.index > max {
                 break;
             }
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if self.offset as usize == CHUNK_SIZE {
                 self.offset = n.offset + 1;
                 match n.parent() {
@@ -104,7 +110,9 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline]
     pub(crate) fn leaf_window(&self, max: u64) -> Option<(&'a Node, usize, usize, u64)> {
         let Pos::Node(n) = self.pos else { return None };
-        let n = self.nref(n);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(n) };
         if n.shift != 0 || self.offset as u64 != self.index & CHUNK_MASK || self.index > max {
             return None;
         }
@@ -125,7 +133,9 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline(always)]
     pub(crate) fn next_entry_raw(&mut self, max: u64) -> RawEntry {
         if let Pos::Node(node) = self.pos {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.shift == 0 && self.offset as u64 == self.index & CHUNK_MASK {
                 loop {
                     if self.index >= max || self.offset as u64 == CHUNK_MASK {
@@ -233,13 +243,17 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 node = entry.to_node();
                 self.pos = Pos::Node(node);
-                self.offset = (self.index >> self.nref(node).shift) as u8;
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                self.offset = (self.index >> unsafe { self.nref(node) }.shift) as u8;
             }
             Pos::Node(n) => node = n,
             Pos::Error(_) => unreachable!(),
         }
         while self.index <= max {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if self.offset as usize == CHUNK_SIZE {
                 self.offset = n.offset + 1;
                 match n.parent() {
@@ -298,7 +312,9 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             node = entry.to_node();
             self.pos = Pos::Node(node);
-            self.offset = ((self.index >> self.nref(node).shift) & CHUNK_MASK) as u8;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
         }
         self.find_marked_out(max)
     }
@@ -348,7 +364,9 @@ impl<'a, T: Item> XaState<'a, T> {
     pub(crate) fn next_raw(&mut self) -> RawEntry {
         // inline fast path
         if let Pos::Node(node) = self.pos {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.shift == 0
                 && (self.offset as u64) < CHUNK_MASK
                 && self.offset as u64 == self.index & CHUNK_MASK
@@ -367,12 +385,16 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return self.load_raw(),
         };
         let mut node = node;
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         if self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
             self.offset += 1;
         }
         while self.offset as usize == CHUNK_SIZE {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             self.offset = n.offset + 1;
             match n.parent() {
                 Some(p) => {
@@ -383,20 +405,26 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let entry = n.slot(self.offset as usize);
             if !entry.is_node() {
                 return entry;
             }
             node = entry.to_node();
             self.pos = Pos::Node(node);
-            self.offset = ((self.index >> self.nref(node).shift) & CHUNK_MASK) as u8;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
         }
     }
 
     pub(crate) fn prev_raw(&mut self) -> RawEntry {
         if let Pos::Node(node) = self.pos {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.shift == 0 && self.offset != 0 && self.offset as u64 == self.index & CHUNK_MASK {
                 self.index -= 1;
                 self.offset -= 1;
@@ -412,14 +440,18 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return self.load_raw(),
         };
         let mut node = node;
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         // offset as i32 to model the kernel's 255 wrap
         let mut offset = self.offset as i32;
         if offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
             offset -= 1;
         }
         while offset == -1 {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             offset = n.offset as i32 - 1;
             match n.parent() {
                 Some(p) => {
@@ -431,14 +463,18 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         self.offset = offset as u8;
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let entry = n.slot(self.offset as usize);
             if !entry.is_node() {
                 return entry;
             }
             node = entry.to_node();
             self.pos = Pos::Node(node);
-            self.offset = ((self.index >> self.nref(node).shift) & CHUNK_MASK) as u8;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
         }
     }
 
@@ -456,7 +492,9 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return,
         };
         self.pos = Pos::Restart;
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         let mut offset = self.offset as usize;
         loop {
             offset += 1;

@@ -14,7 +14,9 @@ impl<'a, T: Item> XaState<'a, T> {
     pub fn get_mark(&self, mark: Mark) -> bool {
         match self.pos {
             Pos::Head => self.xa.marked(mark),
-            Pos::Node(n) => self.nref(n).get_mark(self.offset as usize, mark),
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            Pos::Node(n) => unsafe { self.nref(n) }.get_mark(self.offset as usize, mark),
             _ => false,
         }
     }
@@ -27,7 +29,9 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return,
         };
         while let Some(n) = node {
-            let nr = self.nref(n);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let nr = unsafe { self.nref(n) };
             if nr.set_mark(offset, mark) {
                 return;
             }
@@ -45,7 +49,9 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return,
         };
         while let Some(n) = node {
-            let nr = self.nref(n);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let nr = unsafe { self.nref(n) };
             if !nr.clear_mark(offset, mark) {
                 return;
             }
@@ -69,7 +75,9 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     pub(crate) fn squash_marks(&self, node: NonNull<Node>) {
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         let off = self.offset as usize;
         let sibs = self.sibs as usize;
         let range: u64 = if sibs + 1 >= 64 {

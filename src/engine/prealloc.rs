@@ -88,7 +88,9 @@ impl<'a, T: Item> XaState<'a, T> {
             n.set_parent(parent);
         }
         if let Some(p) = parent {
-            self.nref(p).add_count(1);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(p) }.add_count(1);
         }
         self.xa.node_added();
         nb.into_raw()

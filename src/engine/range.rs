@@ -27,7 +27,9 @@ impl<T: Item> XaState<'_, T> {
     fn range_nodes(&self, first: u64, last: u64) -> u64 {
         let head = self.xa.head.load_locked();
         let mut top = if head.is_node() {
-            self.nref(head.to_node()).shift as u32
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(head.to_node()) }.shift as u32
         } else {
             0
         };
@@ -102,7 +104,9 @@ impl<T: Item> XaState<'_, T> {
             let Pos::Node(node) = self.pos else {
                 return; // at the head or past the tree: no nodes further on
             };
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let span = if n.shift == 0 {
                 if n.count() == 0 {
                     self.delete_node();
@@ -121,7 +125,9 @@ impl<T: Item> XaState<'_, T> {
     fn create_range_reserved(&mut self, index: u64, shift: u8, sibs: u8) -> Result<(), Error> {
         self.index |= ((sibs as u64 + 1) << shift).wrapping_sub(1);
         if let Pos::Node(n) = self.pos {
-            if self.nref(n).shift == self.shift {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            if unsafe { self.nref(n) }.shift == self.shift {
                 self.offset |= sibs;
             }
         }
@@ -140,7 +146,9 @@ impl<T: Item> XaState<'_, T> {
             }
             self.index -= CHUNK_SIZE as u64;
             while let Pos::Node(node) = self.pos {
-                let n = self.nref(node);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
                 if n.shift >= shift {
                     break;
                 }
@@ -157,7 +165,9 @@ impl<T: Item> XaState<'_, T> {
         }
         self.index = index;
         if let Pos::Node(n) = self.pos {
-            self.offset = ((self.index >> self.nref(n).shift) & CHUNK_MASK) as u8;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            self.offset = ((self.index >> unsafe { self.nref(n) }.shift) & CHUNK_MASK) as u8;
         }
         Ok(())
     }

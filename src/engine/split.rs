@@ -112,7 +112,9 @@ impl<'a, T: Item> XaState<'a, T> {
             return Err(Error::InvalidSplit);
         }
         let bomb = PoisonOnUnwind::arm(self.xa);
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
         let marks = n.slot_marks(self.offset as usize);
         let mut values: i32 = 0;
@@ -135,7 +137,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 let child = child.into_raw();
                 xa.node_added();
-                self.set_split_marks(n, offset, Some(self.nref(child)), marks);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                self.set_split_marks(n, offset, Some(unsafe { self.nref(child) }), marks);
                 n.set_slot(offset, RawEntry::node(child));
                 crate::fault::slot_written();
                 if curr.is_value() {
@@ -283,7 +287,9 @@ impl<T: Item> XaState<'_, T> {
         // Put the cursor on the entry's canonical slot (it may have been
         // reached through a sibling), then check entry and order.
         {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let off = ((self.index >> n.shift) & CHUNK_MASK) as usize;
             let e = n.slot_locked(off);
             self.offset = if e.is_sibling() { e.to_sibling() } else { off } as u8;
@@ -294,12 +300,16 @@ impl<T: Item> XaState<'_, T> {
         }
         let bomb = PoisonOnUnwind::arm(self.xa);
         let new_order = self.order();
-        let marks = self.nref(node).slot_marks(self.offset as usize);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let marks = unsafe { self.nref(node) }.slot_marks(self.offset as usize);
         let xa = self.xa;
         let mut lo = order; // order of the block still to split, in `node`
         let mut base_off = self.offset as usize; // first slot of that block in `node`
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let nshift = n.shift as u32;
             // Halve the block, writing the buddy halves that do not contain
             // the target, down to max(new_order, nshift).

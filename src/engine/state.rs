@@ -275,7 +275,9 @@ impl<'a, T: Item> XaState<'a, T> {
     /// The shift of the node the cursor is in, if it is in one.
     pub fn node_shift(&self) -> Option<u32> {
         match self.pos {
-            Pos::Node(n) => Some(self.nref(n).shift as u32),
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            Pos::Node(n) => Some(unsafe { self.nref(n) }.shift as u32),
             _ => None,
         }
     }
@@ -283,7 +285,9 @@ impl<'a, T: Item> XaState<'a, T> {
     pub fn node_counts(&self) -> Option<(u32, u32)> {
         match self.pos {
             Pos::Node(n) => {
-                let n = self.nref(n);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(n) };
                 Some((n.count() as u32, n.nr_values() as u32))
             }
             _ => None,
@@ -320,11 +324,19 @@ impl<'a, T: Item> XaState<'a, T> {
         self.pos = Pos::Restart;
     }
 
+    /// The node behind `n`, borrowed for the cursor's guard lifetime.
+    ///
+    /// # Safety
+    ///
+    /// - `n` was read from this cursor's array (a slot, the head, a parent
+    ///   link, or `pos`) while `self.guard` (or the lock, whose guard the
+    ///   cursor reads under) was held; nodes are freed only through the
+    ///   epoch, so it then stays allocated for `'a` even if detached.
     #[inline(always)]
-    pub(crate) fn nref(&self, n: NonNull<Node>) -> &'a Node {
-        // SAFETY: `n` was read under `self.guard` (or the lock's guard), a
-        // `Guard` pinned on the default collector; nodes are freed only
-        // through that collector, so it stays allocated for 'a.
+    pub(crate) unsafe fn nref(&self, n: NonNull<Node>) -> &'a Node {
+        debug_assert!(n.as_ptr().is_aligned(), "not a node pointer: {n:p}");
+        // SAFETY: the caller's contract: `n` is a node of this tree read
+        // under `self.guard`, so it is allocated and initialised for 'a.
         unsafe { &*n.as_ptr() }
     }
 
@@ -358,7 +370,9 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(node) = self.pos else {
             return (self.index, self.index);
         };
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         let shift = n.shift as u32;
         let canon = self.offset as usize;
         let mut end = canon;
@@ -377,7 +391,9 @@ impl<'a, T: Item> XaState<'a, T> {
     /// the cursor is on (it was found through a sibling).
     pub(crate) fn on_sibling_index(&self) -> bool {
         let Pos::Node(n) = self.pos else { return false };
-        let n = self.nref(n);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(n) };
         let mask = ((CHUNK_SIZE as u64) << n.shift).wrapping_sub(1);
         (self.index & mask) > ((self.offset as u64) << n.shift)
     }

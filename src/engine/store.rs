@@ -40,7 +40,9 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return first,
         };
         if let Some(n) = node {
-            if (self.shift) < self.nref(n).shift {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            if (self.shift) < unsafe { self.nref(n) }.shift {
                 self.sibs = 0;
             }
         }
@@ -68,16 +70,22 @@ impl<'a, T: Item> XaState<'a, T> {
                 self.dispose(next);
             }
             match node {
-                Some(n) => self.nref(n).set_slot(offset, cur),
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                Some(n) => unsafe { self.nref(n) }.set_slot(offset, cur),
                 None => self.xa.head.store(cur),
             }
             crate::fault::slot_written();
-            if next.is_node() && node.is_none_or(|n| self.nref(n).shift != 0) {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            if next.is_node() && node.is_none_or(|n| unsafe { self.nref(n) }.shift != 0) {
                 self.free_nodes(next.to_node());
                 self.xa.bump_seq();
             }
             let Some(n) = node else { break };
-            let n = self.nref(n);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(n) };
             count += next.is_null() as i32 - cur.is_null() as i32;
             values += (!first.is_value()) as i32 - (!value) as i32;
             if !cur.is_null() {
@@ -106,7 +114,9 @@ impl<'a, T: Item> XaState<'a, T> {
         // siblings of value entries). The kernel leaves this count stale.
         if !cur.is_null() {
             if let Some(n) = node {
-                let n = self.nref(n);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(n) };
                 let sib = RawEntry::sibling(self.offset as usize);
                 let mut o = offset + 1;
                 while o < CHUNK_SIZE && n.slot_locked(o) == sib {
@@ -127,7 +137,9 @@ impl<'a, T: Item> XaState<'a, T> {
 
     pub(crate) fn update_node(&mut self, node: Option<NonNull<Node>>, count: i32, values: i32) {
         let Some(node) = node else { return };
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         if count != 0 || values != 0 {
             n.add_count(count);
             n.add_nr_values(values);
@@ -156,7 +168,9 @@ impl<'a, T: Item> XaState<'a, T> {
             return;
         };
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.count() != 0 {
                 break;
             }
@@ -173,14 +187,18 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 Some(p) => {
                     self.pos = Pos::Node(p);
-                    let pn = self.nref(p);
+                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                    let pn = unsafe { self.nref(p) };
                     pn.set_slot(self.offset as usize, RawEntry::NULL);
                     pn.add_count(-1);
                     node = p;
                 }
             }
         }
-        if self.nref(node).parent().is_none() {
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        if unsafe { self.nref(node) }.parent().is_none() {
             self.pos = Pos::Node(node);
             self.shrink();
         }
@@ -193,7 +211,9 @@ impl<'a, T: Item> XaState<'a, T> {
         };
         let xa = self.xa;
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             if n.count() != 1 {
                 break;
             }
@@ -224,7 +244,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 break;
             }
             node = entry.to_node();
-            self.nref(node).set_parent(None);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(node) }.set_parent(None);
         }
     }
 
@@ -234,7 +256,9 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut node = top;
         let mut offset = 0usize;
         loop {
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let entry = n.slot_locked(offset);
             if n.shift != 0 && entry.is_node() {
                 node = entry.to_node();
@@ -247,7 +271,9 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             offset += 1;
             while offset == CHUNK_SIZE {
-                let n = self.nref(node);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
                 let parent = n.parent();
                 offset = n.offset as usize + 1;
                 n.set_count(0);
@@ -316,7 +342,9 @@ impl<'a, T: Item> XaState<'a, T> {
             return None;
         }
         let mut node = head.to_node();
-        let mut n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let mut n = unsafe { self.nref(node) };
         let mut shift = n.shift as u32;
         if (self.index >> shift) > CHUNK_MASK {
             return None; // needs expansion: the general path walks
@@ -366,7 +394,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 return None;
             }
             node = e.to_node();
-            n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            n = unsafe { self.nref(node) };
             shift -= CHUNK_SHIFT;
         }
     }

@@ -29,7 +29,9 @@ impl<'a, T: Item> XaState<'a, T> {
             if self.index != 0 {
                 return self.set_bounds_root();
             }
-        } else if (self.index >> self.nref(entry.to_node()).shift) > CHUNK_MASK {
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        } else if (self.index >> unsafe { self.nref(entry.to_node()) }.shift) > CHUNK_MASK {
             return self.set_bounds_root();
         }
         self.pos = Pos::Head;
@@ -53,7 +55,9 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Step into `node` at the cursor's index, resolving siblings.
     #[inline(always)]
     pub(crate) fn descend(&mut self, node: NonNull<Node>) -> RawEntry {
-        let shift = self.nref(node).shift as u32;
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let shift = unsafe { self.nref(node) }.shift as u32;
         self.descend_at(node, shift)
     }
 
@@ -62,7 +66,9 @@ impl<'a, T: Item> XaState<'a, T> {
     /// touched: one cache line per level, the slot's.
     #[inline(always)]
     pub(crate) fn descend_at(&mut self, node: NonNull<Node>, shift: u32) -> RawEntry {
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         debug_assert_eq!(n.shift as u32, shift);
         let mut offset = ((self.index >> shift) & CHUNK_MASK) as usize;
         let mut entry = n.slot(offset);
@@ -84,7 +90,9 @@ impl<'a, T: Item> XaState<'a, T> {
         // Only the first node's header is read; below it shifts step down
         // by CHUNK_SHIFT (they never change once published).
         let mut node = entry.to_node();
-        let mut shift = self.nref(node).shift as u32;
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let mut shift = unsafe { self.nref(node) }.shift as u32;
         loop {
             if self.shift as u32 > shift {
                 break;
@@ -105,7 +113,9 @@ impl<'a, T: Item> XaState<'a, T> {
         match self.pos {
             Pos::Head => self.xa.head.load(),
             Pos::Node(n) => {
-                let n = self.nref(n);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(n) };
                 let offset = ((self.index >> n.shift) & CHUNK_MASK) as usize;
                 let e = n.slot(offset);
                 if !e.is_sibling() {
@@ -157,7 +167,9 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(node) = self.pos else {
             return 0;
         };
-        let n = self.nref(node);
+        // SAFETY: a node of this tree, read under the guard or lock (or linked by
+        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+        let n = unsafe { self.nref(node) };
         let mut order = 0u32;
         loop {
             let slot = self.offset as usize + (1usize << order);
