@@ -159,10 +159,6 @@ impl RawEntry {
             self
         }
     }
-    #[inline]
-    pub(crate) fn bits(self) -> usize {
-        self.0
-    }
 }
 
 /// An atomic slot holding a [`RawEntry`].

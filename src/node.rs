@@ -79,7 +79,7 @@ impl Node {
         let layout = std::alloc::Layout::new::<Node>();
         // SAFETY: Node has a non-zero size. All-zero bytes are a valid Node:
         // every field is an integer or an atomic integer.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Node;
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Node>();
         NonNull::new(p)
     }
 

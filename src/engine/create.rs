@@ -148,6 +148,8 @@ impl<'a, T: Item> XaState<'a, T> {
                 if head.is_node() && self.max_needed() <= max_index(head) {
                     // The range fits under the current top node: no
                     // expansion to plan (the common case of a store).
+                    // SAFETY: a node of this tree, read under the lock; nodes
+                    // are freed only through the epoch (state.rs inv. 1).
                     shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
                 } else {
                     if head.is_null() && xa.zero_busy() {
@@ -197,9 +199,9 @@ impl<'a, T: Item> XaState<'a, T> {
                     unsafe { self.nref(node) }.mark_all(Mark::FREE);
                 }
                 match parent {
-                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
                     Some(p) => {
+                        // SAFETY: a node of this tree, read under the lock (or
+                        // linked by this cursor); freed only through the epoch.
                         unsafe { self.nref(p) }.set_slot(self.offset as usize, RawEntry::node(node))
                     }
                     None => xa.head.store(RawEntry::node(node)),

@@ -99,17 +99,18 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Free a node detached from the tree once no reader can see it.
     pub(crate) fn free_node(&mut self, node: NonNull<Node>) {
         self.xa.node_removed();
-        let p = SendPtr(node.as_ptr() as usize);
+        let p = SendPtr(node.cast());
+        let free = move || {
+            let p = p;
+            // SAFETY: the closure holds the last reference to the
+            // unreachable node (see below).
+            unsafe { Node::free(p.0.cast::<Node>()) };
+        };
         // SAFETY: the node is unreachable; `self.guard` is pinned on the
         // default collector (or is the unprotected guard under `&mut
         // XArray`), the one every reader's `Guard` pins, so readers delay the
         // deferred free until they leave; the closure owns the last reference.
-        unsafe {
-            self.guard.defer_unchecked(move || {
-                let p = p;
-                Node::free(NonNull::new_unchecked(p.0 as *mut Node))
-            })
-        }
+        unsafe { self.guard.defer_unchecked(free) }
     }
 
     /// Drop a displaced item once no reader can see it.

@@ -170,7 +170,9 @@ impl<T: Item> Drop for PoisonOnUnwind<'_, T> {
     }
 }
 
-pub(crate) struct SendPtr(pub(crate) usize);
+/// A pointer moved into a deferred destructor (which may run on another
+/// thread).
+pub(crate) struct SendPtr(pub(crate) NonNull<()>);
 // SAFETY: only moved into a deferred destructor that frees what it points
 // to; the pointee types are Send (items: `Item: Send`; nodes: atomics).
 unsafe impl Send for SendPtr {}
@@ -425,19 +427,19 @@ impl<'a, T: Item> XaState<'a, T> {
 }
 
 pub(crate) fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
-    let p = SendPtr(e.bits());
+    debug_assert!(e.is_item());
+    let p = SendPtr(e.to_item::<T::Target>().cast());
+    let drop_item = move || {
+        let p = p;
+        // SAFETY: `p` is the item pointer of a user entry; the closure owns
+        // the array's reference to it (see below).
+        unsafe { drop(T::from_raw(p.0.cast())) };
+    };
     // SAFETY: the item is unreachable; `guard` is pinned on the default
     // collector (or is the unprotected guard under `&mut XArray`), the one
     // every reader's `Guard` pins, so readers delay the deferred drop until
     // they leave; the closure owns the array's reference to it.
-    unsafe {
-        guard.defer_unchecked(move || {
-            let p = p;
-            let ptr: NonNull<T::Target> =
-                NonNull::new_unchecked(core::ptr::with_exposed_provenance_mut(p.0));
-            drop(T::from_raw(ptr));
-        })
-    }
+    unsafe { guard.defer_unchecked(drop_item) }
 }
 
 impl<T: Item> core::fmt::Debug for XaState<'_, T> {

@@ -63,8 +63,8 @@ impl<'a, T: Item> XaLock<'a, T> {
             old
         });
         if let Some(e) = xas.error() {
-            // SAFETY: never published.
             let back = if raw.is_user() {
+                // SAFETY: never published, so the caller still owns it.
                 Some(unsafe { Entry::from_raw(raw) })
             } else {
                 None
@@ -152,8 +152,8 @@ impl<'a, T: Item> XaLock<'a, T> {
         match err {
             None => Ok(()),
             Some(e) => {
-                // SAFETY: never published.
                 let back = if raw.is_user() {
+                    // SAFETY: never published, so the caller still owns it.
                     Some(unsafe { Entry::from_raw(raw) })
                 } else {
                     None
@@ -335,8 +335,8 @@ impl<'a, T: Item> XaLock<'a, T> {
             self.alloc_raw(min, max, raw)
         };
         r.map_err(|e| {
-            // SAFETY: never published.
             let back = if raw.is_user() {
+                // SAFETY: never published, so the caller still owns it.
                 Some(unsafe { Entry::from_raw(raw) })
             } else {
                 None
@@ -395,8 +395,8 @@ impl<'a, T: Item> XaLock<'a, T> {
                 Ok((id, wrapped))
             }
             Err(e) => {
-                // SAFETY: never published.
                 let back = if raw.is_user() {
+                    // SAFETY: never published, so the caller still owns it.
                     Some(unsafe { Entry::from_raw(raw) })
                 } else {
                     None
