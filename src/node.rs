@@ -17,7 +17,7 @@
 
 use crate::entry::{AtomicEntry, RawEntry};
 use crate::mark::Mark;
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use core::ptr::NonNull;
 
 pub(crate) use crate::geometry::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE, MAX_MARKS};
@@ -43,7 +43,7 @@ pub(crate) struct Node {
     pub(crate) offset: u8,
     count: AtomicU8,
     nr_values: AtomicU8,
-    parent: AtomicUsize,
+    parent: AtomicPtr<Node>,
     pub(crate) slots: [AtomicEntry; CHUNK_SIZE],
     marks: [AtomicU64; MAX_MARKS],
     /// Under loom, set when the node is freed (see `sync::Quarantine`).
@@ -90,7 +90,7 @@ impl Node {
             offset: 0,
             count: AtomicU8::new(0),
             nr_values: AtomicU8::new(0),
-            parent: AtomicUsize::new(0),
+            parent: AtomicPtr::new(core::ptr::null_mut()),
             slots: core::array::from_fn(|_| AtomicEntry::new(RawEntry::NULL)),
             marks: core::array::from_fn(|_| AtomicU64::new(0)),
             freed: crate::sync::Quarantine::new(),
@@ -212,18 +212,16 @@ impl Node {
     #[inline]
     pub(crate) fn parent(&self) -> Option<NonNull<Node>> {
         self.check_live();
-        let p: *mut Node =
-            core::ptr::with_exposed_provenance_mut(self.parent.load(Ordering::Acquire));
-        NonNull::new(p)
+        NonNull::new(self.parent.load(Ordering::Acquire))
     }
     #[inline]
     pub(crate) fn set_parent(&self, p: Option<NonNull<Node>>) {
-        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
-        self.parent.store(addr, Ordering::Release)
+        let p = p.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        self.parent.store(p, Ordering::Release)
     }
     fn set_parent_init(&self, p: Option<NonNull<Node>>) {
-        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
-        self.parent.store(addr, Ordering::Relaxed)
+        let p = p.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        self.parent.store(p, Ordering::Relaxed)
     }
 
     // ---- marks ----
