@@ -16,6 +16,19 @@ use core::ptr::NonNull;
 impl<T: Item> XArray<T> {
     /// Check the structural invariants; `Err` describes the first violation.
     /// Takes the lock.
+    ///
+    /// Context: takes the writer lock.
+    ///
+    /// # Errors
+    ///
+    /// A description of the first violated invariant (or of the poisoning).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_range(0, 1000, Some(1)).unwrap();
+    /// xa.check_invariants().unwrap();
+    /// ```
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.is_poisoned() {
             return Err("array poisoned by a panic inside a write".into());
@@ -88,6 +101,15 @@ impl<T: Item> XArray<T> {
     }
 
     /// A readable dump of the tree (one line per node and entry).
+    ///
+    /// Context: takes the writer lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(70, Entry::Value(7)).unwrap();
+    /// assert!(xa.dump().contains("value(7)"));
+    /// ```
     pub fn dump(&self) -> String {
         let _lock = self.lock();
         let mut out = String::new();

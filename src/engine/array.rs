@@ -85,12 +85,24 @@ pub struct XaLock<'a, T: Item> {
 
 impl<T: Item> XArray<T> {
     /// An empty array.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(xa.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self::with_flags(Flags::NONE)
     }
 
     /// An empty array with flags ([`Flags::ALLOC`] or [`Flags::ALLOC1`] for
     /// ID allocation).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    /// assert_eq!(ids.alloc(0..=9, Some(Entry::Value(1))).unwrap(), 0);
+    /// ```
     pub fn with_flags(flags: Flags) -> Self {
         XArray {
             head: AtomicEntry::new(RawEntry::NULL),
@@ -118,6 +130,17 @@ impl<T: Item> XArray<T> {
         self.flags() & FLAG_ZERO_BUSY != 0
     }
     /// Whether any entry carries `mark` (`xa_marked`): O(1).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// assert!(!xa.marked(Mark::M0));
+    /// xa.set_mark(1, Mark::M0);
+    /// assert!(xa.marked(Mark::M0));
+    /// ```
     #[inline]
     pub fn marked(&self, mark: Mark) -> bool {
         self.flags() & (1 << (FLAG_MARK_SHIFT + mark.index() as u8)) != 0
@@ -167,6 +190,19 @@ impl<T: Item> XArray<T> {
     /// If the array is poisoned ([`XArray::is_poisoned`]): a panic inside an
     /// earlier write left it unusable. Every writing method panics for the
     /// same reason.
+    ///
+    /// Context: blocks until the lock is free; do not take it twice on one
+    /// thread (it is not reentrant). Readers are never blocked by it.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// lock.set_mark(1, Mark::M0);
+    /// drop(lock);
+    /// assert!(xa.get_mark(1, Mark::M0));
+    /// ```
     #[inline]
     pub fn lock(&self) -> XaLock<'_, T> {
         let held = self.lock.lock();
@@ -185,6 +221,17 @@ impl<T: Item> XArray<T> {
     }
 
     /// Whether the writer lock is currently held by someone.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// assert!(xa.is_locked());
+    /// drop(lock);
+    /// assert!(!xa.is_locked());
+    /// ```
     pub fn is_locked(&self) -> bool {
         self.lock.is_locked()
     }
@@ -276,12 +323,27 @@ impl<T: Item> core::fmt::Debug for XArray<T> {
 
 impl<'a, T: Item> XaLock<'a, T> {
     /// The array this lock belongs to.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// assert!(std::ptr::eq(lock.array(), &xa));
+    /// ```
     pub fn array(&self) -> &'a XArray<T> {
         self.xa
     }
 
     /// The epoch guard held with the lock: entries returned by the lock's
     /// methods are readable while it lives.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// assert!(xa.load(1, lock.guard()).is_some());
+    /// ```
     pub fn guard(&self) -> &Guard {
         &self.epoch
     }
@@ -293,6 +355,17 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// A cursor at `index` reading under this lock's guard.
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// let mut xas = lock.cursor(5);
+    /// xas.store(&lock, Some(Entry::Value(5))).unwrap();
+    /// assert_eq!(lock.load(5).and_then(|e| e.value()), Some(5));
+    /// ```
     pub fn cursor(&self, index: u64) -> XaState<'_, T> {
         XaState::new(self.xa, &self.epoch, index)
     }

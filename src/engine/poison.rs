@@ -13,6 +13,14 @@ use crate::sync::Ordering;
 impl<T: Item> XArray<T> {
     /// Whether a panic inside a write poisoned the array (see the module
     /// documentation): it then reads as empty and refuses writes.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(!xa.is_poisoned());
+    /// ```
     pub fn is_poisoned(&self) -> bool {
         self.flags() & FLAG_POISONED != 0
     }

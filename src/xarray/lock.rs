@@ -81,6 +81,21 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Store under the held lock (`__xa_store`); see [`XArray::store`](crate::XArray::store).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::store`](crate::XArray::store).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// assert!(lock.store(1, Some(Entry::Value(1))).unwrap().is_none());
+    /// let old = lock.store(1, Some(Entry::Value(2))).unwrap();
+    /// assert_eq!(old.and_then(|e| e.value()), Some(1));
+    /// ```
     pub fn store(
         &self,
         index: u64,
@@ -94,6 +109,20 @@ impl<'a, T: Item> XaLock<'a, T> {
 
     /// Store a multi-index entry under the held lock; see
     /// [`XArray::store_order`](crate::XArray::store_order).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::store_order`](crate::XArray::store_order).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store_order(16, 4, Some(Entry::Value(1))).unwrap();
+    /// assert_eq!(lock.load(31).and_then(|e| e.value()), Some(1));
+    /// ```
     pub fn store_order(
         &self,
         index: u64,
@@ -120,6 +149,17 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Erase under the held lock (`__xa_erase`).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// assert_eq!(lock.erase(1).and_then(|e| e.value()), Some(1));
+    /// assert!(lock.load(1).is_none());
+    /// ```
     pub fn erase(&self, index: u64) -> Option<EntryRef<'_, T>> {
         let raw = self.erase_raw(index);
         // SAFETY: as in `store`.
@@ -127,6 +167,20 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Insert under the held lock (`__xa_insert`); see [`XArray::insert`](crate::XArray::insert).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::insert`](crate::XArray::insert).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.insert(1, None).unwrap(); // reserve
+    /// assert_eq!(lock.insert(1, Some(Entry::Value(1))).unwrap_err().error, Error::Busy);
+    /// ```
     pub fn insert(&self, index: u64, entry: Option<Entry<T>>) -> Result<(), Rejected<T>> {
         let raw = match entry {
             None => RawEntry::ZERO,
@@ -229,6 +283,17 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// # Errors
     ///
     /// As [`XArray::cmpxchg`](crate::XArray::cmpxchg).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, EntryRef, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// lock.cmpxchg(1, Some(EntryRef::Value(1)), Some(Entry::Value(2))).unwrap();
+    /// assert_eq!(lock.load(1).and_then(|e| e.value()), Some(2));
+    /// ```
     pub fn cmpxchg(
         &self,
         index: u64,
@@ -248,12 +313,35 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// # Errors
     ///
     /// As [`XArray::cmpxchg_reserved`](crate::XArray::cmpxchg_reserved).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.insert(1, None).unwrap();
+    /// lock.cmpxchg_reserved(1, Some(Entry::Value(1))).unwrap();
+    /// assert_eq!(lock.load(1).and_then(|e| e.value()), Some(1));
+    /// ```
     pub fn cmpxchg_reserved(&self, index: u64, new: Option<Entry<T>>) -> Result<(), Rejected<T>> {
         self.cmpxchg_entry(index, Ok(RawEntry::ZERO), new, &self.epoch)
             .map(|_| ())
     }
 
     /// Undo a reservation under the held lock.
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.insert(1, None).unwrap();
+    /// lock.release(1);
+    /// drop(lock);
+    /// assert!(xa.is_empty());
+    /// ```
     pub fn release(&self, index: u64) {
         let mut xas = self.cursor(index);
         let curr = xas.load_raw();
@@ -263,6 +351,18 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Set `mark` on the entry at `index` (`__xa_set_mark`).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// lock.set_mark(1, Mark::M0);
+    /// drop(lock);
+    /// assert!(xa.get_mark(1, Mark::M0));
+    /// ```
     pub fn set_mark(&self, index: u64, mark: Mark) {
         let mut xas = self.cursor(index);
         let e = xas.load_raw();
@@ -272,6 +372,19 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Clear `mark` on the entry at `index` (`__xa_clear_mark`).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// lock.set_mark(1, Mark::M0);
+    /// lock.clear_mark(1, Mark::M0);
+    /// drop(lock);
+    /// assert!(!xa.marked(Mark::M0));
+    /// ```
     pub fn clear_mark(&self, index: u64, mark: Mark) {
         let mut xas = self.cursor(index);
         let e = xas.load_raw();
@@ -281,6 +394,16 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// The entry at `index`, read under the lock.
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// assert_eq!(lock.load(1).and_then(|e| e.value()), Some(1));
+    /// ```
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, T>> {
         let e = self.xa.load_raw(index);
         // SAFETY: read under the lock and its guard, pinned on the default
@@ -316,6 +439,20 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Allocate an ID under the held lock; see [`XArray::alloc`](crate::XArray::alloc).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::alloc`](crate::XArray::alloc).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    /// let lock = ids.lock();
+    /// assert_eq!(lock.alloc(0..=9, Some(Entry::Value(5))).unwrap(), 0);
+    /// assert_eq!(lock.alloc(0..=9, None).unwrap(), 1);
+    /// ```
     pub fn alloc(
         &self,
         limit: RangeInclusive<u64>,
@@ -346,6 +483,21 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Allocate cyclically under the held lock; see [`XArray::alloc_cyclic`](crate::XArray::alloc_cyclic).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::alloc_cyclic`](crate::XArray::alloc_cyclic).
+    ///
+    /// ```
+    /// use kxarray::{Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    /// let lock = ids.lock();
+    /// let mut next = 5;
+    /// assert_eq!(lock.alloc_cyclic(0..=9, &mut next, None).unwrap(), (5, false));
+    /// assert_eq!(next, 6);
+    /// ```
     pub fn alloc_cyclic(
         &self,
         limit: RangeInclusive<u64>,
@@ -407,6 +559,17 @@ impl<'a, T: Item> XaLock<'a, T> {
     }
 
     /// Remove every entry under the held lock; see [`XArray::clear`](crate::XArray::clear).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1000, Some(Entry::Value(1))).unwrap();
+    /// lock.clear();
+    /// assert!(lock.load(1000).is_none());
+    /// ```
     pub fn clear(&self) {
         let mut xas = self.cursor(0);
         xas.destroy_all();

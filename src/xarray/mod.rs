@@ -53,6 +53,17 @@ impl<T: Item> XArray<T> {
     /// The entry at `index` (`xa_load`), lock-free. The result borrows the
     /// guard: the entry stays readable until the guard is dropped, even if a
     /// writer removes it meanwhile.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(4, Entry::Value(40)).unwrap();
+    /// let guard = kxarray::pin();
+    /// assert_eq!(xa.load(4, &guard).and_then(|e| e.value()), Some(40));
+    /// assert!(xa.load(5, &guard).is_none());
+    /// ```
     #[inline]
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
         let _ = guard;
@@ -64,24 +75,64 @@ impl<T: Item> XArray<T> {
     }
 
     /// Same as [`XArray::load`] (the std-collections name).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(4, Entry::Item(Box::new(7))).unwrap();
+    /// let guard = kxarray::pin();
+    /// assert_eq!(*xa.get(4, &guard).unwrap().item().unwrap(), 7);
+    /// ```
     #[inline]
     pub fn get<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
         self.load(index, guard)
     }
 
     /// Whether `index` holds an entry (reserved slots do not count).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.reserve(1).unwrap();
+    /// xa.store(2, Entry::Value(2)).unwrap();
+    /// assert!(!xa.contains(1) && xa.contains(2));
+    /// ```
     pub fn contains(&self, index: u64) -> bool {
         let guard = pin();
         self.load(index, &guard).is_some()
     }
 
     /// The value entry at `index`, if it holds one (no guard needed).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(9, Entry::Value(90)).unwrap();
+    /// assert_eq!(xa.load_value(9), Some(90));
+    /// assert_eq!(xa.load_value(8), None);
+    /// ```
     pub fn load_value(&self, index: u64) -> Option<u64> {
         let guard = pin();
         self.load(index, &guard).and_then(|e| e.value())
     }
 
     /// Whether the entry at `index` has `mark` (`xa_get_mark`), lock-free.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(3, Entry::Value(3)).unwrap();
+    /// xa.set_mark(3, Mark::M0);
+    /// assert!(xa.get_mark(3, Mark::M0) && !xa.get_mark(3, Mark::M1));
+    /// ```
     pub fn get_mark(&self, index: u64, mark: Mark) -> bool {
         let guard = pin();
         let mut xas = XaState::new(self, &guard, index);
@@ -99,6 +150,16 @@ impl<T: Item> XArray<T> {
     }
 
     /// The order of the entry at `index`, 0 if there is none (`xa_get_order`).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_order(64, 6, Entry::Value(1)).unwrap();
+    /// assert_eq!(xa.get_order(100), 6);
+    /// assert_eq!(xa.get_order(0), 0);
+    /// ```
     pub fn get_order(&self, index: u64) -> u32 {
         let guard = pin();
         let mut xas = XaState::new(self, &guard, index);
@@ -110,6 +171,16 @@ impl<T: Item> XArray<T> {
 
     /// Whether the array holds nothing (reserved entries count as
     /// something, as in the kernel).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(xa.is_empty());
+    /// xa.reserve(5).unwrap();
+    /// assert!(!xa.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.head.load().is_null()
     }
@@ -117,6 +188,19 @@ impl<T: Item> XArray<T> {
     /// The first entry at or after `start` and at most `max` that matches
     /// `filter` (`xa_find`): `None` for any entry, `Some(mark)` for marked
     /// ones. Returns its index and the entry.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(10, Entry::Value(1)).unwrap();
+    /// xa.store(20, Entry::Value(2)).unwrap();
+    /// xa.set_mark(20, Mark::M0);
+    /// let guard = kxarray::pin();
+    /// assert_eq!(xa.find(5, u64::MAX, None, &guard).map(|(i, _)| i), Some(10));
+    /// assert_eq!(xa.find(5, u64::MAX, Some(Mark::M0), &guard).map(|(i, _)| i), Some(20));
+    /// ```
     pub fn find<'g>(
         &'g self,
         start: u64,
@@ -134,6 +218,17 @@ impl<T: Item> XArray<T> {
 
     /// The first matching entry strictly after the entry containing `index`
     /// (`xa_find_after`): siblings of a multi-index entry are skipped.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_order(0, 2, Entry::Value(1)).unwrap(); // 0..=3
+    /// xa.store(9, Entry::Value(2)).unwrap();
+    /// let guard = kxarray::pin();
+    /// assert_eq!(xa.find_after(1, u64::MAX, None, &guard).map(|(i, _)| i), Some(9));
+    /// ```
     pub fn find_after<'g>(
         &'g self,
         index: u64,
@@ -161,11 +256,38 @@ impl<T: Item> XArray<T> {
     }
 
     /// An ordered iterator over every entry (one item per multi-index entry).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    /// Entries stored or erased while the iteration runs may or may not be
+    /// seen; each entry seen was present at some instant.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// for i in [5, 1, 3] {
+    ///     xa.store(i, Entry::Value(i * 10)).unwrap();
+    /// }
+    /// let guard = kxarray::pin();
+    /// let v: Vec<(u64, u64)> = xa.iter(&guard).map(|(i, e)| (i, e.value().unwrap())).collect();
+    /// assert_eq!(v, [(1, 10), (3, 30), (5, 50)]);
+    /// ```
     pub fn iter<'g>(&'g self, guard: &'g Guard) -> Iter<'g, T> {
         Iter::new(self, guard, 0, u64::MAX, None)
     }
 
     /// An ordered iterator over the entries in `range`.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// for i in 0..10 {
+    ///     xa.store(i, Entry::Value(i)).unwrap();
+    /// }
+    /// let guard = kxarray::pin();
+    /// assert_eq!(xa.range(3..6, &guard).count(), 3);
+    /// ```
     pub fn range<'g, R: RangeBounds<u64>>(&'g self, range: R, guard: &'g Guard) -> Iter<'g, T> {
         let (start, end) = bounds(range);
         match end {
@@ -175,6 +297,20 @@ impl<T: Item> XArray<T> {
     }
 
     /// An ordered iterator over the entries in `range` that carry `mark`.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// for i in 0..10 {
+    ///     xa.store(i, Entry::Value(i)).unwrap();
+    /// }
+    /// xa.set_mark(7, Mark::M2);
+    /// let guard = kxarray::pin();
+    /// let v: Vec<u64> = xa.iter_marked(.., Mark::M2, &guard).map(|(i, _)| i).collect();
+    /// assert_eq!(v, [7]);
+    /// ```
     pub fn iter_marked<'g, R: RangeBounds<u64>>(
         &'g self,
         range: R,
@@ -205,6 +341,27 @@ impl<T: Item> XArray<T> {
     /// Store `entry` at `index` (`xa_store`). Storing into a multi-index
     /// entry replaces it for every index it covers; marks are unchanged.
     /// Returns the entry that was there.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoMemory`] (after one retry with memory allocated outside the
+    /// lock) or [`Error::ValueOutOfRange`]; the entry comes back in the
+    /// [`Rejected`] and the array is unchanged.
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(xa.store(1, Entry::Value(1)).unwrap().is_none());
+    /// let old = xa.store(1, Entry::Value(2)).unwrap().unwrap();
+    /// assert_eq!(old.value(), Some(1));
+    /// assert!(xa.store(2, Entry::Value(u64::MAX)).is_err());
+    /// ```
     pub fn store(&self, index: u64, entry: Entry<T>) -> Result<Option<Retired<T>>, Rejected<T>> {
         let lock = self.lock();
         let raw = lock.store_raw(index, 0, Some(entry))?;
@@ -214,6 +371,17 @@ impl<T: Item> XArray<T> {
 
     /// Store `entry` as one multi-index entry covering the `2^order`
     /// indices starting at `index`, which must be aligned to the order.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Misaligned`], [`Error::OrderTooLarge`], or as
+    /// [`XArray::store`]; the entry comes back in the [`Rejected`].
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
     ///
     /// ```
     /// use kxarray::{Entry, XArray};
@@ -240,6 +408,20 @@ impl<T: Item> XArray<T> {
 
     /// Erase the entry at `index` (`xa_erase`); a multi-index entry is
     /// erased for all its indices. Returns what was there.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store_order(8, 3, Entry::Value(1)).unwrap();
+    /// assert_eq!(xa.erase(10).and_then(|r| r.value()), Some(1));
+    /// assert_eq!(xa.load_value(8), None);
+    /// ```
     pub fn erase(&self, index: u64) -> Option<Retired<T>> {
         let lock = self.lock();
         let raw = lock.erase_raw(index);
@@ -250,6 +432,26 @@ impl<T: Item> XArray<T> {
     /// Store `entry` only if `index` is empty (`xa_insert`); `None` reserves
     /// the index. Fails with [`Error::Busy`] if an entry (or a reservation)
     /// is there.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] if occupied or reserved, or as [`XArray::store`]; the
+    /// entry comes back in the [`Rejected`].
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.insert(1, Some(Entry::Value(1))).unwrap();
+    /// let r = xa.insert(1, Some(Entry::Value(2))).unwrap_err();
+    /// assert_eq!(r.error, Error::Busy);
+    /// assert_eq!(r.entry.and_then(|e| e.value()), Some(2));
+    /// ```
     pub fn insert(&self, index: u64, entry: Option<Entry<T>>) -> Result<(), Rejected<T>> {
         self.lock().insert(index, entry)
     }
@@ -269,6 +471,12 @@ impl<T: Item> XArray<T> {
     /// what is there), [`Error::ValueOutOfRange`] if `old` or `new` is a
     /// value above [`MAX_VALUE`](crate::MAX_VALUE), [`Error::NoMemory`]; `new` comes back in
     /// the [`Rejected`] and the array is unchanged.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
     ///
     /// ```
     /// use kxarray::{Entry, EntryRef, Error, XArray};
@@ -312,6 +520,12 @@ impl<T: Item> XArray<T> {
     /// [`Error::ValueOutOfRange`], [`Error::NoMemory`]; `new` comes back in
     /// the [`Rejected`] and the array is unchanged.
     ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
     /// ```
     /// use kxarray::{Entry, Error, XArray};
     /// let xa: XArray<Box<u32>> = XArray::new();
@@ -328,6 +542,24 @@ impl<T: Item> XArray<T> {
 
     /// Reserve `index` (`xa_reserve`): it reads as empty but a later store
     /// needs no allocation. No-op if occupied.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoMemory`]; nothing changed.
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.reserve(5).unwrap();
+    /// assert!(!xa.contains(5));
+    /// assert!(xa.insert(5, Some(Entry::Value(1))).is_err()); // reserved is busy
+    /// ```
     pub fn reserve(&self, index: u64) -> Result<(), Error> {
         let lock = self.lock();
         match lock.cmpxchg_raw(index, RawEntry::NULL, RawEntry::ZERO, &lock.epoch) {
@@ -337,6 +569,20 @@ impl<T: Item> XArray<T> {
     }
 
     /// Undo a reservation (`xa_release`); no-op if the index was used.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.reserve(5).unwrap();
+    /// xa.release(5);
+    /// assert!(xa.is_empty());
+    /// ```
     pub fn release(&self, index: u64) {
         let lock = self.lock();
         lock.release(index);
@@ -353,6 +599,17 @@ impl<T: Item> XArray<T> {
     /// its indices would; every index of the range is stored either way
     /// (the kernel's `xa_store_range` can miss part of the range there).
     ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidRange`] when `last < first`, [`Error::ValueOutOfRange`],
+    /// [`Error::NoMemory`].
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
     /// ```
     /// use kxarray::{Entry, XArray};
     /// let xa: XArray<Box<u32>> = XArray::new();
@@ -366,11 +623,40 @@ impl<T: Item> XArray<T> {
     }
 
     /// Set `mark` on the entry at `index` (no-op if empty).
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(2, Entry::Value(2)).unwrap();
+    /// xa.set_mark(2, Mark::M1);
+    /// assert!(xa.get_mark(2, Mark::M1) && xa.marked(Mark::M1));
+    /// ```
     pub fn set_mark(&self, index: u64, mark: Mark) {
         self.lock().set_mark(index, mark)
     }
 
     /// Clear `mark` on the entry at `index`.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(2, Entry::Value(2)).unwrap();
+    /// xa.set_mark(2, Mark::M1);
+    /// xa.clear_mark(2, Mark::M1);
+    /// assert!(!xa.marked(Mark::M1));
+    /// ```
     pub fn clear_mark(&self, index: u64, mark: Mark) {
         self.lock().clear_mark(index, mark)
     }
@@ -378,6 +664,18 @@ impl<T: Item> XArray<T> {
     /// Allocate a free ID in `limit` and store `entry` there (`xa_alloc`).
     /// The array must have been created with [`Flags::ALLOC`] or
     /// [`Flags::ALLOC1`]. [`Error::Busy`] when the range is full.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when `limit` is full, [`Error::NotAllocating`],
+    /// [`Error::ValueOutOfRange`], [`Error::NoMemory`]; the entry comes back
+    /// in the [`Rejected`].
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
     ///
     /// ```
     /// use kxarray::{Entry, Flags, XArray};
@@ -412,6 +710,12 @@ impl<T: Item> XArray<T> {
     /// [`Error::ValueOutOfRange`], [`Error::NoMemory`]; the entry comes back
     /// in the [`Rejected`].
     ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
     /// ```
     /// use kxarray::{Entry, Flags, XArray};
     /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
@@ -432,6 +736,20 @@ impl<T: Item> XArray<T> {
 
     /// Remove every entry (`xa_destroy`): nodes and items are freed once
     /// readers are done with them; marks are cleared.
+    ///
+    /// Context: takes the writer lock for the call (do not hold it).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(1 << 40, Entry::Value(1)).unwrap();
+    /// xa.clear();
+    /// assert!(xa.is_empty() && xa.node_count() == 0);
+    /// ```
     pub fn clear(&self) {
         let lock = self.lock();
         lock.clear();
@@ -452,6 +770,16 @@ impl<T: Item> XArray<T> {
     /// # Panics
     ///
     /// If the array is poisoned ([`XArray::is_poisoned`]).
+    ///
+    /// Context: `&mut self` (no other access exists): no lock, no epoch.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let mut xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(xa.replace(3, Entry::Item(Box::new(1))).unwrap().is_none());
+    /// let old = xa.replace(3, Entry::Item(Box::new(2))).unwrap();
+    /// assert_eq!(old.and_then(|e| e.into_item()).map(|b| *b), Some(1));
+    /// ```
     pub fn replace(
         &mut self,
         index: u64,
@@ -486,6 +814,16 @@ impl<T: Item> XArray<T> {
     /// # Panics
     ///
     /// If the array is poisoned ([`XArray::is_poisoned`]).
+    ///
+    /// Context: `&mut self` (no other access exists): no lock, no epoch.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let mut xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(3, Entry::Item(Box::new(1))).unwrap();
+    /// assert_eq!(xa.remove(3).and_then(|e| e.into_item()).map(|b| *b), Some(1));
+    /// assert!(xa.remove(3).is_none());
+    /// ```
     pub fn remove(&mut self, index: u64) -> Option<Entry<T>> {
         let mut xas = self.excl_cursor(index);
         let old = xas.store_owned(RawEntry::NULL).ok()?;
@@ -498,6 +836,19 @@ impl<T: Item> XArray<T> {
     }
 
     /// A shared view of the entry at `index` without pinning the epoch.
+    ///
+    /// Context: `&mut self` (no other access exists): no lock, no epoch.
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`](crate::XArray::is_poisoned)).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let mut xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(3, Entry::Value(3)).unwrap();
+    /// assert_eq!(xa.get_excl(3).and_then(|e| e.value()), Some(3));
+    /// ```
     pub fn get_excl(&mut self, index: u64) -> Option<EntryRef<'_, T>> {
         let e = self.load_raw(index);
         // SAFETY: the exclusive borrow keeps every entry alive for '_.
@@ -506,6 +857,17 @@ impl<T: Item> XArray<T> {
 
     /// A mutable reference to the item at `index` (for uniquely owned item
     /// types such as `Box`).
+    ///
+    /// Context: `&mut self` (no other access exists): no lock, no epoch.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let mut xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(3, Entry::Item(Box::new(1))).unwrap();
+    /// *xa.get_mut(3).unwrap() += 1;
+    /// let guard = kxarray::pin();
+    /// assert_eq!(*xa.load(3, &guard).unwrap().item().unwrap(), 2);
+    /// ```
     pub fn get_mut(&mut self, index: u64) -> Option<&mut T::Target>
     where
         T: crate::item::ItemMut,
@@ -524,11 +886,32 @@ impl<T: Item> XArray<T> {
     // ------------------------------------------------------------------
 
     /// Nodes currently in the tree.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert_eq!(xa.node_count(), 0);
+    /// xa.store(1000, Entry::Value(1)).unwrap();
+    /// assert!(xa.node_count() >= 1);
+    /// ```
     pub fn node_count(&self) -> usize {
         self.nodes.load(Ordering::Relaxed)
     }
 
     /// Levels of nodes (0 when the head holds the only entry or nothing).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(0, Entry::Value(1)).unwrap();
+    /// assert_eq!(xa.height(), 0); // index 0 lives in the head
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// assert_eq!(xa.height(), 1);
+    /// ```
     pub fn height(&self) -> u32 {
         let guard = pin();
         let _ = &guard;
@@ -543,6 +926,16 @@ impl<T: Item> XArray<T> {
     }
 
     /// Bytes of memory the tree uses (nodes plus the array itself).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let empty = xa.memory_usage();
+    /// xa.store(1000, Entry::Value(1)).unwrap();
+    /// assert!(xa.memory_usage() >= empty + XArray::<Box<u32>>::NODE_BYTES);
+    /// ```
     pub fn memory_usage(&self) -> usize {
         self.node_count() * core::mem::size_of::<Node>() + core::mem::size_of::<Self>()
     }
