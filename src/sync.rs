@@ -13,7 +13,7 @@
 //! node freed while a reader can still reach it is reported by the next
 //! access instead of being silently read after the free.
 
-/// A process-wide switch for test hooks ([`crate::fault`]): off until a
+/// A process-wide switch for the test hooks (the `fault` module): off until a
 /// test arms a hook, so the hooks cost one relaxed load of a flag that
 /// stays `false` in every program that does not use them.
 ///

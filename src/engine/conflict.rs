@@ -89,6 +89,24 @@ impl<'a, T: Item> XaState<'a, T> {
     /// canonical slot so [`XaState::get_order`] reads its order in place.
     /// After the last conflict the cursor is left ready for `store` over the
     /// range without another walk.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(3, Entry::Value(3)).unwrap();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::with_order(&xa, &guard, 0, 2).unwrap();
+    /// assert_eq!(xas.find_conflict(&lock).and_then(|e| e.value()), Some(3));
+    /// assert!(xas.find_conflict(&lock).is_none());
+    /// ```
     pub fn find_conflict(&mut self, lock: &XaLock<'_, T>) -> Option<EntryRef<'a, T>> {
         self.check_lock(lock);
         loop {
@@ -104,6 +122,24 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Every conflicting entry in the range, in index order
     /// (`xas_for_each_conflict`).
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// xa.store(2, Entry::Value(2)).unwrap();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::with_order(&xa, &guard, 0, 2).unwrap();
+    /// assert_eq!(xas.conflicts(&lock).count(), 2);
+    /// ```
     pub fn conflicts<'c, 'l>(&'c mut self, lock: &'c XaLock<'l, T>) -> Conflicts<'c, 'a, 'l, T> {
         Conflicts { xas: self, lock }
     }

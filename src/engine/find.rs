@@ -161,6 +161,18 @@ impl<'a, T: Item> XaState<'a, T> {
     /// index itself; on a walked one it moves past the current entry. The
     /// entry's index is then [`XaState::index`]. Multi-index entries are
     /// returned once.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(7, Entry::Value(7)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// assert_eq!(xas.find(u64::MAX).and_then(|e| e.value()), Some(7));
+    /// assert_eq!(xas.index(), 7);
+    /// ```
     #[inline]
     pub fn find(&mut self, max: u64) -> Option<EntryRef<'a, T>> {
         loop {
@@ -180,6 +192,19 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// The next entry with `mark` at or after the index, up to `max`
     /// (`xas_find_marked`).
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(7, Entry::Value(7)).unwrap();
+    /// xa.store(8, Entry::Value(8)).unwrap();
+    /// xa.set_mark(8, Mark::M0);
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// assert_eq!(xas.find_marked(u64::MAX, Mark::M0).and_then(|e| e.value()), Some(8));
+    /// ```
     pub fn find_marked(&mut self, max: u64, mark: Mark) -> Option<EntryRef<'a, T>> {
         loop {
             let e = self.find_marked_raw(max, mark);
@@ -330,6 +355,18 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Move to the next index and return its entry (`xas_next`); wraps from
     /// `u64::MAX` to 0. On an unwalked cursor, loads the current index
     /// without moving.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.load();
+    /// assert_eq!(xas.next().and_then(|e| e.value()), Some(1));
+    /// ```
     #[allow(clippy::should_implement_trait)] // the kernel's name, not an Iterator
     pub fn next(&mut self) -> Option<EntryRef<'a, T>> {
         loop {
@@ -345,6 +382,18 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Move to the previous index and return its entry (`xas_prev`); wraps
     /// from 0 to `u64::MAX`.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 2);
+    /// xas.load();
+    /// assert_eq!(xas.prev().and_then(|e| e.value()), Some(1));
+    /// ```
     pub fn prev(&mut self) -> Option<EntryRef<'a, T>> {
         loop {
             let e = self.prev_raw();
@@ -481,6 +530,19 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Prepare to drop the lock (or guard) mid-iteration (`xas_pause`): the
     /// index moves past the current entry and its siblings and the position
     /// is forgotten, so the next `find` resumes correctly.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{CursorState, Entry, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.find(u64::MAX);
+    /// xas.pause();
+    /// assert_eq!((xas.index(), xas.state()), (2, CursorState::Restart));
+    /// ```
     pub fn pause(&mut self) {
         let node = match self.pos {
             Pos::Node(n) => n,
@@ -515,6 +577,19 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// An iterator over the present entries from the cursor's index to
     /// `max` (inclusive), yielding `(index, entry)` (`xas_for_each`).
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// for i in [2, 4] {
+    ///     xa.store(i, Entry::Value(i)).unwrap();
+    /// }
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// assert_eq!(xas.iter(u64::MAX).count(), 2);
+    /// ```
     pub fn iter<'c>(&'c mut self, max: u64) -> CursorIter<'c, 'a, T> {
         CursorIter { xas: self, max }
     }

@@ -10,6 +10,19 @@ use core::ptr::NonNull;
 
 impl<'a, T: Item> XaState<'a, T> {
     /// Whether the entry at the cursor has `mark` (`xas_get_mark`).
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(2, Entry::Value(2)).unwrap();
+    /// xa.set_mark(2, Mark::M0);
+    /// let mut xas = XaState::new(&xa, &guard, 2);
+    /// xas.load();
+    /// assert!(xas.get_mark(Mark::M0));
+    /// ```
     #[inline]
     pub fn get_mark(&self, mark: Mark) -> bool {
         match self.pos {
@@ -96,6 +109,24 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Set `mark` on the entry at the cursor and its ancestors
     /// (`xas_set_mark`). Walks to the index first if the cursor is not
     /// positioned; does nothing on an empty slot.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::new(&xa, &guard, 2);
+    /// xas.store(&lock, Some(Entry::Value(2))).unwrap();
+    /// xas.set_mark(&lock, Mark::M1);
+    /// assert!(xas.get_mark(Mark::M1));
+    /// ```
     pub fn set_mark(&mut self, lock: &XaLock<'_, T>, mark: Mark) {
         self.check_lock(lock);
         if !self.is_valid() {
@@ -109,6 +140,25 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Clear `mark` on the entry at the cursor, and on ancestors that no
     /// longer have a marked entry below them (`xas_clear_mark`).
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::new(&xa, &guard, 2);
+    /// xas.store(&lock, Some(Entry::Value(2))).unwrap();
+    /// xas.set_mark(&lock, Mark::M1);
+    /// xas.clear_mark(&lock, Mark::M1);
+    /// assert!(!xas.get_mark(Mark::M1));
+    /// ```
     pub fn clear_mark(&mut self, lock: &XaLock<'_, T>, mark: Mark) {
         self.check_lock(lock);
         if !self.is_valid() {
@@ -121,6 +171,25 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// Clear every mark of the entry at the cursor (`xas_init_marks`).
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::new(&xa, &guard, 2);
+    /// xas.store(&lock, Some(Entry::Value(2))).unwrap();
+    /// xas.set_mark(&lock, Mark::M0);
+    /// xas.init_marks(&lock);
+    /// assert!(!xas.get_mark(Mark::M0));
+    /// ```
     pub fn init_marks(&mut self, lock: &XaLock<'_, T>) {
         self.check_lock(lock);
         if !self.is_valid() {

@@ -68,6 +68,23 @@ impl<T: Item> XaState<'_, T> {
     /// range spans more than [`MAX_RANGE_NODES`] nodes (counting those that
     /// exist already); [`Error::NoMemory`] when the nodes cannot be
     /// allocated ([`XaState::nomem`] then allocates them all).
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::with_order(&xa, &guard, 0, 6).unwrap();
+    /// xas.create_range(&lock).unwrap();
+    /// assert!(xa.node_count() >= 1);
+    /// ```
     pub fn create_range(&mut self, lock: &XaLock<'_, T>) -> Result<(), Error> {
         self.check_lock(lock);
         if let Pos::Error(e) = self.pos {

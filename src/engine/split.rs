@@ -33,6 +33,23 @@ impl<'a, T: Item> XaState<'a, T> {
     /// (`xas_split_alloc`). The nodes are prefilled with `value` and tagged
     /// with it, so [`XaState::split`] can check that the entry it splits is
     /// still the one they were built for.
+    ///
+    /// Context: no lock needed (allocates).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`], [`Error::InvalidSplit`] when the order is
+    /// not above the cursor's, [`Error::NoMemory`]; nothing is kept then.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(0, 6, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.split_alloc(1, 6).unwrap();
+    /// assert!(xas.preallocated() > 0);
+    /// ```
     pub fn split_alloc(&mut self, value: u64, order: u32) -> Result<(), Error> {
         if value > crate::entry::MAX_VALUE {
             return Err(Error::ValueOutOfRange(value));
@@ -88,6 +105,27 @@ impl<'a, T: Item> XaState<'a, T> {
     /// made for another entry or order: the check the kernel's pre-6.10 page
     /// cache lacked. Either way the array is unchanged and the preallocation
     /// freed.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(0, 6, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.split_alloc(1, 6).unwrap();
+    /// let lock = xa.lock();
+    /// xas.split(&lock, 1, 6).unwrap();
+    /// drop(lock);
+    /// assert_eq!(xa.get_order(40), 0);
+    /// assert_eq!(xa.load_value(40), Some(1));
+    /// ```
     pub fn split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
         if value > crate::entry::MAX_VALUE {
@@ -201,6 +239,15 @@ impl<T: Item> XaState<'_, T> {
     /// How many nodes a [`XaState::try_split`] of an entry of order `order`
     /// down to the cursor's order needs (0 when the split stays inside one
     /// node, so it can be done without dropping the lock).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::new(&xa, &guard, 0);
+    /// assert_eq!(xas.try_split_nodes(0), 0); // nothing to split
+    /// assert!(xas.try_split_nodes(20) >= 1);
+    /// ```
     pub fn try_split_nodes(&self, order: u32) -> usize {
         if order <= self.order() || order > 63 {
             return 0;
@@ -211,6 +258,22 @@ impl<T: Item> XaState<'_, T> {
     /// Preallocate, without the lock, the nodes a [`XaState::try_split`] of
     /// the value entry `value` of order `order` down to the cursor's order
     /// needs: one per level crossed (order 9 to 0 with 64-slot nodes: one).
+    ///
+    /// Context: no lock needed (allocates).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ValueOutOfRange`], [`Error::InvalidSplit`], [`Error::NoMemory`].
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(0, 9, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// let n = xas.try_split_alloc(1, 9).unwrap();
+    /// assert_eq!(n, xas.try_split_nodes(9));
+    /// ```
     pub fn try_split_alloc(&mut self, value: u64, order: u32) -> Result<usize, Error> {
         if value > crate::entry::MAX_VALUE {
             return Err(Error::ValueOutOfRange(value));
@@ -255,6 +318,26 @@ impl<T: Item> XaState<'_, T> {
     /// [`Error::InvalidSplit`] when the entry at the cursor is no longer
     /// `value` of order `order` or the preallocation was made for something
     /// else. Either way the array is unchanged and the preallocation freed.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(0, 4, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 5);
+    /// xas.try_split_alloc(1, 4).unwrap();
+    /// let lock = xa.lock();
+    /// xas.try_split(&lock, 1, 4).unwrap();
+    /// drop(lock);
+    /// assert_eq!((xa.get_order(5), xa.get_order(0)), (0, 2));
+    /// ```
     pub fn try_split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
         self.check_lock(lock);
         if value > crate::entry::MAX_VALUE {

@@ -179,6 +179,14 @@ unsafe impl Send for SendPtr {}
 
 impl<'a, T: Item> XaState<'a, T> {
     /// A cursor for the single index `index`, not walked yet.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::new(&xa, &guard, 9);
+    /// assert_eq!((xas.index(), xas.order()), (9, 0));
+    /// ```
     #[inline]
     pub fn new(xa: &'a XArray<T>, guard: &'a Guard, index: u64) -> Self {
         XaState {
@@ -198,6 +206,18 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// A cursor for the order-`order` block containing `index` (the index is
     /// rounded down to the order, as `XA_STATE_ORDER` does).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OrderTooLarge`] for an order above 63.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::with_order(&xa, &guard, 9, 2).unwrap();
+    /// assert_eq!((xas.index(), xas.order()), (8, 2));
+    /// ```
     pub fn with_order(
         xa: &'a XArray<T>,
         guard: &'a Guard,
@@ -210,28 +230,81 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// The array this cursor walks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::new(&xa, &guard, 0);
+    /// assert!(std::ptr::eq(xas.array(), &xa));
+    /// ```
     pub fn array(&self) -> &'a XArray<T> {
         self.xa
     }
     /// The guard this cursor reads under.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::new(&xa, &guard, 0);
+    /// assert!(std::ptr::eq(xas.guard(), &guard));
+    /// ```
     pub fn guard(&self) -> &'a Guard {
         self.guard
     }
     /// The current index.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// assert_eq!(XaState::new(&xa, &guard, 3).index(), 3);
+    /// ```
     #[inline]
     pub fn index(&self) -> u64 {
         self.index
     }
     /// The order of the range the cursor operates on.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// assert_eq!(XaState::with_order(&xa, &guard, 0, 9).unwrap().order(), 9);
+    /// ```
     pub fn order(&self) -> u32 {
         self.shift as u32 + (self.sibs as u32 + 1).trailing_zeros()
     }
     /// Descents from the root this cursor has made (restarts included).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(100, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 100);
+    /// xas.load();
+    /// xas.load();
+    /// assert_eq!(xas.walks(), 1);
+    /// ```
     #[inline]
     pub fn walks(&self) -> u64 {
         self.walks
     }
     /// The error of the last operation, if it failed (`xas_error`).
+    ///
+    /// ```
+    /// use kxarray::{fault, Entry, Error, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::new(&xa, &guard, 1 << 30);
+    /// fault::fail_next_allocations(u64::MAX);
+    /// assert!(xas.store(&lock, Some(Entry::Value(1))).is_err());
+    /// fault::fail_next_allocations(0);
+    /// assert_eq!(xas.error(), Some(Error::NoMemory));
+    /// ```
     pub fn error(&self) -> Option<Error> {
         match self.pos {
             Pos::Error(e) => Some(e),
@@ -260,21 +333,60 @@ impl<'a, T: Item> XaState<'a, T> {
         }
     }
     /// Whether the cursor has not been walked (`XAS_RESTART`).
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use kxarray::{XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// assert!(XaState::new(&xa, &guard, 0).is_restart());
+    /// ```
     #[deprecated(note = "use `state() == CursorState::Restart`")]
     pub fn is_restart(&self) -> bool {
         self.pos == Pos::Restart
     }
     /// Whether the cursor ran off the tree (`XAS_BOUNDS`).
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use kxarray::{XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 5);
+    /// xas.load();
+    /// assert!(xas.is_bounds());
+    /// ```
     #[deprecated(note = "use `state() == CursorState::Bounds`")]
     pub fn is_bounds(&self) -> bool {
         self.pos == Pos::Bounds
     }
     /// Whether the cursor sits at the array's head (index 0 held directly).
+    ///
+    /// ```
+    /// #![allow(deprecated)]
+    /// use kxarray::{Entry, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(0, Entry::Value(1)).unwrap();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.load();
+    /// assert!(xas.is_head());
+    /// ```
     #[deprecated(note = "use `state() == CursorState::Head`")]
     pub fn is_head(&self) -> bool {
         self.pos == Pos::Head
     }
     /// The shift of the node the cursor is in, if it is in one.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(5, Entry::Value(5)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 5);
+    /// xas.load();
+    /// assert_eq!(xas.node_shift(), Some(0)); // a leaf
+    /// ```
     pub fn node_shift(&self) -> Option<u32> {
         match self.pos {
             // SAFETY: a node of this tree, read under the guard or lock (or linked by
@@ -284,6 +396,17 @@ impl<'a, T: Item> XaState<'a, T> {
         }
     }
     /// `(count, nr_values)` of the node the cursor is in (test introspection).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(5, Entry::Value(5)).unwrap();
+    /// xa.store(6, Entry::Value(6)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 5);
+    /// xas.load();
+    /// assert_eq!(xas.node_counts(), Some((2, 2)));
+    /// ```
     pub fn node_counts(&self) -> Option<(u32, u32)> {
         match self.pos {
             Pos::Node(n) => {
@@ -297,6 +420,15 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// Move to `index` (order 0) and forget the position (`xas_set`).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.set_index(42);
+    /// assert_eq!(xas.index(), 42);
+    /// ```
     #[inline]
     pub fn set_index(&mut self, index: u64) {
         self.index = index;
@@ -307,6 +439,20 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Operate on the order-`order` block containing `index`
     /// (`xas_set_order`); the index is rounded down to the order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OrderTooLarge`] for an order above 63 (the cursor is unchanged).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.set_order(70, 3).unwrap();
+    /// assert_eq!((xas.index(), xas.order()), (64, 3));
+    /// assert!(xas.set_order(0, 64).is_err());
+    /// ```
     pub fn set_order(&mut self, index: u64, order: u32) -> Result<(), Error> {
         if order > 63 {
             return Err(Error::OrderTooLarge(order));
@@ -321,6 +467,16 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Forget the position (and any error): the next operation walks from
     /// the root (`xas_reset`).
+    ///
+    /// ```
+    /// use kxarray::{CursorState, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 3);
+    /// xas.load();
+    /// xas.reset();
+    /// assert_eq!(xas.state(), CursorState::Restart);
+    /// ```
     #[inline]
     pub fn reset(&mut self) {
         self.pos = Pos::Restart;

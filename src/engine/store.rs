@@ -295,6 +295,29 @@ impl<'a, T: Item> XaState<'a, T> {
     ///
     /// Storing over part of a larger entry replaces it for all its indices,
     /// keeping its shape; storing `None` erases the whole entry.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoMemory`] (call [`XaState::nomem`] after dropping the lock,
+    /// then retry) or [`Error::ValueOutOfRange`]; the entry comes back in the
+    /// [`Rejected`](crate::Rejected), the array is unchanged.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::new(&xa, &guard, 3);
+    /// assert!(xas.store(&lock, Some(Entry::Value(3))).unwrap().is_none());
+    /// assert_eq!(xas.load().and_then(|e| e.value()), Some(3));
+    /// ```
     pub fn store(
         &mut self,
         lock: &XaLock<'_, T>,
@@ -416,6 +439,27 @@ impl<'a, T: Item> XaState<'a, T> {
     /// Allocate the nodes the last operation failed for, outside the lock
     /// (`xas_nomem`). Returns true if the caller should retry (the cursor was
     /// reset); false if there was no memory error or allocation failed again.
+    ///
+    /// Context: call with the lock dropped (it allocates).
+    ///
+    /// ```
+    /// use kxarray::{fault, Entry, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let mut xas = XaState::new(&xa, &guard, 1 << 30);
+    /// loop {
+    ///     let lock = xa.lock();
+    ///     fault::fail_next_allocations(1); // the store under the lock fails once
+    ///     let r = xas.store(&lock, Some(Entry::Value(1)));
+    ///     drop(lock);
+    ///     if r.is_err() && xas.nomem() {
+    ///         continue;
+    ///     }
+    ///     r.unwrap();
+    ///     break;
+    /// }
+    /// assert_eq!(xa.load_value(1 << 30), Some(1));
+    /// ```
     pub fn nomem(&mut self) -> bool {
         if self.pos != Pos::Error(Error::NoMemory) {
             if let Some(p) = self.pre.as_mut() {
@@ -436,11 +480,30 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// Free every node this cursor preallocated (`xas_destroy`).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(0, 6, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 0);
+    /// xas.split_alloc(1, 6).unwrap();
+    /// xas.destroy();
+    /// assert_eq!(xas.preallocated(), 0);
+    /// ```
     pub fn destroy(&mut self) {
         self.pre = None;
     }
 
     /// Nodes preallocated and not yet used (blank plus split nodes).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let xas = XaState::new(&xa, &guard, 0);
+    /// assert_eq!(xas.preallocated(), 0);
+    /// ```
     pub fn preallocated(&self) -> usize {
         self.pre
             .as_ref()

@@ -129,6 +129,16 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Load the entry at the cursor's index, restarting from the root if a
     /// concurrent writer detached the node the cursor was in.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(9, Entry::Value(9)).unwrap();
+    /// assert_eq!(XaState::new(&xa, &guard, 9).load().and_then(|e| e.value()), Some(9));
+    /// ```
     #[inline]
     pub fn load(&mut self) -> Option<EntryRef<'a, T>> {
         loop {
@@ -147,6 +157,24 @@ impl<'a, T: Item> XaState<'a, T> {
     /// the lock-free "did it change?" check. `Err(Stale)` when the node was
     /// detached (a RETRY entry) or the cursor is not positioned: restart with
     /// [`XaState::reset`] and load again.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Stale`](crate::Stale) when the cursor is not positioned or its node
+    /// was detached: reset and load again.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(9, Entry::Value(9)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 9);
+    /// assert!(xas.reload().is_err());
+    /// xas.load();
+    /// assert_eq!(xas.reload().unwrap().and_then(|e| e.value()), Some(9));
+    /// ```
     #[inline]
     pub fn reload(&self) -> Result<Option<EntryRef<'a, T>>, Stale> {
         if !self.is_valid() {
@@ -162,6 +190,18 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// The order of the entry at the cursor (`xas_get_order`), read from the
     /// current node: no walk. Call after `load` or `find_conflict`.
+    ///
+    /// Context: lock-free, under the cursor's guard.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store_order(8, 3, Entry::Value(1)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 9);
+    /// xas.load();
+    /// assert_eq!(xas.get_order(), 3);
+    /// ```
     #[inline]
     pub fn get_order(&self) -> u32 {
         let Pos::Node(node) = self.pos else {
@@ -206,6 +246,25 @@ impl<'a, T: Item> XaState<'a, T> {
     /// order-0 stores into plain leaf slots and mark changes, which cannot
     /// move or retype a slot, do not count); otherwise the cursor is reset
     /// so that the next operation walks from the root.
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// xa.store(9, Entry::Value(9)).unwrap();
+    /// let mut xas = XaState::new(&xa, &guard, 9);
+    /// xas.load();
+    /// xa.store(1 << 40, Entry::Value(1)).unwrap(); // grows the tree
+    /// let lock = xa.lock();
+    /// assert!(!xas.revalidate(&lock));
+    /// ```
     pub fn revalidate(&mut self, lock: &XaLock<'_, T>) -> bool {
         self.check_lock(lock);
         self.is_valid()
