@@ -153,6 +153,15 @@ impl RawEntry {
     pub(crate) fn to_sibling(self) -> usize {
         self.addr() >> 2
     }
+    /// The raw pointer of a node word, for the lock-free descent: no
+    /// `NonNull` check on the pointer-chasing path (the caller checked
+    /// `is_node`, asserted here, before dereferencing it in its own
+    /// `unsafe`).
+    #[inline(always)]
+    pub(crate) fn internal_raw_ptr<N>(self) -> *mut N {
+        debug_assert!(self.is_node());
+        self.0.map_addr(|a| a.wrapping_sub(INTERNAL)).cast()
+    }
     #[inline]
     pub(crate) fn to_internal_ptr<N>(self) -> NonNull<N> {
         debug_assert!(self.is_node());

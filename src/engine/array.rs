@@ -249,10 +249,11 @@ impl<T: Item> XArray<T> {
                     RawEntry::NULL
                 };
             }
-            // SAFETY: the caller holds a `Guard` (pinned on the default
+            // SAFETY: `is_node` was checked just above, so the word is a node
+            // pointer; the caller holds a `Guard` (pinned on the default
             // collector, where node frees are deferred) or the lock, so node
             // pointers read now stay allocated.
-            let mut n: &Node = unsafe { &*head.to_node().as_ptr() };
+            let mut n: &Node = unsafe { &*head.internal_raw_ptr::<Node>() };
             // Only the top node's shift is read: a child's shift is its
             // parent's minus CHUNK_SHIFT (shifts never change once published),
             // so each level touches one cache line (the slot), and the loop
@@ -267,8 +268,8 @@ impl<T: Item> XArray<T> {
                     break e; // an item, a value, or empty: the common exit
                 }
                 if e.is_node() {
-                    // SAFETY: as above.
-                    n = unsafe { &*e.to_node().as_ptr() };
+                    // SAFETY: as above (`e.is_node()` checked).
+                    n = unsafe { &*e.internal_raw_ptr::<Node>() };
                     shift = shift.wrapping_sub(CHUNK_SHIFT);
                     debug_assert_eq!(n.shift as u32, shift);
                     continue;
