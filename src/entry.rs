@@ -11,9 +11,17 @@
 //! other module shifts or masks entry bits. [`AtomicEntry`] is the only way a
 //! slot is read or written, with Acquire loads for lock-free readers and
 //! Release stores for publication.
+//!
+//! Provenance: a word is a `*mut ()`, never an integer. Item and node
+//! entries keep the provenance of the pointer they were made from (the tag
+//! bits are added and removed with `map_addr`); value, sibling, RETRY and
+//! ZERO entries are made with `without_provenance` and are never
+//! dereferenced. Strict provenance holds: no pointer is rebuilt from an
+//! integer.
 
-use crate::node::{Node, CHUNK_SIZE};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::geometry::CHUNK_SIZE;
+use crate::sync::{AtomicPtr, Ordering};
+use core::ptr;
 use core::ptr::NonNull;
 
 /// Largest payload of a value entry (the kernel's `LONG_MAX`).
@@ -28,7 +36,14 @@ const NODE_MIN: usize = 4096;
 /// One encoded slot word.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(transparent)]
-pub(crate) struct RawEntry(usize);
+pub(crate) struct RawEntry(*mut ());
+
+// SAFETY: a `RawEntry` is an encoded word; moving or sharing it between
+// threads is moving a word. Reading what it points to needs the node or
+// item contracts (and their own `unsafe`), wherever the word is.
+unsafe impl Send for RawEntry {}
+// SAFETY: as for `Send`: `&RawEntry` gives access to the word only.
+unsafe impl Sync for RawEntry {}
 
 impl core::fmt::Debug for RawEntry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -43,80 +58,86 @@ impl core::fmt::Debug for RawEntry {
         } else if self.is_sibling() {
             write!(f, "sibling({})", self.to_sibling())
         } else if self.is_node() {
-            write!(f, "node({:#x})", self.0 & !3)
+            write!(f, "node({:#x})", self.addr() & !3)
         } else {
-            write!(f, "item({:#x})", self.0)
+            write!(f, "item({:#x})", self.addr())
         }
     }
 }
 
 impl RawEntry {
-    pub(crate) const NULL: RawEntry = RawEntry(0);
-    pub(crate) const RETRY: RawEntry = RawEntry(RETRY_RAW);
-    pub(crate) const ZERO: RawEntry = RawEntry(ZERO_RAW);
+    pub(crate) const NULL: RawEntry = RawEntry(ptr::null_mut());
+    pub(crate) const RETRY: RawEntry = RawEntry(ptr::without_provenance_mut(RETRY_RAW));
+    pub(crate) const ZERO: RawEntry = RawEntry(ptr::without_provenance_mut(ZERO_RAW));
+
+    /// The word's address bits (all of it, for entries without provenance).
+    #[inline(always)]
+    fn addr(self) -> usize {
+        self.0.addr()
+    }
 
     /// A value entry. The caller has checked `v <= MAX_VALUE`.
     #[inline]
     pub(crate) fn value(v: u64) -> RawEntry {
         debug_assert!(v <= MAX_VALUE);
-        RawEntry(((v as usize) << 1) | 1)
+        RawEntry(ptr::without_provenance_mut(((v as usize) << 1) | 1))
     }
 
     #[inline]
     pub(crate) fn sibling(offset: usize) -> RawEntry {
         debug_assert!(offset < CHUNK_SIZE);
-        RawEntry((offset << 2) | INTERNAL)
+        RawEntry(ptr::without_provenance_mut((offset << 2) | INTERNAL))
     }
 
     #[inline]
-    pub(crate) fn node(node: NonNull<Node>) -> RawEntry {
-        let addr = node.as_ptr().expose_provenance();
-        debug_assert!(addr & 3 == 0 && addr > NODE_MIN);
-        RawEntry(addr | INTERNAL)
+    pub(crate) fn internal_ptr<N>(node: NonNull<N>) -> RawEntry {
+        let p = node.as_ptr().cast::<()>();
+        debug_assert!(p.addr() & 3 == 0 && p.addr() > NODE_MIN);
+        RawEntry(p.map_addr(|a| a | INTERNAL))
     }
 
     /// An item pointer; `None` if it is not 4-byte aligned.
     #[inline]
     pub(crate) fn item<U>(ptr: NonNull<U>) -> Option<RawEntry> {
-        let addr = ptr.as_ptr().expose_provenance();
-        if addr & 3 != 0 {
+        let p = ptr.as_ptr().cast::<()>();
+        if p.addr() & 3 != 0 {
             return None;
         }
-        Some(RawEntry(addr))
+        Some(RawEntry(p))
     }
 
     #[inline]
     pub(crate) fn is_null(self) -> bool {
-        self.0 == 0
+        self.addr() == 0
     }
     #[inline]
     pub(crate) fn is_value(self) -> bool {
-        self.0 & 1 == 1
+        self.addr() & 1 == 1
     }
     #[inline]
     pub(crate) fn is_internal(self) -> bool {
-        self.0 & 3 == INTERNAL
+        self.addr() & 3 == INTERNAL
     }
     /// An item pointer (not null, not value, not internal).
     #[inline]
     pub(crate) fn is_item(self) -> bool {
-        self.0 & 3 == 0 && self.0 != 0
+        self.addr() & 3 == 0 && self.addr() != 0
     }
     #[inline]
     pub(crate) fn is_sibling(self) -> bool {
-        self.is_internal() && self.0 < ((CHUNK_SIZE - 1) << 2 | INTERNAL)
+        self.is_internal() && self.addr() < ((CHUNK_SIZE - 1) << 2 | INTERNAL)
     }
     #[inline]
     pub(crate) fn is_node(self) -> bool {
-        self.is_internal() && self.0 > NODE_MIN
+        self.is_internal() && self.addr() > NODE_MIN
     }
     #[inline]
     pub(crate) fn is_retry(self) -> bool {
-        self.0 == RETRY_RAW
+        self.addr() == RETRY_RAW
     }
     #[inline]
     pub(crate) fn is_zero(self) -> bool {
-        self.0 == ZERO_RAW
+        self.addr() == ZERO_RAW
     }
     /// Entries a user can see: items and values (the kernel's "not advanced").
     #[inline]
@@ -126,27 +147,38 @@ impl RawEntry {
 
     #[inline]
     pub(crate) fn to_value(self) -> u64 {
-        (self.0 >> 1) as u64
+        (self.addr() >> 1) as u64
     }
     #[inline]
     pub(crate) fn to_sibling(self) -> usize {
-        self.0 >> 2
+        self.addr() >> 2
+    }
+    /// The raw pointer of a node word, for the lock-free descent: no
+    /// `NonNull` check on the pointer-chasing path (the caller checked
+    /// `is_node`, asserted here, before dereferencing it in its own
+    /// `unsafe`).
+    #[inline(always)]
+    pub(crate) fn internal_raw_ptr<N>(self) -> *mut N {
+        debug_assert!(self.is_node());
+        self.0.map_addr(|a| a.wrapping_sub(INTERNAL)).cast()
     }
     #[inline]
-    pub(crate) fn to_node(self) -> NonNull<Node> {
+    pub(crate) fn to_internal_ptr<N>(self) -> NonNull<N> {
         debug_assert!(self.is_node());
-        let p: *mut Node = core::ptr::with_exposed_provenance_mut(self.0 - INTERNAL);
-        // SAFETY: `is_node` guarantees the word was built by `RawEntry::node`
-        // from a non-null pointer, so subtracting the tag gives it back.
-        unsafe { NonNull::new_unchecked(p) }
+        let p: *mut N = self.0.map_addr(|a| a.wrapping_sub(INTERNAL)).cast();
+        // A node word (`is_node`, checked by every caller and asserted above)
+        // is never the null pointer plus the tag; `new` keeps a misused word
+        // from becoming a null `NonNull` (dereferencing it is the caller's
+        // `unsafe`, under the node or item contract).
+        NonNull::new(p).unwrap_or(NonNull::dangling())
     }
     #[inline]
     pub(crate) fn to_item<U>(self) -> NonNull<U> {
         debug_assert!(self.is_item());
-        let p: *mut U = core::ptr::with_exposed_provenance_mut(self.0);
-        // SAFETY: `is_item` means the word is a non-zero pointer built by
-        // `RawEntry::item`.
-        unsafe { NonNull::new_unchecked(p) }
+        let p: *mut U = self.0.cast();
+        // An item word (`is_item`, asserted above) is non-zero; `new` keeps
+        // a misused NULL word from becoming a null `NonNull`.
+        NonNull::new(p).unwrap_or(NonNull::dangling())
     }
     /// The zero (reserved) entry reads as empty through the normal API.
     #[inline]
@@ -157,19 +189,15 @@ impl RawEntry {
             self
         }
     }
-    #[inline]
-    pub(crate) fn bits(self) -> usize {
-        self.0
-    }
 }
 
 /// An atomic slot holding a [`RawEntry`].
 #[repr(transparent)]
-pub(crate) struct AtomicEntry(AtomicUsize);
+pub(crate) struct AtomicEntry(AtomicPtr<()>);
 
 impl AtomicEntry {
     pub(crate) fn new(e: RawEntry) -> Self {
-        AtomicEntry(AtomicUsize::new(e.0))
+        AtomicEntry(AtomicPtr::new(e.0))
     }
     /// Lock-free read: Acquire, so a node or item published by a Release
     /// store is seen fully initialised.
@@ -200,7 +228,8 @@ mod tests {
 
     #[test]
     fn kinds_are_disjoint() {
-        let node = crate::node::Node::alloc(0, 0, None).unwrap().into_raw();
+        let block = Box::new([0u64; 8]);
+        let node = NonNull::from(&*block);
         let item = NonNull::<u64>::dangling(); // 8-aligned address
         let cases = [
             RawEntry::NULL,
@@ -210,7 +239,7 @@ mod tests {
             RawEntry::value(MAX_VALUE),
             RawEntry::sibling(0),
             RawEntry::sibling(CHUNK_SIZE - 2),
-            RawEntry::node(node),
+            RawEntry::internal_ptr(node),
             RawEntry::item(item).unwrap(),
         ];
         for e in cases {
@@ -225,8 +254,6 @@ mod tests {
             ];
             assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{e:?}");
         }
-        // SAFETY: allocated above, never linked.
-        unsafe { crate::node::Node::free(node) };
     }
 
     #[test]

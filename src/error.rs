@@ -1,8 +1,7 @@
 //! Typed errors. The XArray itself only ever fails for the reasons listed in
 //! [`Error`]; operations that consume an entry hand it back inside
-//! [`Rejected`] so that a failed call never loses the caller's data.
+//! [`crate::Rejected`] so that a failed call never loses the caller's data.
 
-use crate::item::Entry;
 use core::fmt;
 
 /// Why an XArray operation failed.
@@ -96,42 +95,3 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-/// A failed operation that consumed an entry: the error plus the entry,
-/// handed back untouched.
-pub struct Rejected<T> {
-    /// Why the operation failed.
-    pub error: Error,
-    /// The entry the caller passed in, returned unchanged (or `None` when the
-    /// call stored no entry).
-    pub entry: Option<Entry<T>>,
-}
-
-impl<T> Rejected<T> {
-    pub(crate) fn new(error: Error, entry: Option<Entry<T>>) -> Self {
-        Rejected { error, entry }
-    }
-}
-
-impl<T> fmt::Debug for Rejected<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rejected")
-            .field("error", &self.error)
-            .field("has_entry", &self.entry.is_some())
-            .finish()
-    }
-}
-
-impl<T> fmt::Display for Rejected<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
-    }
-}
-
-impl<T> std::error::Error for Rejected<T> {}
-
-impl<T> From<Rejected<T>> for Error {
-    fn from(r: Rejected<T>) -> Error {
-        r.error
-    }
-}

@@ -21,7 +21,20 @@
 //! xa.store(1000, Entry::Value(1)).unwrap();
 //! ```
 
+//!
+//! Cost when unused: every hook first reads one process-wide flag
+//! (`sync::HookFlag`) that only arming a fault sets, so a program
+//! that never calls [`fail_next_allocations`] or [`panic_after_slot_writes`]
+//! pays one relaxed load of a `false` flag per hook and never touches the
+//! per-thread state. [`allocations`] is not a test hook: it counts node
+//! allocations for `add_folio`'s statistics, and always runs.
+
+use crate::sync::HookFlag;
 use std::cell::Cell;
+
+/// Set by the first `fail_next_allocations`/`panic_after_slot_writes` with
+/// a non-zero count.
+static ARMED: HookFlag = HookFlag::new();
 
 thread_local! {
     static FAIL: Cell<u64> = const { Cell::new(0) };
@@ -49,12 +62,23 @@ thread_local! {
 /// assert_eq!(xa.load_value(0), None); // a poisoned array reads as empty
 /// ```
 pub fn panic_after_slot_writes(n: u64) {
+    if n != 0 {
+        ARMED.set();
+    }
     PANIC_AFTER.with(|c| c.set(n));
 }
 
 /// Called after a slot write on the multi-slot write paths.
-#[inline]
+#[inline(always)]
 pub(crate) fn slot_written() {
+    if ARMED.is_set() {
+        slot_written_armed();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn slot_written_armed() {
     PANIC_AFTER.with(|c| {
         let n = c.get();
         if n != 0 {
@@ -68,6 +92,9 @@ pub(crate) fn slot_written() {
 
 /// Make the next `n` node allocations on this thread fail (0 disables).
 pub fn fail_next_allocations(n: u64) {
+    if n != 0 {
+        ARMED.set();
+    }
     FAIL.with(|f| f.set(n));
 }
 
@@ -78,6 +105,10 @@ pub fn allocations() -> u64 {
 
 #[inline]
 pub(crate) fn should_fail() -> bool {
+    if !ARMED.is_set() {
+        ALLOCATED.with(|a| a.set(a.get() + 1));
+        return false;
+    }
     FAIL.with(|f| {
         let n = f.get();
         if n > 0 {

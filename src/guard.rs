@@ -101,7 +101,7 @@ impl Guard {
         debug_assert!(g.collector().is_none());
         // SAFETY: `Guard` is `repr(transparent)` over `epoch::Guard`, so the
         // reference cast keeps layout and validity.
-        unsafe { &*(g as *const epoch::Guard as *const Guard) }
+        unsafe { &*core::ptr::from_ref(g).cast::<Guard>() }
     }
 }
 

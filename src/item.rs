@@ -108,11 +108,10 @@ unsafe impl<U: Send + Sync + 'static> CloneItem for Arc<U> {
     #[inline]
     unsafe fn clone_from_raw(ptr: NonNull<U>) -> Self {
         // SAFETY: the array still owns one strong count, so the Arc is
-        // alive; incrementing then rebuilding yields a second owner.
-        unsafe {
-            Arc::increment_strong_count(ptr.as_ptr());
-            Arc::from_raw(ptr.as_ptr())
-        }
+        // alive and was made by `Arc::into_raw`.
+        unsafe { Arc::increment_strong_count(ptr.as_ptr()) };
+        // SAFETY: the count just added is the one the new owner releases.
+        unsafe { Arc::from_raw(ptr.as_ptr()) }
     }
 }
 

@@ -28,20 +28,74 @@
 //! let marked: Vec<u64> = xa.iter_marked(.., Mark::M1, &guard).map(|(i, _)| i).collect();
 //! assert_eq!(marked, [1]);
 //! ```
+//!
+//! # Guards and memory
+//!
+//! A lock-free read pins the epoch with a [`Guard`] ([`pin`]); every
+//! [`EntryRef`] borrows it, so an entry stays readable until the guard is
+//! dropped even if a writer erased it meanwhile. Removed nodes and items are
+//! freed only after every guard pinned before the removal is gone: a guard
+//! (or a [`Retired`], which holds one) kept for a long time therefore holds
+//! back the reclamation of everything removed since, crate-wide, not just in
+//! one array. Pin per operation or per batch, never across blocking calls.
+//! Through `&mut self` ([`XArray::replace`], [`XArray::remove`]) no guard is
+//! involved and removed items come back owned.
+//!
+//! # Locking
+//!
+//! Writers serialize on one lock per array ([`XArray::lock`], the kernel's
+//! `xa_lock`); the one-call methods on [`XArray`] take it for the call, the
+//! methods on the held [`XaLock`] and on a [`CursorMut`] run under it.
+//! Readers never take it and are never blocked by it. The lock is not
+//! reentrant: a method that takes it must not be called while the same
+//! thread holds it. A panic inside a write poisons the array
+//! ([`XArray::is_poisoned`]); the writing methods then panic.
+//!
+//! # Iteration under concurrent writers
+//!
+//! Iterators ([`XArray::iter`], [`Cursor::find`]) are lock-free and weakly
+//! consistent, as in the kernel: every entry returned was present at its
+//! index at some instant during the iteration, indices come in increasing
+//! order, entries stored or erased meanwhile may or may not be seen, and no
+//! entry is returned twice.
+//!
+//! # Multi-index entries
+//!
+//! [`XArray::store_order`] stores one entry over an aligned block of
+//! `2^order` indices; every index of the block loads it, marks apply to the
+//! whole block, an iteration returns it once (at its first index), and a
+//! store to any index of it replaces all of it. [`CursorMut::split`] and
+//! [`CursorMut::try_split`] break one up. [`XArray::store_range`] tiles an
+//! arbitrary range with the fewest such blocks.
+//!
+//! # Performance, and when not to use an XArray
+//!
+//! A load is one Acquire load per level (a 64-way tree: two levels cover
+//! 4096 indices, four cover 16M), with no lock and no shared-cacheline write.
+//! Dense or clustered `u64` keys (page indices, IDs) are where it shines;
+//! sparse random 64-bit keys build tall, mostly empty paths (up to 11
+//! levels), where a hash map uses less memory. Writers are serialized: for
+//! write-heavy workloads from many threads, shard ([`ChunkedXArray`]) or use
+//! a concurrent hash map. Items must be pointer-like ([`Item`]); values
+//! are limited to 63 bits ([`MAX_VALUE`]).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("kxarray needs a 64-bit target (value entries are 63 bits)");
 
+mod check;
 mod cursor;
+mod engine;
 mod entry;
 mod error;
 pub mod fault;
+mod geometry;
 mod guard;
 mod item;
 mod mark;
 mod node;
+mod rejected;
 mod sync;
 mod view;
 mod xarray;
@@ -52,13 +106,15 @@ pub mod filemap;
 pub mod pagecache;
 
 pub use chunked::ChunkedXArray;
-pub use cursor::{Conflicts, CursorIter, Stale, XaState, MAX_RANGE_NODES};
+pub use cursor::{Cursor, CursorMut};
+pub use engine::{Conflicts, CursorIter, CursorState, Stale, XaState, MAX_RANGE_NODES};
 pub use entry::MAX_VALUE;
-pub use error::{Error, Rejected};
+pub use error::Error;
+pub use geometry::{CHUNK_SHIFT, CHUNK_SIZE};
 pub use guard::{pin, Guard};
 pub use item::{CloneItem, Entry, EntryRef, Item, ItemMut, ItemRef, Retired};
 pub use mark::Mark;
-pub use node::{CHUNK_SHIFT, CHUNK_SIZE};
+pub use rejected::Rejected;
 pub use view::XaView;
 pub use xarray::{Flags, IntoIter, Iter, XArray, XaLock};
 

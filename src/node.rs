@@ -17,20 +17,24 @@
 
 use crate::entry::{AtomicEntry, RawEntry};
 use crate::mark::Mark;
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use core::ptr::NonNull;
 
-/// log2 of the fan-out: 6 (64-way) normally, 3 (8-way, as the kernel's
-/// user-space test harness uses) under `--cfg kxarray_small_nodes` or loom.
-#[cfg(not(any(loom, kxarray_small_nodes)))]
-pub const CHUNK_SHIFT: u32 = 6;
-/// log2 of the fan-out (small-node test configuration).
-#[cfg(any(loom, kxarray_small_nodes))]
-pub const CHUNK_SHIFT: u32 = 3;
-/// Slots per node.
-pub const CHUNK_SIZE: usize = 1 << CHUNK_SHIFT;
-pub(crate) const CHUNK_MASK: u64 = CHUNK_SIZE as u64 - 1;
-pub(crate) const MAX_MARKS: usize = 3;
+pub(crate) use crate::geometry::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE, MAX_MARKS};
+
+impl RawEntry {
+    /// The entry for a node pointer (`xa_mk_node`).
+    #[inline]
+    pub(crate) fn node(node: NonNull<Node>) -> RawEntry {
+        RawEntry::internal_ptr(node)
+    }
+
+    /// The node pointer of a node entry (`xa_to_node`).
+    #[inline]
+    pub(crate) fn to_node(self) -> NonNull<Node> {
+        self.to_internal_ptr()
+    }
+}
 
 /// A node of the radix tree.
 #[repr(C)]
@@ -39,7 +43,7 @@ pub(crate) struct Node {
     pub(crate) offset: u8,
     count: AtomicU8,
     nr_values: AtomicU8,
-    parent: AtomicUsize,
+    parent: AtomicPtr<Node>,
     pub(crate) slots: [AtomicEntry; CHUNK_SIZE],
     marks: [AtomicU64; MAX_MARKS],
     /// Under loom, set when the node is freed (see `sync::Quarantine`).
@@ -75,7 +79,7 @@ impl Node {
         let layout = std::alloc::Layout::new::<Node>();
         // SAFETY: Node has a non-zero size. All-zero bytes are a valid Node:
         // every field is an integer or an atomic integer.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Node;
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Node>();
         NonNull::new(p)
     }
 
@@ -86,7 +90,7 @@ impl Node {
             offset: 0,
             count: AtomicU8::new(0),
             nr_values: AtomicU8::new(0),
-            parent: AtomicUsize::new(0),
+            parent: AtomicPtr::new(core::ptr::null_mut()),
             slots: core::array::from_fn(|_| AtomicEntry::new(RawEntry::NULL)),
             marks: core::array::from_fn(|_| AtomicU64::new(0)),
             freed: crate::sync::Quarantine::new(),
@@ -208,18 +212,16 @@ impl Node {
     #[inline]
     pub(crate) fn parent(&self) -> Option<NonNull<Node>> {
         self.check_live();
-        let p: *mut Node =
-            core::ptr::with_exposed_provenance_mut(self.parent.load(Ordering::Acquire));
-        NonNull::new(p)
+        NonNull::new(self.parent.load(Ordering::Acquire))
     }
     #[inline]
     pub(crate) fn set_parent(&self, p: Option<NonNull<Node>>) {
-        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
-        self.parent.store(addr, Ordering::Release)
+        let p = p.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        self.parent.store(p, Ordering::Release)
     }
     fn set_parent_init(&self, p: Option<NonNull<Node>>) {
-        let addr = p.map_or(0, |p| p.as_ptr().expose_provenance());
-        self.parent.store(addr, Ordering::Relaxed)
+        let p = p.map_or(core::ptr::null_mut(), NonNull::as_ptr);
+        self.parent.store(p, Ordering::Relaxed)
     }
 
     // ---- marks ----

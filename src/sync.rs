@@ -13,6 +13,30 @@
 //! node freed while a reader can still reach it is reported by the next
 //! access instead of being silently read after the free.
 
+/// A process-wide switch for the test hooks (the `fault` module): off until a
+/// test arms a hook, so the hooks cost one relaxed load of a flag that
+/// stays `false` in every program that does not use them.
+///
+/// Deliberately a std atomic under loom too: it guards no data and is set
+/// before the code under test runs, so modelling it would only add states.
+#[derive(Debug)]
+pub(crate) struct HookFlag(std::sync::atomic::AtomicBool);
+
+impl HookFlag {
+    pub(crate) const fn new() -> Self {
+        HookFlag(std::sync::atomic::AtomicBool::new(false))
+    }
+    /// Whether any hook was ever armed.
+    #[inline(always)]
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Arm: from now on the hooks consult their per-thread state.
+    pub(crate) fn set(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
 pub(crate) use crossbeam_epoch as epoch;
 

@@ -11,7 +11,9 @@
 //! and `check_align_1` (misaligned `char *` items cannot exist in a typed
 //! array); see `tests/kernel_multi.rs` for the multi-index half.
 
-use kxarray::{fault, Entry, EntryRef, Error, Flags, Mark, XArray, XaState, CHUNK_SIZE};
+use kxarray::{
+    fault, CursorState, Entry, EntryRef, Error, Flags, Mark, XArray, XaState, CHUNK_SIZE,
+};
 
 mod kernel_common;
 use kernel_common::*;
@@ -81,9 +83,9 @@ fn xas_retry() {
         erase_index(&xa, 1);
         assert!(xas.reload().is_err());
         xas.reset();
-        assert!(xas.is_restart());
+        assert!(xas.state() == CursorState::Restart);
         assert_eq!(ev(xas.find(MAX)), Some(0));
-        assert!(xas.is_head(), "{xas:?}");
+        assert!(xas.state() == CursorState::Head, "{xas:?}");
         // re-growing the tree puts a node in the head: reload sees internal
         assert_eq!(store_index(&xa, 1), None);
         assert!(xas.reload().is_err());
@@ -321,7 +323,7 @@ fn xa_shrink() {
         assert_eq!(xas.node_counts(), Some((2, 2)));
         assert_eq!(ev(xas.store(&lock, None).unwrap()), Some(1));
         assert!(lock.load(1).is_none());
-        assert!(xas.is_bounds(), "{xas:?}");
+        assert!(xas.state() == CursorState::Bounds, "{xas:?}");
         // the old node's slot 0 now holds RETRY
         assert!(reader.reload().is_err());
         assert_eq!(ev(xas.load()), None);
@@ -892,7 +894,10 @@ fn find_3() {
                 xas.set_index(j);
                 while xas.find_marked(k, Mark::M0).is_some() {}
                 if j > k {
-                    assert!(xas.is_restart(), "i {i} j {j} k {k}: {xas:?}");
+                    assert!(
+                        xas.state() == CursorState::Restart,
+                        "i {i} j {j} k {k}: {xas:?}"
+                    );
                 }
             }
         }
@@ -961,7 +966,7 @@ fn check_move_small(xa: &XA, idx: u64) {
     while i < idx * 4 {
         let e = ev(xas.next());
         if i <= idx {
-            assert!(!xas.is_restart());
+            assert!(xas.state() != CursorState::Restart);
         }
         assert_eq!(xas.index(), i, "idx {idx}");
         if i == 0 || i == idx {
@@ -978,7 +983,7 @@ fn check_move_small(xa: &XA, idx: u64) {
         let e = ev(xas.prev());
         i -= 1;
         if i <= idx {
-            assert!(!xas.is_restart());
+            assert!(xas.state() != CursorState::Restart);
         }
         assert_eq!(xas.index(), i, "idx {idx}");
         if i == 0 || i == idx {

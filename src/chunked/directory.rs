@@ -188,12 +188,14 @@ impl<T: Item> Directory<T> {
                 // point, and the epoch runs the drop only after they are all
                 // dropped. The chunk is empty, so dropping it on another
                 // thread drops no item.
-                unsafe {
-                    dl.guard().defer_unchecked(move || {
-                        let owned = owned;
-                        drop(Box::from_raw(owned.0));
-                    })
-                }
+                let drop_chunk = move || {
+                    let owned = owned;
+                    // SAFETY: from `Box::into_raw`, unlinked, dropped once
+                    // (see below).
+                    drop(unsafe { Box::from_raw(owned.0) });
+                };
+                // SAFETY: see above.
+                unsafe { dl.guard().defer_unchecked(drop_chunk) }
             }
         } else if let Some(EntryRef::Item(r)) = dl.load(c) {
             if core::ptr::eq(r.get(), chunk) {

@@ -61,6 +61,17 @@ impl<'g, T: Item> Iter<'g, T> {
     }
 }
 
+impl<T: Item> core::fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Iter")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .field("mark", &self.mark)
+            .field("next_chunk", &self.next_chunk)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'g, T: Item> Iterator for Iter<'g, T> {
     type Item = (u64, EntryRef<'g, T>);
 

@@ -34,10 +34,11 @@ mod tests;
 pub use iter::Iter;
 
 use crate::entry::MAX_VALUE;
-use crate::error::{Error, Rejected};
+use crate::error::Error;
 use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemMut, Retired};
 use crate::mark::Mark;
+use crate::rejected::Rejected;
 use crate::xarray::{check_order, XArray};
 use core::ops::RangeBounds;
 use directory::{Chunk, Directory};

@@ -75,6 +75,10 @@ pub enum AddError {
         /// The order.
         order: u32,
     },
+    /// The XArray refused the operation for another reason (for example
+    /// [`Error::InvalidSplit`] when a split found a different entry); the
+    /// error is passed through unchanged, never mistaken for `NoMemory`.
+    Array(Error),
 }
 
 impl fmt::Display for AddError {
@@ -92,18 +96,27 @@ impl fmt::Display for AddError {
                     "folio of order {order} at {index} runs past the last index"
                 )
             }
+            AddError::Array(e) => write!(f, "xarray: {e}"),
         }
     }
 }
 
-impl std::error::Error for AddError {}
+impl std::error::Error for AddError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AddError::Array(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<Error> for AddError {
     fn from(e: Error) -> AddError {
         match e {
             Error::Misaligned { index, order } => AddError::Misaligned { index, order },
             Error::OrderTooLarge(o) => AddError::OrderTooLarge(o),
-            _ => AddError::NoMemory,
+            Error::NoMemory => AddError::NoMemory,
+            other => AddError::Array(other),
         }
     }
 }

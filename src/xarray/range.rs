@@ -7,7 +7,7 @@
 //! stored whole.
 
 use super::XaLock;
-use crate::cursor::order_shape;
+use crate::engine::order_shape;
 use crate::entry::{RawEntry, MAX_VALUE};
 use crate::error::Error;
 use crate::item::Item;
@@ -16,6 +16,20 @@ use crate::mark::Mark;
 impl<T: Item> XaLock<'_, T> {
     /// Store a value over a range under the held lock; see
     /// [`XArray::store_range`](crate::XArray::store_range).
+    ///
+    /// Context: under the held lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`XArray::store_range`](crate::XArray::store_range).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Error, Flags, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store_range(10, 20, Some(3)).unwrap();
+    /// assert_eq!(lock.load(15).and_then(|e| e.value()), Some(3));
+    /// ```
     pub fn store_range(&self, first: u64, last: u64, value: Option<u64>) -> Result<(), Error> {
         if last < first {
             return Err(Error::InvalidRange { first, last });

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// At most this many ops per input.
-pub const MAX_OPS: usize = 200;
+pub(crate) const MAX_OPS: usize = 200;
 
 const LIVE: u64 = 0x11fe_c0de_0000_0000;
 const DEAD: u64 = 0xdead_dead_dead_dead;
@@ -56,7 +56,7 @@ fn drops_map() -> std::sync::MutexGuard<'static, BTreeMap<u64, u8>> {
 
 /// A fuzzed item: knows its id; its drop is counted.
 #[derive(Debug)]
-pub struct Tracked {
+pub(crate) struct Tracked {
     id: u64,
     canary: u64,
 }
@@ -76,25 +76,25 @@ fn drops(id: u64) -> u8 {
 /// Flip to `true` when the issue-8 fixes (branch `integrity`) are merged:
 /// `cargo test` then replays the corpus and `fuzz/regressions/api/` with
 /// every operation on, and CI fuzzes with them on.
-pub const KNOWN_DEFECTS_FIXED: bool = true;
+pub(crate) const KNOWN_DEFECTS_FIXED: bool = true;
 
 /// The known-defect operation classes (bits of the `known_defect_ops`
 /// mask): each reaches one issue-8 defect.
-pub mod defect {
+pub(crate) mod defect {
     /// `store_range` over unaligned ranges (unaligned entries; splits of
     /// them panic).
-    pub const RANGE: u8 = 1;
+    pub(crate) const RANGE: u8 = 1;
     /// `store_range` up to `u64::MAX`, including `0..=u64::MAX`.
-    pub const WHOLE_RANGE: u8 = 2;
+    pub(crate) const WHOLE_RANGE: u8 = 2;
     /// A cursor stores after its lock was dropped and the array changed,
     /// without `reset` (stale revalidation).
-    pub const STALE_CURSOR: u8 = 4;
+    pub(crate) const STALE_CURSOR: u8 = 4;
     /// A partial split of a marked entry across a node level.
-    pub const SPLIT_MARKS: u8 = 8;
+    pub(crate) const SPLIT_MARKS: u8 = 8;
     /// Every class.
-    pub const ALL: u8 = 15;
+    pub(crate) const ALL: u8 = 15;
     /// Names for `KX_FUZZ_KNOWN_DEFECT_OPS`.
-    pub const NAMES: [(&str, u8); 4] = [
+    pub(crate) const NAMES: [(&str, u8); 4] = [
         ("range", RANGE),
         ("whole_range", WHOLE_RANGE),
         ("stale_cursor", STALE_CURSOR),
@@ -106,7 +106,7 @@ pub mod defect {
 /// (none), `1` (all) or a comma list of [`defect::NAMES`]; unset, `on`
 /// picks all or none (the fuzz target: all; the replay:
 /// [`KNOWN_DEFECTS_FIXED`]).
-pub fn known_defect_ops(on: bool) -> u8 {
+pub(crate) fn known_defect_ops(on: bool) -> u8 {
     match std::env::var("KX_FUZZ_KNOWN_DEFECT_OPS").as_deref() {
         Ok("1") => defect::ALL,
         Ok("0") => 0,
@@ -127,7 +127,7 @@ pub fn known_defect_ops(on: bool) -> u8 {
 
 /// One operation; raw fuzzer numbers are mapped by [`ix`], [`ord`], ...
 #[derive(Arbitrary, Debug, Clone)]
-pub enum ApiOp {
+pub(crate) enum ApiOp {
     /// `store_order` (order 0: `store`) of an item (`kind` 0), a value or
     /// nothing (`kind` 255: erase the block through a cursor).
     Store {
@@ -208,13 +208,13 @@ pub enum ApiOp {
 
 /// The input: array flags, then ops.
 #[derive(Arbitrary, Debug, Clone)]
-pub struct ApiInput {
+pub(crate) struct ApiInput {
     pub flags: u8,
     pub ops: Vec<ApiOp>,
 }
 
 /// Indices: mostly 0..=255, some up to 16383, a few near 2^32 and u64::MAX.
-pub fn ix(raw: u16) -> u64 {
+pub(crate) fn ix(raw: u16) -> u64 {
     match raw >> 13 {
         0..=4 => (raw & 0xff) as u64,
         5 | 6 => (raw & 0x3fff) as u64,
@@ -230,7 +230,7 @@ pub fn ix(raw: u16) -> u64 {
 }
 
 /// Orders: mostly 0..=9, sometimes 12 or 18.
-pub fn ord(raw: u8) -> u32 {
+pub(crate) fn ord(raw: u8) -> u32 {
     match raw {
         0xf0..=0xf7 => 12,
         0xf8..=0xff => 18,
@@ -847,12 +847,12 @@ impl Harness {
 }
 
 /// Decode an input (`None`: not decodable).
-pub fn decode(data: &[u8]) -> Option<ApiInput> {
+pub(crate) fn decode(data: &[u8]) -> Option<ApiInput> {
     ApiInput::arbitrary_take_rest(Unstructured::new(data)).ok()
 }
 
 /// Decode and run; undecodable inputs are ignored.
-pub fn run_bytes(data: &[u8], known_defect_ops: u8) {
+pub(crate) fn run_bytes(data: &[u8], known_defect_ops: u8) {
     if let Some(input) = decode(data) {
         run(&input, known_defect_ops);
     }
@@ -860,7 +860,7 @@ pub fn run_bytes(data: &[u8], known_defect_ops: u8) {
 
 /// Run an input against a fresh array and the model; panics on the first
 /// difference.
-pub fn run(input: &ApiInput, known_defect_ops: u8) {
+pub(crate) fn run(input: &ApiInput, known_defect_ops: u8) {
     let (flags, alloc_flags) = match input.flags % 3 {
         0 => (Flags::NONE, None),
         1 => (Flags::ALLOC, Some(false)),
@@ -923,7 +923,7 @@ pub fn run(input: &ApiInput, known_defect_ops: u8) {
 /// Hand-written inputs for the issue-8 scenarios the fuzzer reaches only
 /// rarely (class, name, input), replayed by `tests/fuzz_replay.rs` like the
 /// saved regressions.
-pub fn known_defect_seeds() -> Vec<(u8, &'static str, ApiInput)> {
+pub(crate) fn known_defect_seeds() -> Vec<(u8, &'static str, ApiInput)> {
     // ix(): 0xC000 | i maps to i for i < 0x2000
     let at = |i: u16| 0xC000 | i;
     vec![

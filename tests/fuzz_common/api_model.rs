@@ -15,14 +15,14 @@ pub(crate) fn end(s: u64, o: u32) -> u64 {
 
 /// What a model entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Item(u64),
     Value(u64),
     Reserved,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ME {
+pub(crate) struct ME {
     pub kind: Kind,
     pub order: u32,
     pub marks: u8,
@@ -30,16 +30,16 @@ pub struct ME {
 
 /// The model: aligned, non-overlapping entries keyed by first index.
 #[derive(Default, Debug)]
-pub struct ApiModel {
+pub(crate) struct ApiModel {
     pub map: BTreeMap<u64, ME>,
 }
 
 impl ApiModel {
-    pub fn covering(&self, i: u64) -> Option<(u64, ME)> {
+    pub(crate) fn covering(&self, i: u64) -> Option<(u64, ME)> {
         let (&s, &e) = self.map.range(..=i).next_back()?;
         (end(s, e.order) >= i).then_some((s, e))
     }
-    pub fn overlapping(&self, first: u64, last: u64) -> Vec<u64> {
+    pub(crate) fn overlapping(&self, first: u64, last: u64) -> Vec<u64> {
         let mut v = Vec::new();
         if let Some((s, _)) = self.covering(first) {
             if s < first {
@@ -51,7 +51,7 @@ impl ApiModel {
     }
     /// Store over the order-`o` block at `s` (kernel semantics); returns
     /// the old kind when there was exactly one entry (or none).
-    pub fn store(&mut self, s: u64, o: u32, kind: Kind) -> Option<Option<Kind>> {
+    pub(crate) fn store(&mut self, s: u64, o: u32, kind: Kind) -> Option<Option<Kind>> {
         if let Some((cs, e)) = self.covering(s) {
             if e.order > o {
                 self.map.get_mut(&cs).unwrap().kind = kind;
@@ -78,14 +78,14 @@ impl ApiModel {
         );
         ret
     }
-    pub fn erase_block(&mut self, s: u64, o: u32) {
+    pub(crate) fn erase_block(&mut self, s: u64, o: u32) {
         for x in self.overlapping(s, end(s, o)) {
             self.map.remove(&x);
         }
     }
     /// `store_range` as aligned blocks (`xas_set_range`), replacing whole
     /// any entry that straddles a block edge.
-    pub fn store_range(&mut self, first: u64, last: u64, value: Option<u64>) {
+    pub(crate) fn store_range(&mut self, first: u64, last: u64, value: Option<u64>) {
         let mut f = first;
         loop {
             let mut limit = last;
@@ -133,7 +133,7 @@ impl ApiModel {
             f = next_end + 1;
         }
     }
-    pub fn split(&mut self, s: u64, n: u32, at: u64, partial: bool) {
+    pub(crate) fn split(&mut self, s: u64, n: u32, at: u64, partial: bool) {
         let e = self.map.remove(&s).unwrap();
         if !partial {
             for k in 0..(1u64 << (e.order - n)) {
@@ -156,7 +156,7 @@ impl ApiModel {
         }
         self.map.insert(lo, ME { order: n, ..e });
     }
-    pub fn first_free(&self, lo: u64, hi: u64, zero_busy: bool) -> Option<u64> {
+    pub(crate) fn first_free(&self, lo: u64, hi: u64, zero_busy: bool) -> Option<u64> {
         let mut i = lo;
         while i <= hi {
             if i == 0 && zero_busy {

@@ -24,11 +24,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// At most this many ops per input.
-pub const MAX_OPS: usize = 200;
+pub(crate) const MAX_OPS: usize = 200;
 
 /// One operation on the cache.
 #[derive(Arbitrary, Debug, Clone)]
-pub enum FmOp {
+pub(crate) enum FmOp {
     /// `add_folio` of a new folio at `index` (aligned down to `order`);
     /// `fault` 1..=3 fails that many node allocations.
     Add { index: u16, order: u8, fault: u8 },
@@ -468,12 +468,12 @@ impl Harness {
 }
 
 /// Decode an input (`None`: not decodable).
-pub fn decode(data: &[u8]) -> Option<Vec<FmOp>> {
+pub(crate) fn decode(data: &[u8]) -> Option<Vec<FmOp>> {
     Vec::<FmOp>::arbitrary_take_rest(Unstructured::new(data)).ok()
 }
 
 /// Decode and run; undecodable inputs are ignored.
-pub fn run_bytes(data: &[u8]) {
+pub(crate) fn run_bytes(data: &[u8]) {
     if let Some(ops) = decode(data) {
         run(&ops);
     }
@@ -481,7 +481,7 @@ pub fn run_bytes(data: &[u8]) {
 
 /// Run ops against a fresh cache and the model; panics on the first
 /// difference.
-pub fn run(ops: &[FmOp]) {
+pub(crate) fn run(ops: &[FmOp]) {
     let mut h = Harness {
         m: AddressSpace::new(),
         model: FmModel::default(),

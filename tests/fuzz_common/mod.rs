@@ -22,21 +22,21 @@
 //!   entries of order `n` with the same value and the same marks.
 #![allow(dead_code)]
 
-pub mod api;
-pub mod api_model;
-pub mod filemap;
+pub(crate) mod api;
+pub(crate) mod api_model;
+pub(crate) mod filemap;
 
 use arbitrary::{Arbitrary, Unstructured};
 use kxarray::{fault, Entry, Error, Mark, XArray, XaState, MAX_VALUE};
 use std::collections::BTreeMap;
 
 /// At most this many ops are run per input.
-pub const MAX_OPS: usize = 256;
+pub(crate) const MAX_OPS: usize = 256;
 
 /// One operation. Indices, orders, marks and values are raw fuzzer bytes,
 /// mapped by [`idx`], [`order`], [`mark`] and [`value`].
 #[derive(Arbitrary, Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     /// `store_order` at `idx` aligned down to the order.
     Store {
         index: u16,
@@ -105,7 +105,7 @@ const SPECIAL: [u64; 16] = [
 
 /// Map a raw index: half the time 0..=255, a quarter 0..=16383, a quarter
 /// near one of a few big indices (u64::MAX, 2^63, 2^32, ...).
-pub fn idx(raw: u16) -> u64 {
+pub(crate) fn idx(raw: u16) -> u64 {
     match raw >> 14 {
         0 | 1 => (raw & 0xff) as u64,
         2 => (raw & 0x3fff) as u64,
@@ -114,7 +114,7 @@ pub fn idx(raw: u16) -> u64 {
 }
 
 /// Map a raw order: mostly 0..=13, sometimes a big one.
-pub fn order(raw: u8) -> u32 {
+pub(crate) fn order(raw: u8) -> u32 {
     const BIG: [u32; 8] = [18, 24, 30, 36, 63, 62, 57, 17];
     if raw >= 0xf0 {
         BIG[(raw & 7) as usize]
@@ -124,13 +124,13 @@ pub fn order(raw: u8) -> u32 {
 }
 
 /// Map a raw mark.
-pub fn mark(raw: u8) -> Mark {
+pub(crate) fn mark(raw: u8) -> Mark {
     Mark::ALL[(raw % 3) as usize]
 }
 
 /// Map a raw value (small values collide on purpose; 0xffff is the largest
 /// value entry).
-pub fn value(raw: u16) -> u64 {
+pub(crate) fn value(raw: u16) -> u64 {
     if raw == u16::MAX {
         MAX_VALUE
     } else {
@@ -155,7 +155,7 @@ fn last(start: u64, order: u32) -> u64 {
 
 /// One multi-index entry of the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MEntry {
+pub(crate) struct MEntry {
     pub order: u32,
     pub value: u64,
     /// Bit i = mark i.
@@ -164,19 +164,19 @@ pub struct MEntry {
 
 /// The reference model: non-overlapping aligned blocks keyed by first index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Model {
+pub(crate) struct Model {
     pub map: BTreeMap<u64, MEntry>,
 }
 
 impl Model {
     /// The entry covering `index`.
-    pub fn covering(&self, index: u64) -> Option<(u64, MEntry)> {
+    pub(crate) fn covering(&self, index: u64) -> Option<(u64, MEntry)> {
         let (&s, &e) = self.map.range(..=index).next_back()?;
         (last(s, e.order) >= index).then_some((s, e))
     }
 
     /// First indices of every entry meeting `first..=last`, in order.
-    pub fn overlapping(&self, first: u64, end: u64) -> Vec<u64> {
+    pub(crate) fn overlapping(&self, first: u64, end: u64) -> Vec<u64> {
         let mut v = Vec::new();
         if let Some((s, _)) = self.covering(first) {
             if s < first {
@@ -189,7 +189,7 @@ impl Model {
 
     /// Store `val` over the order-`o` block at `start`. Returns the expected
     /// old entry when it is determined (`Some(None)`: nothing was there).
-    pub fn store(&mut self, start: u64, o: u32, val: u64) -> Option<Option<u64>> {
+    pub(crate) fn store(&mut self, start: u64, o: u32, val: u64) -> Option<Option<u64>> {
         if let Some((s, e)) = self.covering(start) {
             if e.order > o {
                 // replaces the larger entry, keeping its shape and marks
@@ -221,7 +221,7 @@ impl Model {
     }
 
     /// Erase the entry covering `index`.
-    pub fn erase(&mut self, index: u64) -> Option<u64> {
+    pub(crate) fn erase(&mut self, index: u64) -> Option<u64> {
         let (s, e) = self.covering(index)?;
         self.map.remove(&s);
         Some(e.value)
@@ -229,7 +229,7 @@ impl Model {
 
     /// Erase every entry meeting the order-`o` block at `start` (a larger
     /// entry covering the block is erased whole).
-    pub fn erase_order(&mut self, start: u64, o: u32) {
+    pub(crate) fn erase_order(&mut self, start: u64, o: u32) {
         for s in self.overlapping(start, last(start, o)) {
             self.map.remove(&s);
         }
@@ -237,7 +237,7 @@ impl Model {
 
     /// What `xas_for_each_conflict` over the order-`o` block at `start`
     /// returns.
-    pub fn conflicts(&self, start: u64, o: u32) -> Vec<u64> {
+    pub(crate) fn conflicts(&self, start: u64, o: u32) -> Vec<u64> {
         self.overlapping(start, last(start, o))
             .into_iter()
             .map(|s| self.map[&s].value)
@@ -245,7 +245,7 @@ impl Model {
     }
 
     /// Split the entry at `s` into entries of order `n`.
-    pub fn split(&mut self, s: u64, n: u32) {
+    pub(crate) fn split(&mut self, s: u64, n: u32) {
         let e = self.map.remove(&s).unwrap();
         let count = 1u64 << (e.order - n);
         for i in 0..count {
@@ -254,7 +254,7 @@ impl Model {
     }
 
     /// Set or clear a mark on the entry covering `index`.
-    pub fn mark(&mut self, index: u64, m: Mark, set: bool) {
+    pub(crate) fn mark(&mut self, index: u64, m: Mark, set: bool) {
         if let Some((s, _)) = self.covering(index) {
             let e = self.map.get_mut(&s).unwrap();
             let bit = 1u8 << m.index();
@@ -267,7 +267,7 @@ impl Model {
     }
 
     /// Whether the entry covering `index` has mark `m`.
-    pub fn get_mark(&self, index: u64, m: Mark) -> bool {
+    pub(crate) fn get_mark(&self, index: u64, m: Mark) -> bool {
         self.covering(index)
             .is_some_and(|(_, e)| e.marks & (1 << m.index()) != 0)
     }
@@ -281,12 +281,12 @@ fn split_possible(o: u32, n: u32) -> bool {
 }
 
 /// Decode an input the way the fuzz target does (`None`: not decodable).
-pub fn decode(data: &[u8]) -> Option<Vec<Op>> {
+pub(crate) fn decode(data: &[u8]) -> Option<Vec<Op>> {
     Vec::<Op>::arbitrary_take_rest(Unstructured::new(data)).ok()
 }
 
 /// Decode an input and run it. Inputs that do not decode are ignored.
-pub fn run_bytes(data: &[u8]) {
+pub(crate) fn run_bytes(data: &[u8]) {
     if let Some(ops) = decode(data) {
         run(&ops);
     }
@@ -685,7 +685,7 @@ impl Harness {
 
 /// Run a sequence of ops against a fresh array and the model, panicking on
 /// the first difference.
-pub fn run(ops: &[Op]) {
+pub(crate) fn run(ops: &[Op]) {
     let mut h = Harness {
         xa: XArray::new(),
         model: Model::default(),

@@ -6,53 +6,56 @@
 
 use kxarray::{Entry, EntryRef, Error, XArray, XaState, MAX_VALUE};
 
-pub type B = Box<u64>;
-pub type XA = XArray<B>;
+pub(crate) type B = Box<u64>;
+pub(crate) type XA = XArray<B>;
 
-pub const MAX: u64 = u64::MAX;
+pub(crate) const MAX: u64 = u64::MAX;
 /// What `ev` reports for an item (values never reach it: they are <= i64::MAX).
-pub const ITEM: u64 = u64::MAX;
+pub(crate) const ITEM: u64 = u64::MAX;
 
 /// `xa_mk_index`: the value entry for an index.
-pub fn mk(i: u64) -> u64 {
+pub(crate) fn mk(i: u64) -> u64 {
     i & MAX_VALUE
 }
 
 /// An entry as a comparable number: the value, or `ITEM` for an item.
-pub fn ev(e: Option<EntryRef<'_, B>>) -> Option<u64> {
+pub(crate) fn ev(e: Option<EntryRef<'_, B>>) -> Option<u64> {
     e.map(|e| e.value().unwrap_or(ITEM))
 }
 
-pub fn ld(xa: &XA, i: u64) -> Option<u64> {
+pub(crate) fn ld(xa: &XA, i: u64) -> Option<u64> {
     let g = kxarray::pin();
     ev(xa.load(i, &g))
 }
 
-pub fn inv(xa: &XA) {
+pub(crate) fn inv(xa: &XA) {
     xa.check_invariants()
         .unwrap_or_else(|e| panic!("{e}\n{}", xa.dump()));
 }
 
 /// `xa_store_index`: returns the old entry.
-pub fn store_index(xa: &XA, i: u64) -> Option<u64> {
+pub(crate) fn store_index(xa: &XA, i: u64) -> Option<u64> {
     xa.store(i, Entry::Value(mk(i)))
         .unwrap()
         .map(|r| r.value().unwrap_or(ITEM))
 }
 
 /// `xa_erase_index`: erase must return `mk(i)` and leave `i` empty.
-pub fn erase_index(xa: &XA, i: u64) {
+pub(crate) fn erase_index(xa: &XA, i: u64) {
     let old = xa.erase(i).map(|r| r.value().unwrap_or(ITEM));
     assert_eq!(old, Some(mk(i)), "erase {i:#x}\n{}", xa.dump());
     assert_eq!(ld(xa, i), None, "load after erase {i:#x}");
 }
 
-pub fn item(v: u64) -> Entry<B> {
+pub(crate) fn item(v: u64) -> Entry<B> {
     Entry::Item(Box::new(v))
 }
 
 /// Store through a cursor under a fresh lock, retrying on memory shortage.
-pub fn xas_store_locked<'a>(xas: &mut XaState<'a, B>, entry: Option<Entry<B>>) -> Option<u64> {
+pub(crate) fn xas_store_locked<'a>(
+    xas: &mut XaState<'a, B>,
+    entry: Option<Entry<B>>,
+) -> Option<u64> {
     let xa = xas.array();
     let mut entry = entry;
     loop {
@@ -71,7 +74,7 @@ pub fn xas_store_locked<'a>(xas: &mut XaState<'a, B>, entry: Option<Entry<B>>) -
 
 /// The test file's `xa_store_order`: an order-`order` cursor (index rounded
 /// down), lock, store, retry on memory shortage.
-pub fn store_order(xa: &XA, index: u64, order: u32, entry: Option<Entry<B>>) -> Option<u64> {
+pub(crate) fn store_order(xa: &XA, index: u64, order: u32, entry: Option<Entry<B>>) -> Option<u64> {
     let g = kxarray::pin();
     let mut xas = XaState::with_order(xa, &g, index, order).unwrap();
     xas_store_locked(&mut xas, entry)

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 /// A `Vec<u8>` file.
 #[derive(Debug, Default)]
-pub struct MemBackend {
+pub(crate) struct MemBackend {
     pub data: Mutex<Vec<u8>>,
     pub fail_all: AtomicBool,
     pub fail_range: Mutex<Option<Range<u64>>>,
@@ -27,10 +27,10 @@ pub struct MemBackend {
 }
 
 impl MemBackend {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
-    pub fn contents(&self) -> Vec<u8> {
+    pub(crate) fn contents(&self) -> Vec<u8> {
         self.data.lock().unwrap().clone()
     }
     fn awkward_step(&self) -> io::Result<Option<usize>> {

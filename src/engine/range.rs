@@ -8,11 +8,11 @@
 //! the span it created is recorded in the array and swept when the lock is
 //! released, so no empty node outlives the lock.
 
-use super::{PoisonOnUnwind, Pos, XaState};
+use super::array::XaLock;
+use super::state::{PoisonOnUnwind, Pos, XaState};
 use crate::error::Error;
 use crate::item::Item;
 use crate::node::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use crate::xarray::XaLock;
 
 /// The most nodes one [`XaState::create_range`] may span (8192 nodes, about
 /// 4.5 MiB with 64-slot nodes: an order-18 range); larger requests fail
@@ -27,7 +27,9 @@ impl<T: Item> XaState<'_, T> {
     fn range_nodes(&self, first: u64, last: u64) -> u64 {
         let head = self.xa.head.load_locked();
         let mut top = if head.is_node() {
-            self.nref(head.to_node()).shift as u32
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(head.to_node()) }.shift as u32
         } else {
             0
         };
@@ -66,6 +68,23 @@ impl<T: Item> XaState<'_, T> {
     /// range spans more than [`MAX_RANGE_NODES`] nodes (counting those that
     /// exist already); [`Error::NoMemory`] when the nodes cannot be
     /// allocated ([`XaState::nomem`] then allocates them all).
+    ///
+    /// Context: under `lock`, the held lock of the cursor's array.
+    ///
+    /// # Panics
+    ///
+    /// If `lock` belongs to another array (use [`CursorMut`](crate::CursorMut),
+    /// which cannot be given one).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray, XaState};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let guard = kxarray::pin();
+    /// let lock = xa.lock();
+    /// let mut xas = XaState::with_order(&xa, &guard, 0, 6).unwrap();
+    /// xas.create_range(&lock).unwrap();
+    /// assert!(xa.node_count() >= 1);
+    /// ```
     pub fn create_range(&mut self, lock: &XaLock<'_, T>) -> Result<(), Error> {
         self.check_lock(lock);
         if let Pos::Error(e) = self.pos {
@@ -102,7 +121,9 @@ impl<T: Item> XaState<'_, T> {
             let Pos::Node(node) = self.pos else {
                 return; // at the head or past the tree: no nodes further on
             };
-            let n = self.nref(node);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
             let span = if n.shift == 0 {
                 if n.count() == 0 {
                     self.delete_node();
@@ -121,7 +142,9 @@ impl<T: Item> XaState<'_, T> {
     fn create_range_reserved(&mut self, index: u64, shift: u8, sibs: u8) -> Result<(), Error> {
         self.index |= ((sibs as u64 + 1) << shift).wrapping_sub(1);
         if let Pos::Node(n) = self.pos {
-            if self.nref(n).shift == self.shift {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            if unsafe { self.nref(n) }.shift == self.shift {
                 self.offset |= sibs;
             }
         }
@@ -140,7 +163,9 @@ impl<T: Item> XaState<'_, T> {
             }
             self.index -= CHUNK_SIZE as u64;
             while let Pos::Node(node) = self.pos {
-                let n = self.nref(node);
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
                 if n.shift >= shift {
                     break;
                 }
@@ -157,7 +182,9 @@ impl<T: Item> XaState<'_, T> {
         }
         self.index = index;
         if let Pos::Node(n) = self.pos {
-            self.offset = ((self.index >> self.nref(n).shift) & CHUNK_MASK) as u8;
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            self.offset = ((self.index >> unsafe { self.nref(n) }.shift) & CHUNK_MASK) as u8;
         }
         Ok(())
     }

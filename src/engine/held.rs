@@ -5,8 +5,8 @@
 //! Invariant: no empty node outlives the lock (except in a poisoned array,
 //! whose tree is abandoned).
 
-use super::XArray;
-use crate::cursor::XaState;
+use super::array::XArray;
+use super::state::XaState;
 use crate::guard::pin;
 use crate::item::Item;
 use crate::sync::{MutexGuard, Ordering};
@@ -14,9 +14,9 @@ use crate::sync::{MutexGuard, Ordering};
 /// The mutex guard inside an [`XaLock`]: before unlocking, it removes the
 /// nodes `create_range` made that no store filled, so no empty node
 /// outlives the lock.
-pub(super) struct Held<'a, T: Item> {
-    pub(super) xa: &'a XArray<T>,
-    pub(super) _guard: MutexGuard<'a>,
+pub(crate) struct Held<'a, T: Item> {
+    pub(crate) xa: &'a XArray<T>,
+    pub(crate) _guard: MutexGuard<'a>,
 }
 
 impl<T: Item> Drop for Held<'_, T> {

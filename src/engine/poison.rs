@@ -5,7 +5,7 @@
 //! see it empty, the writer lock and every writing method panic, and
 //! `check_invariants` reports the poisoning.
 
-use super::{XArray, FLAG_POISONED};
+use super::array::{XArray, FLAG_POISONED};
 use crate::entry::RawEntry;
 use crate::item::Item;
 use crate::sync::Ordering;
@@ -13,6 +13,14 @@ use crate::sync::Ordering;
 impl<T: Item> XArray<T> {
     /// Whether a panic inside a write poisoned the array (see the module
     /// documentation): it then reads as empty and refuses writes.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(!xa.is_poisoned());
+    /// ```
     pub fn is_poisoned(&self) -> bool {
         self.flags() & FLAG_POISONED != 0
     }
@@ -29,7 +37,7 @@ impl<T: Item> XArray<T> {
 
     #[cold]
     #[inline(never)]
-    pub(super) fn poisoned_panic() -> ! {
+    pub(crate) fn poisoned_panic() -> ! {
         panic!("kxarray: the array was poisoned by a panic inside a write")
     }
 }

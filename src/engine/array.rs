@@ -1,0 +1,373 @@
+//! The raw array state: the head word, the flags (root marks, allocation, poison),
+//! the modification sequence, node count and the writer lock ([`XaLock`]), plus the
+//! lock-free descent every `load` takes.
+//!
+//! Invariants: `head` holds NULL, the entry for index 0, or the top node; `seq` is
+//! bumped under the lock after every write that can move or retype a slot; the
+//! lock is the only writer.
+
+use super::held::Held;
+use super::state::XaState;
+use crate::entry::{AtomicEntry, RawEntry};
+use crate::guard::{pin, Guard};
+use crate::item::Item;
+use crate::mark::Mark;
+use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
+use core::marker::PhantomData;
+
+pub(crate) const FLAG_MARK_SHIFT: u8 = 0; // bits 0..=2: root marks
+pub(crate) const FLAG_TRACK_FREE: u8 = 1 << 3;
+pub(crate) const FLAG_ZERO_BUSY: u8 = 1 << 4;
+pub(crate) const FLAG_ALLOC_WRAPPED: u8 = 1 << 5;
+pub(crate) const FLAG_POISONED: u8 = 1 << 6;
+
+/// Array flags (the kernel's `xa_flags` for allocating arrays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Flags(pub(crate) u8);
+
+impl Flags {
+    /// A plain array.
+    pub const NONE: Flags = Flags(0);
+    /// An allocating array whose IDs start at 0 (`XA_FLAGS_ALLOC`).
+    pub const ALLOC: Flags = Flags(FLAG_TRACK_FREE | (1 << Mark::FREE.index()));
+    /// An allocating array whose IDs start at 1 (`XA_FLAGS_ALLOC1`).
+    pub const ALLOC1: Flags = Flags(FLAG_TRACK_FREE | FLAG_ZERO_BUSY);
+}
+
+/// A kernel-style XArray: a sparse array of items and value entries indexed
+/// by `u64`, with lock-free readers.
+///
+/// ```
+/// use kxarray::{Entry, XArray};
+/// use std::sync::Arc;
+///
+/// let xa: XArray<Arc<String>> = XArray::new();
+/// xa.store(4096, Entry::Item(Arc::new("page".to_string()))).unwrap();
+/// xa.store(7, Entry::Value(42)).unwrap();
+///
+/// let guard = kxarray::pin();
+/// assert_eq!(&**xa.load(4096, &guard).unwrap().item().unwrap(), "page");
+/// assert_eq!(xa.load(7, &guard).unwrap().value(), Some(42));
+/// assert!(xa.load(8, &guard).is_none());
+///
+/// let indices: Vec<u64> = xa.iter(&guard).map(|(i, _)| i).collect();
+/// assert_eq!(indices, [7, 4096]);
+/// ```
+pub struct XArray<T: Item> {
+    pub(crate) head: AtomicEntry,
+    pub(crate) flags: AtomicU8,
+    pub(crate) seq: AtomicU64,
+    pub(crate) nodes: AtomicUsize,
+    /// The span `create_range` made nodes for under the held lock
+    /// (`first > last`: none); nodes in it still empty when the lock is
+    /// released are removed then.
+    pub(crate) created_first: AtomicU64,
+    pub(crate) created_last: AtomicU64,
+    pub(crate) lock: Mutex,
+    pub(crate) _t: PhantomData<T>,
+}
+
+impl<T: Item> Default for XArray<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The held writer lock of an [`XArray`] (`xa_lock`), with an epoch guard
+/// for the entries it hands out. Write methods on the lock and on
+/// [`XaState`] take it as proof that the lock is held.
+pub struct XaLock<'a, T: Item> {
+    pub(crate) xa: &'a XArray<T>,
+    pub(crate) epoch: Guard,
+    pub(crate) _held: Held<'a, T>,
+}
+
+impl<T: Item> XArray<T> {
+    /// An empty array.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// assert!(xa.is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::with_flags(Flags::NONE)
+    }
+
+    /// An empty array with flags ([`Flags::ALLOC`] or [`Flags::ALLOC1`] for
+    /// ID allocation).
+    ///
+    /// ```
+    /// use kxarray::{Entry, Flags, XArray};
+    /// let ids: XArray<Box<u32>> = XArray::with_flags(Flags::ALLOC);
+    /// assert_eq!(ids.alloc(0..=9, Some(Entry::Value(1))).unwrap(), 0);
+    /// ```
+    pub fn with_flags(flags: Flags) -> Self {
+        XArray {
+            head: AtomicEntry::new(RawEntry::NULL),
+            flags: AtomicU8::new(flags.0),
+            seq: AtomicU64::new(0),
+            nodes: AtomicUsize::new(0),
+            created_first: AtomicU64::new(u64::MAX),
+            created_last: AtomicU64::new(0),
+            lock: Mutex::new(),
+            _t: PhantomData,
+        }
+    }
+
+    // ---- internal flag helpers ----
+    #[inline]
+    pub(crate) fn flags(&self) -> u8 {
+        self.flags.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn track_free(&self) -> bool {
+        self.flags() & FLAG_TRACK_FREE != 0
+    }
+    #[inline]
+    pub(crate) fn zero_busy(&self) -> bool {
+        self.flags() & FLAG_ZERO_BUSY != 0
+    }
+    /// Whether any entry carries `mark` (`xa_marked`): O(1).
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// xa.store(1, Entry::Value(1)).unwrap();
+    /// assert!(!xa.marked(Mark::M0));
+    /// xa.set_mark(1, Mark::M0);
+    /// assert!(xa.marked(Mark::M0));
+    /// ```
+    #[inline]
+    pub fn marked(&self, mark: Mark) -> bool {
+        self.flags() & (1 << (FLAG_MARK_SHIFT + mark.index() as u8)) != 0
+    }
+    pub(crate) fn mark_set(&self, mark: Mark) {
+        let f = self.flags();
+        let bit = 1 << (FLAG_MARK_SHIFT + mark.index() as u8);
+        if f & bit == 0 {
+            self.flags.store(f | bit, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn mark_clear(&self, mark: Mark) {
+        let f = self.flags();
+        let bit = 1 << (FLAG_MARK_SHIFT + mark.index() as u8);
+        if f & bit != 0 {
+            self.flags.store(f & !bit, Ordering::Relaxed);
+        }
+    }
+    /// The modification sequence: bumped under the lock after every write
+    /// that can move or retype a slot (every general store, every split,
+    /// every node added or removed, every head change), so cursors can tell
+    /// whether their position survived a dropped lock.
+    #[inline]
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+    #[inline]
+    pub(crate) fn bump_seq(&self) {
+        self.seq
+            .store(self.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+    #[inline]
+    pub(crate) fn node_added(&self) {
+        self.nodes
+            .store(self.nodes.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+    #[inline]
+    pub(crate) fn node_removed(&self) {
+        self.nodes
+            .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+    }
+
+    /// Take the writer lock (`xa_lock`).
+    ///
+    /// # Panics
+    ///
+    /// If the array is poisoned ([`XArray::is_poisoned`]): a panic inside an
+    /// earlier write left it unusable. Every writing method panics for the
+    /// same reason.
+    ///
+    /// Context: blocks until the lock is free; do not take it twice on one
+    /// thread (it is not reentrant). Readers are never blocked by it.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// lock.set_mark(1, Mark::M0);
+    /// drop(lock);
+    /// assert!(xa.get_mark(1, Mark::M0));
+    /// ```
+    #[inline]
+    pub fn lock(&self) -> XaLock<'_, T> {
+        let held = self.lock.lock();
+        if self.flags() & FLAG_POISONED != 0 {
+            drop(held);
+            Self::poisoned_panic();
+        }
+        XaLock {
+            xa: self,
+            epoch: pin(),
+            _held: Held {
+                xa: self,
+                _guard: held,
+            },
+        }
+    }
+
+    /// Whether the writer lock is currently held by someone.
+    ///
+    /// Context: lock-free; takes no lock and never blocks.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// assert!(xa.is_locked());
+    /// drop(lock);
+    /// assert!(!xa.is_locked());
+    /// ```
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
+    /// The lock-free descent. Caller holds a guard (or the lock).
+    #[inline(always)]
+    pub(crate) fn load_raw(&self, index: u64) -> RawEntry {
+        loop {
+            let head = self.head.load();
+            if !head.is_node() {
+                // an entry for index 0 held in the head (or nothing)
+                return if index == 0 {
+                    head.zero_to_null()
+                } else {
+                    RawEntry::NULL
+                };
+            }
+            // SAFETY: `is_node` was checked just above, so the word is a node
+            // pointer; the caller holds a `Guard` (pinned on the default
+            // collector, where node frees are deferred) or the lock, so node
+            // pointers read now stay allocated.
+            let mut n: &Node = unsafe { &*head.internal_raw_ptr::<Node>() };
+            // Only the top node's shift is read: a child's shift is its
+            // parent's minus CHUNK_SHIFT (shifts never change once published),
+            // so each level touches one cache line (the slot), and the loop
+            // below has one well-predicted exit per level.
+            let mut shift = n.shift as u32;
+            if (index >> shift) > CHUNK_MASK {
+                return RawEntry::NULL;
+            }
+            let entry = loop {
+                let mut e = n.slot(((index >> shift) & CHUNK_MASK) as usize);
+                if !e.is_internal() {
+                    break e; // an item, a value, or empty: the common exit
+                }
+                if e.is_node() {
+                    // SAFETY: as above (`e.is_node()` checked).
+                    n = unsafe { &*e.internal_raw_ptr::<Node>() };
+                    shift = shift.wrapping_sub(CHUNK_SHIFT);
+                    debug_assert_eq!(n.shift as u32, shift);
+                    continue;
+                }
+                // A sibling of a multi-index entry (or RETRY, or a reserved
+                // entry): follow it to its canonical slot in this node.
+                if e.is_sibling() {
+                    let off = ((index >> shift) & CHUNK_MASK) as usize;
+                    e = n.resolve_sibling(off, e).0;
+                }
+                break e;
+            };
+            if entry.is_retry() {
+                continue;
+            }
+            return entry.zero_to_null();
+        }
+    }
+
+    pub(crate) fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
+        if self.is_poisoned() {
+            Self::poisoned_panic();
+        }
+        self.excl_cursor_unchecked(index)
+    }
+
+    pub(crate) fn excl_cursor_unchecked(&mut self, index: u64) -> XaState<'_, T> {
+        // SAFETY: `&mut self` means no reader or writer can see the tree, so
+        // deferred destruction may run at once; the cursor (and the guard)
+        // stays inside this crate's `&mut self` methods.
+        let guard: &'static Guard = unsafe { Guard::unprotected() };
+        XaState::new(self, guard, index)
+    }
+}
+
+impl<T: Item> Drop for XArray<T> {
+    fn drop(&mut self) {
+        // A poisoned array's old tree is leaked; what the head holds is not.
+        let mut xas = self.excl_cursor_unchecked(0);
+        xas.destroy_all();
+    }
+}
+
+impl<T: Item> core::fmt::Debug for XArray<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("XArray")
+            .field("nodes", &self.node_count())
+            .field("empty", &self.is_empty())
+            .finish()
+    }
+}
+
+impl<'a, T: Item> XaLock<'a, T> {
+    /// The array this lock belongs to.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// assert!(std::ptr::eq(lock.array(), &xa));
+    /// ```
+    pub fn array(&self) -> &'a XArray<T> {
+        self.xa
+    }
+
+    /// The epoch guard held with the lock: entries returned by the lock's
+    /// methods are readable while it lives.
+    ///
+    /// ```
+    /// use kxarray::{Entry, Mark, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// lock.store(1, Some(Entry::Value(1))).unwrap();
+    /// assert!(xa.load(1, lock.guard()).is_some());
+    /// ```
+    pub fn guard(&self) -> &Guard {
+        &self.epoch
+    }
+
+    pub(crate) fn into_guard(self) -> Guard {
+        let XaLock { epoch, _held, .. } = self;
+        drop(_held);
+        epoch
+    }
+
+    /// A cursor at `index` reading under this lock's guard.
+    ///
+    /// Context: under the held lock.
+    ///
+    /// ```
+    /// use kxarray::{Entry, XArray};
+    /// let xa: XArray<Box<u32>> = XArray::new();
+    /// let lock = xa.lock();
+    /// let mut xas = lock.cursor(5);
+    /// xas.store(&lock, Some(Entry::Value(5))).unwrap();
+    /// assert_eq!(lock.load(5).and_then(|e| e.value()), Some(5));
+    /// ```
+    pub fn cursor(&self, index: u64) -> XaState<'_, T> {
+        XaState::new(self.xa, &self.epoch, index)
+    }
+}

@@ -1,0 +1,221 @@
+//! Creating the path to the cursor's slot (`xas_create`/`xas_expand`): the tree grows
+//! upwards and downwards from nodes reserved beforehand.
+
+use super::state::{max_index, Pos, XaState};
+use crate::entry::RawEntry;
+use crate::item::Item;
+use crate::mark::Mark;
+use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use core::ptr::NonNull;
+
+impl<'a, T: Item> XaState<'a, T> {
+    /// `xas_max`: the largest index the cursor's range needs.
+    pub(crate) fn max_needed(&self) -> u64 {
+        let mut max = self.index;
+        if self.shift != 0 || self.sibs != 0 {
+            let mask = self.size().wrapping_sub(1);
+            max |= mask;
+            if mask == max {
+                max = max.wrapping_add(1);
+            }
+        }
+        max
+    }
+
+    /// How many nodes a create from the head needs, counted before any
+    /// change: new top levels plus the chain below them.
+    pub(crate) fn plan_top(&self, head: RawEntry, allow_root: bool) -> usize {
+        let order = self.shift as u32;
+        let max = self.max_needed();
+        let chain = |top_shift: u32| -> usize {
+            // levels top_shift - CHUNK, ..., down to `order`
+            if top_shift > order {
+                ((top_shift - order) / CHUNK_SHIFT) as usize
+            } else {
+                0
+            }
+        };
+        if head.is_null() {
+            let mut shift = 0;
+            if max == 0 {
+                return if allow_root { 0 } else { chain(CHUNK_SHIFT) };
+            }
+            while (max >> shift) >= CHUNK_SIZE as u64 {
+                shift += CHUNK_SHIFT;
+            }
+            return chain(shift + CHUNK_SHIFT);
+        }
+        // New top levels, as `expand` will add them.
+        let mut levels = 0usize;
+        let mut shift = if head.is_node() {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT
+        } else {
+            0
+        };
+        let mut cur_max = max_index(head);
+        while max > cur_max {
+            levels += 1;
+            cur_max = ((CHUNK_SIZE as u64) << shift).wrapping_sub(1);
+            shift += CHUNK_SHIFT;
+        }
+        if levels > 0 {
+            let top_shift = shift - CHUNK_SHIFT;
+            let offset = (self.index >> top_shift) & CHUNK_MASK;
+            if offset != 0 {
+                return levels + chain(top_shift);
+            }
+        }
+        levels
+    }
+
+    /// `xas_expand`: grow the tree until the cursor's range fits. Returns the
+    /// shift to descend from (top shift + CHUNK_SHIFT, or 0 for the head).
+    /// Nodes must have been reserved by `plan_top`.
+    pub(crate) fn expand(&mut self, mut head: RawEntry) -> u32 {
+        let max = self.max_needed();
+        let mut shift = 0u32;
+        if head.is_null() {
+            if max == 0 {
+                return 0;
+            }
+            while (max >> shift) >= CHUNK_SIZE as u64 {
+                shift += CHUNK_SHIFT;
+            }
+            return shift + CHUNK_SHIFT;
+        } else if head.is_node() {
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
+        }
+        self.pos = Pos::Head;
+        let xa = self.xa;
+        while max > max_index(head) {
+            let node = self.take_node(shift, None, 0);
+            // SAFETY: a node of this tree, read under the guard or lock (or linked by
+            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+            let n = unsafe { self.nref(node) };
+            n.set_count(1);
+            if head.is_value() {
+                n.set_nr_values(1);
+            }
+            n.slots[0].init(head);
+            for mark in Mark::ALL {
+                if xa.track_free() && mark == Mark::FREE {
+                    n.mark_all(Mark::FREE);
+                    if !xa.marked(Mark::FREE) {
+                        n.clear_mark(0, Mark::FREE);
+                        xa.mark_set(Mark::FREE);
+                    }
+                } else if xa.marked(mark) {
+                    n.set_mark(0, mark);
+                }
+            }
+            if head.is_node() {
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                unsafe { self.nref(head.to_node()) }.set_parent(Some(node));
+            }
+            head = RawEntry::node(node);
+            xa.head.store(head);
+            xa.bump_seq();
+            shift += CHUNK_SHIFT;
+        }
+        shift
+    }
+
+    /// `xas_create`: make the slot(s) for the cursor's range exist and return
+    /// what is there now. NULL with an error set if allocation failed (in
+    /// which case nothing was changed).
+    pub(crate) fn create(&mut self, allow_root: bool) -> RawEntry {
+        let order = self.shift as u32;
+        let xa = self.xa;
+        let mut shift: u32;
+        let mut entry: RawEntry;
+        let mut parent: Option<NonNull<Node>>;
+        match self.pos {
+            Pos::Restart | Pos::Bounds | Pos::Head => {
+                // At the head already (or continuing a root visit that found
+                // the index outside the tree): not a new walk.
+                let continuing = self.pos == Pos::Head
+                    || (self.pos == Pos::Bounds && self.bounds_at_root && self.seq == xa.seq());
+                if !continuing {
+                    self.walks += 1;
+                }
+                self.bounds_at_root = false;
+                let mut head = xa.head.load_locked();
+                if head.is_node() && self.max_needed() <= max_index(head) {
+                    // The range fits under the current top node: no
+                    // expansion to plan (the common case of a store).
+                    // SAFETY: a node of this tree, read under the lock; nodes
+                    // are freed only through the epoch (state.rs inv. 1).
+                    shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
+                } else {
+                    if head.is_null() && xa.zero_busy() {
+                        head = RawEntry::ZERO;
+                    }
+                    let need = self.plan_top(head, allow_root);
+                    if !self.reserve(need) {
+                        return RawEntry::NULL;
+                    }
+                    self.pos = Pos::Head;
+                    shift = self.expand(head);
+                    if shift == 0 && !allow_root {
+                        shift = CHUNK_SHIFT;
+                    }
+                    head = xa.head.load_locked();
+                }
+                self.pos = Pos::Head;
+                self.seq = xa.seq();
+                // A top node made below sits at offset 0, whatever offset a
+                // stale position left behind.
+                self.offset = 0;
+                entry = head;
+                parent = None;
+            }
+            Pos::Error(_) => return RawEntry::NULL,
+            Pos::Node(node) => {
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
+                shift = n.shift as u32;
+                entry = n.slot_locked(self.offset as usize);
+                parent = Some(node);
+            }
+        }
+        while shift > order {
+            shift -= CHUNK_SHIFT;
+            let node;
+            if entry.is_null() {
+                let need = ((shift - order) / CHUNK_SHIFT + 1) as usize;
+                if !self.reserve(need) {
+                    return RawEntry::NULL;
+                }
+                node = self.take_node(shift, parent, self.offset as usize);
+                if xa.track_free() {
+                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                    unsafe { self.nref(node) }.mark_all(Mark::FREE);
+                }
+                match parent {
+                    Some(p) => {
+                        // SAFETY: a node of this tree, read under the lock (or
+                        // linked by this cursor); freed only through the epoch.
+                        unsafe { self.nref(p) }.set_slot(self.offset as usize, RawEntry::node(node))
+                    }
+                    None => xa.head.store(RawEntry::node(node)),
+                }
+                xa.bump_seq();
+                self.seq = xa.seq();
+            } else if entry.is_node() {
+                node = entry.to_node();
+            } else {
+                break;
+            }
+            entry = self.descend(node);
+            parent = Some(node);
+        }
+        entry
+    }
+}

@@ -1,0 +1,45 @@
+//! [`Rejected`]: a failed operation that consumed an entry hands it back
+//! with the [`Error`], so that a failed call never loses the caller's data.
+
+use crate::error::Error;
+use crate::item::Entry;
+use core::fmt;
+
+/// A failed operation that consumed an entry: the error plus the entry,
+/// handed back untouched.
+pub struct Rejected<T> {
+    /// Why the operation failed.
+    pub error: Error,
+    /// The entry the caller passed in, returned unchanged (or `None` when the
+    /// call stored no entry).
+    pub entry: Option<Entry<T>>,
+}
+
+impl<T> Rejected<T> {
+    pub(crate) fn new(error: Error, entry: Option<Entry<T>>) -> Self {
+        Rejected { error, entry }
+    }
+}
+
+impl<T> fmt::Debug for Rejected<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejected")
+            .field("error", &self.error)
+            .field("has_entry", &self.entry.is_some())
+            .finish()
+    }
+}
+
+impl<T> fmt::Display for Rejected<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> std::error::Error for Rejected<T> {}
+
+impl<T> From<Rejected<T>> for Error {
+    fn from(r: Rejected<T>) -> Error {
+        r.error
+    }
+}
