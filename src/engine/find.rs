@@ -425,6 +425,21 @@ impl<'a, T: Item> XaState<'a, T> {
                 return n.slot(self.offset as usize);
             }
         }
+        // A load that landed on a sibling slot leaves the offset at the
+        // canonical slot while the index stays put; the kernel then steps
+        // the offset alongside the index and reads slots that lie behind it
+        // (in a non-leaf node, inside an unrelated subtree). kxarray walks
+        // from the top instead, so every step returns what covers its index
+        // (a deliberate difference, see the README).
+        let desynced = match self.pos {
+            Pos::Node(node) => {
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
+                self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
+            }
+            _ => false,
+        };
         if !self.frozen() {
             self.index = self.index.wrapping_add(1);
             // Stepping off the top of the index space. The kernel relies on
@@ -435,6 +450,10 @@ impl<'a, T: Item> XaState<'a, T> {
             if self.index == 0 && matches!(self.pos, Pos::Node(_)) {
                 return self.set_bounds();
             }
+        }
+        if desynced && !self.frozen() {
+            self.pos = Pos::Restart;
+            return self.load_raw();
         }
         let node = match self.pos {
             Pos::Head => return self.set_bounds(),
@@ -488,12 +507,31 @@ impl<'a, T: Item> XaState<'a, T> {
                 return n.slot(self.offset as usize);
             }
         }
+        // A load that landed on a sibling slot leaves the offset at the
+        // canonical slot while the index stays put; the kernel then steps
+        // the offset alongside the index and reads slots that lie behind it
+        // (in a non-leaf node, inside an unrelated subtree). kxarray walks
+        // from the top instead, so every step returns what covers its index
+        // (a deliberate difference, see the README).
+        let desynced = match self.pos {
+            Pos::Node(node) => {
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
+                self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
+            }
+            _ => false,
+        };
         if !self.frozen() {
             self.index = self.index.wrapping_sub(1);
             // Stepping off the bottom of the index space (see `next_raw`).
             if self.index == u64::MAX && matches!(self.pos, Pos::Node(_)) {
                 return self.set_bounds();
             }
+        }
+        if desynced && !self.frozen() {
+            self.pos = Pos::Restart;
+            return self.load_raw();
         }
         let node = match self.pos {
             Pos::Head => return self.set_bounds(),
