@@ -34,7 +34,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 if [ -z "${KX_FUZZ_KNOWN_DEFECT_OPS:-}" ]; then
-    if grep -q 'pub const KNOWN_DEFECTS_FIXED: bool = true' ../tests/fuzz_common/api.rs; then
+    if grep -qE 'const KNOWN_DEFECTS_FIXED: bool = true' ../tests/fuzz_common/api.rs; then
         export KX_FUZZ_KNOWN_DEFECT_OPS=1
     else
         export KX_FUZZ_KNOWN_DEFECT_OPS=0
