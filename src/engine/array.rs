@@ -205,6 +205,10 @@ impl<T: Item> XArray<T> {
     /// ```
     #[inline]
     pub fn lock(&self) -> XaLock<'_, T> {
+        // Pin before taking the mutex: a pin may run deferred item
+        // destructors, and one that locks an `XArray` (this one included)
+        // must not run while this lock is held.
+        let epoch = pin();
         let held = self.lock.lock();
         if self.flags() & FLAG_POISONED != 0 {
             drop(held);
@@ -212,7 +216,7 @@ impl<T: Item> XArray<T> {
         }
         XaLock {
             xa: self,
-            epoch: pin(),
+            epoch,
             _held: Held {
                 xa: self,
                 _guard: held,
