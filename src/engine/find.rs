@@ -410,6 +410,21 @@ impl<'a, T: Item> XaState<'a, T> {
         matches!(self.pos, Pos::Restart | Pos::Error(_))
     }
 
+    /// Whether the slot offset is out of step with the index (a load that
+    /// landed on a sibling slot leaves it at the canonical slot).
+    #[inline]
+    fn desynced(&self) -> bool {
+        match self.pos {
+            Pos::Node(node) => {
+                // SAFETY: a node of this tree, read under the guard or lock (or linked by
+                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
+                let n = unsafe { self.nref(node) };
+                self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn next_raw(&mut self) -> RawEntry {
         // inline fast path
         if let Pos::Node(node) = self.pos {
@@ -431,15 +446,7 @@ impl<'a, T: Item> XaState<'a, T> {
         // (in a non-leaf node, inside an unrelated subtree). kxarray walks
         // from the top instead, so every step returns what covers its index
         // (a deliberate difference, see the README).
-        let desynced = match self.pos {
-            Pos::Node(node) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
-                self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
-            }
-            _ => false,
-        };
+        let desynced = self.desynced();
         if !self.frozen() {
             self.index = self.index.wrapping_add(1);
             // Stepping off the top of the index space. The kernel relies on
@@ -513,15 +520,7 @@ impl<'a, T: Item> XaState<'a, T> {
         // (in a non-leaf node, inside an unrelated subtree). kxarray walks
         // from the top instead, so every step returns what covers its index
         // (a deliberate difference, see the README).
-        let desynced = match self.pos {
-            Pos::Node(node) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
-                self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
-            }
-            _ => false,
-        };
+        let desynced = self.desynced();
         if !self.frozen() {
             self.index = self.index.wrapping_sub(1);
             // Stepping off the bottom of the index space (see `next_raw`).
