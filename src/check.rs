@@ -9,7 +9,7 @@
 use crate::engine::array::XArray;
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{Node, NodeRef, Shared, CHUNK_SHIFT, CHUNK_SIZE};
 use core::fmt::Write as _;
 use core::ptr::NonNull;
 
@@ -35,17 +35,18 @@ impl<T: Item> XArray<T> {
         }
         let lock = self.lock();
         let head = self.head.load_locked();
+        let guard = lock.guard();
         let mut nodes = 0usize;
         let mut root_marks = [false; 3];
         let mut tall = None;
         if head.is_node() {
-            let top = head.to_node();
-            // SAFETY: under the lock, reachable nodes are live.
-            let t = unsafe { top.as_ref() };
+            // SAFETY: the top node, read from the head under the lock and its
+            // guard: reachable nodes are live while the guard is.
+            let t = unsafe { NodeRef::<Shared>::from_entry(head, guard) };
             if t.parent().is_some() {
                 return Err("top node has a parent".into());
             }
-            let m = check_node(top, None, 0, &mut nodes, self.track_free())?;
+            let m = check_node(t, None, 0, &mut nodes, self.track_free())?;
             for (i, r) in root_marks.iter_mut().enumerate() {
                 *r = m & (1 << i) != 0;
             }
@@ -111,7 +112,7 @@ impl<T: Item> XArray<T> {
     /// assert!(xa.dump().contains("value(7)"));
     /// ```
     pub fn dump(&self) -> String {
-        let _lock = self.lock();
+        let lock = self.lock();
         let mut out = String::new();
         let head = self.head.load_locked();
         let _ = writeln!(
@@ -122,7 +123,10 @@ impl<T: Item> XArray<T> {
             head
         );
         if head.is_node() {
-            dump_node(&mut out, head.to_node(), 0, 0);
+            // SAFETY: the top node, read from the head under the lock and its
+            // guard: reachable nodes are live while the guard is.
+            let top = unsafe { NodeRef::<Shared>::from_entry(head, lock.guard()) };
+            dump_node(&mut out, top, 0, 0);
         }
         out
     }
@@ -130,15 +134,13 @@ impl<T: Item> XArray<T> {
 
 /// Validate a subtree; returns its aggregated marks (bit i = mark i).
 pub(crate) fn check_node(
-    node: NonNull<Node>,
+    n: NodeRef<'_, Shared>,
     parent: Option<NonNull<Node>>,
     base: u64,
     nodes: &mut usize,
     track_free: bool,
 ) -> Result<u8, String> {
     *nodes += 1;
-    // SAFETY: called under the lock on reachable nodes.
-    let n = unsafe { node.as_ref() };
     if n.parent() != parent {
         return Err(format!(
             "node at {base:#x} shift {} has a wrong parent",
@@ -200,9 +202,7 @@ pub(crate) fn check_node(
             if n.shift == 0 {
                 return Err(format!("leaf at {base:#x} holds a node"));
             }
-            let child = e.to_node();
-            // SAFETY: reachable under the lock.
-            let c = unsafe { child.as_ref() };
+            let c = n.child(off).expect("a node entry in a non-leaf");
             if c.shift as u32 + CHUNK_SHIFT != n.shift as u32 || c.offset as usize != off {
                 return Err(format!(
                     "child at slot {off} of node at {base:#x} has shift {} offset {}",
@@ -212,7 +212,7 @@ pub(crate) fn check_node(
             if c.count() == 0 {
                 return Err(format!("empty node at {child_base:#x}"));
             }
-            let m = check_node(child, Some(node), child_base, nodes, track_free)?;
+            let m = check_node(c, Some(n.as_ptr()), child_base, nodes, track_free)?;
             for mark in Mark::ALL {
                 if mark == Mark::FREE && (slot_marks & 1 != 0 || m & 1 != 0) {
                     // free-tracking arrays: parents may be marked free
@@ -256,9 +256,7 @@ pub(crate) fn check_node(
     Ok(agg)
 }
 
-pub(crate) fn dump_node(out: &mut String, node: NonNull<Node>, base: u64, depth: usize) {
-    // SAFETY: called under the lock on reachable nodes.
-    let n = unsafe { node.as_ref() };
+pub(crate) fn dump_node(out: &mut String, n: NodeRef<'_, Shared>, base: u64, depth: usize) {
     let _ = writeln!(
         out,
         "{:indent$}node {:#x} shift {} offset {} count {} values {} marks {:#x} {:#x} {:#x}",
@@ -279,8 +277,8 @@ pub(crate) fn dump_node(out: &mut String, node: NonNull<Node>, base: u64, depth:
             continue;
         }
         let idx = base | ((off as u64) << n.shift);
-        if e.is_node() && n.shift != 0 {
-            dump_node(out, e.to_node(), idx, depth + 1);
+        if let Some(c) = n.child(off) {
+            dump_node(out, c, idx, depth + 1);
         } else {
             let _ = writeln!(
                 out,

@@ -84,6 +84,12 @@ impl Guard {
         unsafe { self.0.defer_unchecked(f) }
     }
 
+    /// Whether this is the [`unprotected`](Guard::unprotected) guard.
+    #[inline]
+    pub(crate) fn is_unprotected(&self) -> bool {
+        self.0.collector().is_none()
+    }
+
     /// A guard that protects nothing: deferred functions run at once.
     ///
     /// # Safety

@@ -12,7 +12,7 @@ use crate::entry::{AtomicEntry, RawEntry};
 use crate::guard::{pin, Guard};
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT};
+use crate::node::{NodeRef, Shared, Writer, CHUNK_MASK, CHUNK_SHIFT};
 use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 use core::marker::PhantomData;
 
@@ -240,9 +240,10 @@ impl<T: Item> XArray<T> {
         self.lock.is_locked()
     }
 
-    /// The lock-free descent. Caller holds a guard (or the lock).
+    /// The lock-free descent, under `guard` (the lock's guard, or the
+    /// unprotected one on the `&mut` paths).
     #[inline(always)]
-    pub(crate) fn load_raw(&self, index: u64) -> RawEntry {
+    pub(crate) fn load_raw(&self, index: u64, guard: &Guard) -> RawEntry {
         loop {
             let head = self.head.load();
             if !head.is_node() {
@@ -254,10 +255,10 @@ impl<T: Item> XArray<T> {
                 };
             }
             // SAFETY: `is_node` was checked just above, so the word is a node
-            // pointer; the caller holds a `Guard` (pinned on the default
-            // collector, where node frees are deferred) or the lock, so node
-            // pointers read now stay allocated.
-            let mut n: &Node = unsafe { &*head.internal_raw_ptr::<Node>() };
+            // pointer read from the head under `guard` (pinned on the default
+            // collector, where node frees are deferred), so it stays
+            // allocated while `guard` lives.
+            let mut n = unsafe { NodeRef::<Shared>::from_entry(head, guard) };
             // Only the top node's shift is read: a child's shift is its
             // parent's minus CHUNK_SHIFT (shifts never change once published),
             // so each level touches one cache line (the slot), and the loop
@@ -272,8 +273,9 @@ impl<T: Item> XArray<T> {
                     break e; // an item, a value, or empty: the common exit
                 }
                 if e.is_node() {
-                    // SAFETY: as above (`e.is_node()` checked).
-                    n = unsafe { &*e.internal_raw_ptr::<Node>() };
+                    // SAFETY: as above: a node word (`e.is_node()` checked)
+                    // read from a slot of a node reached under `guard`.
+                    n = unsafe { NodeRef::<Shared>::from_entry(e, guard) };
                     shift = shift.wrapping_sub(CHUNK_SHIFT);
                     debug_assert_eq!(n.shift as u32, shift);
                     continue;
@@ -293,27 +295,41 @@ impl<T: Item> XArray<T> {
         }
     }
 
-    pub(crate) fn excl_cursor(&mut self, index: u64) -> XaState<'_, T> {
+    /// A cursor on an exclusively borrowed array, and the [`Writer`] the
+    /// borrow is as good as.
+    pub(crate) fn excl_cursor(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
         if self.is_poisoned() {
             Self::poisoned_panic();
         }
         self.excl_cursor_unchecked(index)
     }
 
-    pub(crate) fn excl_cursor_unchecked(&mut self, index: u64) -> XaState<'_, T> {
+    pub(crate) fn excl_cursor_unchecked(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
         // SAFETY: `&mut self` means no reader or writer can see the tree, so
         // deferred destruction may run at once; the cursor (and the guard)
         // stays inside this crate's `&mut self` methods.
         let guard: &'static Guard = unsafe { Guard::unprotected() };
-        XaState::new(self, guard, index)
+        // SAFETY: `&mut self`: this thread has the tree exclusively for the
+        // borrow, which bounds the writer's lifetime.
+        let w = unsafe { Writer::new(true) };
+        (XaState::new(self, guard, index), w)
+    }
+
+    /// The entry at `index` of an exclusively borrowed array.
+    #[inline]
+    pub(crate) fn load_excl(&mut self, index: u64) -> RawEntry {
+        // SAFETY: `&mut self`: no reader can see the tree, and the guard is
+        // used only for this descent.
+        let guard: &'static Guard = unsafe { Guard::unprotected() };
+        self.load_raw(index, guard)
     }
 }
 
 impl<T: Item> Drop for XArray<T> {
     fn drop(&mut self) {
         // A poisoned array's old tree is leaked; what the head holds is not.
-        let mut xas = self.excl_cursor_unchecked(0);
-        xas.destroy_all();
+        let (mut xas, w) = self.excl_cursor_unchecked(0);
+        xas.destroy_all(w);
     }
 }
 
@@ -373,5 +389,13 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// ```
     pub fn cursor(&self, index: u64) -> XaState<'_, T> {
         XaState::new(self.xa, &self.epoch, index)
+    }
+
+    /// The witness that this lock is held, for the engine's write paths.
+    #[inline(always)]
+    pub(crate) fn writer(&self) -> Writer<'_> {
+        // SAFETY: `self` holds the array's mutex for as long as it is
+        // borrowed, which bounds the writer's lifetime.
+        unsafe { Writer::new(self.xa.is_locked()) }
     }
 }

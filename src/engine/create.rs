@@ -5,8 +5,7 @@ use super::state::{max_index, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use core::ptr::NonNull;
+use crate::node::{Locked, NodeRef, Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 
 impl<'a, T: Item> XaState<'a, T> {
     /// `xas_max`: the largest index the cursor's range needs.
@@ -47,14 +46,11 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         // New top levels, as `expand` will add them.
         let mut levels = 0usize;
-        let mut shift = if head.is_node() {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT
-        } else {
-            0
-        };
-        let mut cur_max = max_index(head);
+        // SAFETY: the head of this tree, read under the lock (nodes are freed
+        // only through the epoch, state.rs inv. 1).
+        let top = head.is_node().then(|| unsafe { self.nref(head.to_node()) });
+        let mut shift = top.map_or(0, |n| n.shift as u32 + CHUNK_SHIFT);
+        let mut cur_max = max_index(top);
         while max > cur_max {
             levels += 1;
             cur_max = ((CHUNK_SIZE as u64) << shift).wrapping_sub(1);
@@ -73,7 +69,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// `xas_expand`: grow the tree until the cursor's range fits. Returns the
     /// shift to descend from (top shift + CHUNK_SHIFT, or 0 for the head).
     /// Nodes must have been reserved by `plan_top`.
-    pub(crate) fn expand(&mut self, mut head: RawEntry) -> u32 {
+    pub(crate) fn expand(&mut self, w: Writer<'_>, mut head: RawEntry) -> u32 {
         let max = self.max_needed();
         let mut shift = 0u32;
         if head.is_null() {
@@ -84,23 +80,23 @@ impl<'a, T: Item> XaState<'a, T> {
                 shift += CHUNK_SHIFT;
             }
             return shift + CHUNK_SHIFT;
-        } else if head.is_node() {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
+        }
+        // SAFETY: the head of this tree, read under the lock `w` witnesses.
+        let mut top = head
+            .is_node()
+            .then(|| unsafe { self.nmut(head.to_node(), w) });
+        if let Some(t) = top {
+            shift = t.shift as u32 + CHUNK_SHIFT;
         }
         self.pos = Pos::Head;
         let xa = self.xa;
-        while max > max_index(head) {
-            let node = self.take_node(shift, None, 0);
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+        while max > max_index(top.map(NodeRef::shared)) {
+            let n = self.take_node(w, shift, None, 0);
             n.set_count(1);
             if head.is_value() {
                 n.set_nr_values(1);
             }
-            n.slots[0].init(head);
+            n.init_slot(0, head);
             for mark in Mark::ALL {
                 if xa.track_free() && mark == Mark::FREE {
                     n.mark_all(Mark::FREE);
@@ -112,12 +108,11 @@ impl<'a, T: Item> XaState<'a, T> {
                     n.set_mark(0, mark);
                 }
             }
-            if head.is_node() {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                unsafe { self.nref(head.to_node()) }.set_parent(Some(node));
+            if let Some(t) = top {
+                t.set_parent(Some(n.as_ptr()));
             }
-            head = RawEntry::node(node);
+            top = Some(n);
+            head = RawEntry::node(n.as_ptr());
             xa.head.store(head);
             xa.bump_seq();
             shift += CHUNK_SHIFT;
@@ -128,12 +123,12 @@ impl<'a, T: Item> XaState<'a, T> {
     /// `xas_create`: make the slot(s) for the cursor's range exist and return
     /// what is there now. NULL with an error set if allocation failed (in
     /// which case nothing was changed).
-    pub(crate) fn create(&mut self, allow_root: bool) -> RawEntry {
+    pub(crate) fn create(&mut self, w: Writer<'_>, allow_root: bool) -> RawEntry {
         let order = self.shift as u32;
         let xa = self.xa;
         let mut shift: u32;
         let mut entry: RawEntry;
-        let mut parent: Option<NonNull<Node>>;
+        let mut parent: Option<NodeRef<'_, Locked>>;
         match self.pos {
             Pos::Restart | Pos::Bounds | Pos::Head => {
                 // At the head already (or continuing a root visit that found
@@ -145,12 +140,13 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 self.bounds_at_root = false;
                 let mut head = xa.head.load_locked();
-                if head.is_node() && self.max_needed() <= max_index(head) {
+                // SAFETY: the head of this tree, read under the lock; nodes
+                // are freed only through the epoch (state.rs inv. 1).
+                let top = head.is_node().then(|| unsafe { self.nref(head.to_node()) });
+                if top.is_some() && self.max_needed() <= max_index(top) {
                     // The range fits under the current top node: no
                     // expansion to plan (the common case of a store).
-                    // SAFETY: a node of this tree, read under the lock; nodes
-                    // are freed only through the epoch (state.rs inv. 1).
-                    shift = unsafe { self.nref(head.to_node()) }.shift as u32 + CHUNK_SHIFT;
+                    shift = top.map_or(0, |t| t.shift as u32) + CHUNK_SHIFT;
                 } else {
                     if head.is_null() && xa.zero_busy() {
                         head = RawEntry::ZERO;
@@ -160,7 +156,7 @@ impl<'a, T: Item> XaState<'a, T> {
                         return RawEntry::NULL;
                     }
                     self.pos = Pos::Head;
-                    shift = self.expand(head);
+                    shift = self.expand(w, head);
                     if shift == 0 && !allow_root {
                         shift = CHUNK_SHIFT;
                     }
@@ -176,12 +172,12 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             Pos::Error(_) => return RawEntry::NULL,
             Pos::Node(node) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
+                // SAFETY: the cursor's node, in this tree under the lock `w`
+                // witnesses (state.rs inv. 1).
+                let n = unsafe { self.nmut(node, w) };
                 shift = n.shift as u32;
                 entry = n.slot_locked(self.offset as usize);
-                parent = Some(node);
+                parent = Some(n);
             }
         }
         while shift > order {
@@ -192,28 +188,24 @@ impl<'a, T: Item> XaState<'a, T> {
                 if !self.reserve(need) {
                     return RawEntry::NULL;
                 }
-                node = self.take_node(shift, parent, self.offset as usize);
+                node = self.take_node(w, shift, parent, self.offset as usize);
                 if xa.track_free() {
-                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                    unsafe { self.nref(node) }.mark_all(Mark::FREE);
+                    node.mark_all(Mark::FREE);
                 }
                 match parent {
-                    Some(p) => {
-                        // SAFETY: a node of this tree, read under the lock (or
-                        // linked by this cursor); freed only through the epoch.
-                        unsafe { self.nref(p) }.set_slot(self.offset as usize, RawEntry::node(node))
-                    }
-                    None => xa.head.store(RawEntry::node(node)),
+                    Some(p) => p.set_slot(self.offset as usize, RawEntry::node(node.as_ptr())),
+                    None => xa.head.store(RawEntry::node(node.as_ptr())),
                 }
                 xa.bump_seq();
                 self.seq = xa.seq();
             } else if entry.is_node() {
-                node = entry.to_node();
+                // SAFETY: a child read from a slot of this tree under the
+                // lock `w` witnesses.
+                node = unsafe { self.nmut(entry.to_node(), w) };
             } else {
                 break;
             }
-            entry = self.descend(node);
+            entry = self.descend_at(node.as_ptr(), shift);
             parent = Some(node);
         }
         entry

@@ -5,11 +5,11 @@ use super::state::{max_index, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::{EntryRef, Item};
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{NodeRef, Shared, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 
 impl<'a, T: Item> XaState<'a, T> {
     #[inline]
-    pub(crate) fn move_index(&mut self, n: &Node, offset: u64) {
+    pub(crate) fn move_index(&mut self, n: NodeRef<'_, Shared>, offset: u64) {
         let shift = n.shift as u32;
         // the kernel's `~XA_CHUNK_MASK << shift`: clears the bits below the
         // node's offset too, so the index lands on the slot's first index
@@ -108,7 +108,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// 0)`, the last offset bounded by `max`. `None` unless the cursor is on
     /// an entry in a leaf.
     #[inline]
-    pub(crate) fn leaf_window(&self, max: u64) -> Option<(&'a Node, usize, usize, u64)> {
+    pub(crate) fn leaf_window(&self, max: u64) -> Option<(NodeRef<'a, Shared>, usize, usize, u64)> {
         let Pos::Node(n) = self.pos else { return None };
         // SAFETY: a node of this tree, read under the guard or lock (or linked by
         // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
@@ -221,7 +221,12 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     #[inline]
-    pub(crate) fn find_chunk(n: &Node, offset: usize, advance: bool, mark: Mark) -> usize {
+    pub(crate) fn find_chunk(
+        n: NodeRef<'_, Shared>,
+        offset: usize,
+        advance: bool,
+        mark: Mark,
+    ) -> usize {
         let offset = offset + advance as usize;
         if offset < CHUNK_SIZE {
             let data = n.marks(mark) & (u64::MAX << offset);
@@ -256,7 +261,12 @@ impl<'a, T: Item> XaState<'a, T> {
                 self.seq = xa.seq();
                 let entry = xa.head.load();
                 self.pos = Pos::Head;
-                if self.index > max_index(entry) {
+                // SAFETY: the head of this tree, read under the cursor's guard
+                // (nodes are freed only through the epoch, state.rs inv. 1).
+                let top = entry
+                    .is_node()
+                    .then(|| unsafe { self.nref(entry.to_node()) });
+                if self.index > max_index(top) {
                     return self.find_marked_out(max);
                 }
                 if !entry.is_node() {

@@ -9,6 +9,7 @@ use super::array::XArray;
 use super::state::XaState;
 use crate::guard::pin;
 use crate::item::Item;
+use crate::node::Writer;
 use crate::sync::{MutexGuard, Ordering};
 
 /// The mutex guard inside an [`XaLock`]: before unlocking, it removes the
@@ -29,7 +30,10 @@ impl<T: Item> Drop for Held<'_, T> {
             xa.created_last.store(0, Ordering::Relaxed);
             if !xa.is_poisoned() {
                 let guard = pin();
-                XaState::new(xa, &guard, first).sweep_empty(first, last);
+                // SAFETY: `self` holds the array's mutex until the end of this
+                // drop, past the sweep.
+                let w = unsafe { Writer::new(xa.is_locked()) };
+                XaState::new(xa, &guard, first).sweep_empty(w, first, last);
             }
         }
     }

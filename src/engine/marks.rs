@@ -5,8 +5,7 @@ use super::array::XaLock;
 use super::state::{Pos, XaState};
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::Node;
-use core::ptr::NonNull;
+use crate::node::{Locked, NodeRef, Writer};
 
 impl<'a, T: Item> XaState<'a, T> {
     /// Whether the entry at the cursor has `mark` (`xas_get_mark`).
@@ -34,63 +33,63 @@ impl<'a, T: Item> XaState<'a, T> {
         }
     }
 
-    pub(crate) fn set_mark_raw(&self, mark: Mark) {
+    /// The cursor's node as a write handle (`None` at the head), or
+    /// `Err(())` when the cursor is not on a slot.
+    #[inline]
+    fn locked_pos<'l>(&self, w: Writer<'l>) -> Result<Option<NodeRef<'l, Locked>>, ()> {
+        match self.pos {
+            // SAFETY: the cursor's node, in this tree under the lock `w`
+            // witnesses (state.rs inv. 1).
+            Pos::Node(n) => Ok(Some(unsafe { self.nmut(n, w) })),
+            Pos::Head => Ok(None),
+            _ => Err(()),
+        }
+    }
+
+    pub(crate) fn set_mark_raw(&self, w: Writer<'_>, mark: Mark) {
         let mut offset = self.offset as usize;
-        let mut node = match self.pos {
-            Pos::Node(n) => Some(n),
-            Pos::Head => None,
-            _ => return,
+        let Ok(mut node) = self.locked_pos(w) else {
+            return;
         };
         while let Some(n) = node {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let nr = unsafe { self.nref(n) };
-            if nr.set_mark(offset, mark) {
+            if n.set_mark(offset, mark) {
                 return;
             }
-            offset = nr.offset as usize;
-            node = nr.parent();
+            offset = n.offset as usize;
+            node = n.parent_mut();
         }
         self.xa.mark_set(mark);
     }
 
-    pub(crate) fn clear_mark_raw(&self, mark: Mark) {
+    pub(crate) fn clear_mark_raw(&self, w: Writer<'_>, mark: Mark) {
         let mut offset = self.offset as usize;
-        let mut node = match self.pos {
-            Pos::Node(n) => Some(n),
-            Pos::Head => None,
-            _ => return,
+        let Ok(mut node) = self.locked_pos(w) else {
+            return;
         };
         while let Some(n) = node {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let nr = unsafe { self.nref(n) };
-            if !nr.clear_mark(offset, mark) {
+            if !n.clear_mark(offset, mark) {
                 return;
             }
-            if nr.any_mark(mark) {
+            if n.any_mark(mark) {
                 return;
             }
-            offset = nr.offset as usize;
-            node = nr.parent();
+            offset = n.offset as usize;
+            node = n.parent_mut();
         }
         self.xa.mark_clear(mark);
     }
 
-    pub(crate) fn init_marks_raw(&self) {
+    pub(crate) fn init_marks_raw(&self, w: Writer<'_>) {
         for mark in Mark::ALL {
             if self.xa.track_free() && mark == Mark::FREE {
-                self.set_mark_raw(mark);
+                self.set_mark_raw(w, mark);
             } else {
-                self.clear_mark_raw(mark);
+                self.clear_mark_raw(w, mark);
             }
         }
     }
 
-    pub(crate) fn squash_marks(&self, node: NonNull<Node>) {
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+    pub(crate) fn squash_marks(&self, n: NodeRef<'_, Locked>) {
         let off = self.offset as usize;
         let sibs = self.sibs as usize;
         let range: u64 = if sibs + 1 >= 64 {
@@ -128,14 +127,14 @@ impl<'a, T: Item> XaState<'a, T> {
     /// assert!(xas.get_mark(Mark::M1));
     /// ```
     pub fn set_mark(&mut self, lock: &XaLock<'_, T>, mark: Mark) {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if !self.is_valid() {
             let e = self.load_raw();
             if !e.is_user() && !e.is_zero() {
                 return;
             }
         }
-        self.set_mark_raw(mark);
+        self.set_mark_raw(w, mark);
     }
 
     /// Clear `mark` on the entry at the cursor, and on ancestors that no
@@ -160,14 +159,14 @@ impl<'a, T: Item> XaState<'a, T> {
     /// assert!(!xas.get_mark(Mark::M1));
     /// ```
     pub fn clear_mark(&mut self, lock: &XaLock<'_, T>, mark: Mark) {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if !self.is_valid() {
             let e = self.load_raw();
             if !e.is_user() && !e.is_zero() {
                 return;
             }
         }
-        self.clear_mark_raw(mark);
+        self.clear_mark_raw(w, mark);
     }
 
     /// Clear every mark of the entry at the cursor (`xas_init_marks`).
@@ -191,10 +190,10 @@ impl<'a, T: Item> XaState<'a, T> {
     /// assert!(!xas.get_mark(Mark::M0));
     /// ```
     pub fn init_marks(&mut self, lock: &XaLock<'_, T>) {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if !self.is_valid() {
             self.load_raw();
         }
-        self.init_marks_raw();
+        self.init_marks_raw(w);
     }
 }

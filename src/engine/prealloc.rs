@@ -2,12 +2,11 @@
 //! failed allocation leaves the array unchanged; split nodes are tagged with the
 //! entry and order they were made for.
 
-use super::state::{dispose_item, Prealloc, SendPtr, XaState};
+use super::state::{dispose_item, Prealloc, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;
 use crate::item::Item;
-use crate::node::{Node, NodeBox};
-use core::ptr::NonNull;
+use crate::node::{Dying, Locked, Node, NodeBox, NodeRef, Writer};
 
 impl<'a, T: Item> XaState<'a, T> {
     /// Make sure `need` blank nodes are at hand, allocating the rest now.
@@ -69,54 +68,46 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// Link a reserved node as a child of `parent` at `offset` (not yet
-    /// published).
-    pub(crate) fn take_node(
+    /// published): returns its write handle.
+    pub(crate) fn take_node<'l>(
         &mut self,
+        w: Writer<'l>,
         shift: u32,
-        parent: Option<NonNull<Node>>,
+        parent: Option<NodeRef<'l, Locked>>,
         offset: usize,
-    ) -> NonNull<Node> {
+    ) -> NodeRef<'l, Locked> {
         let mut nb = self
             .pre
             .as_mut()
             .and_then(|p| p.alloc.pop())
             .expect("kxarray: node reserved before use");
-        {
-            let n = nb.node_mut();
-            n.shift = shift as u8;
-            n.offset = offset as u8;
-            n.set_parent(parent);
-        }
+        nb.place(shift as u8, offset as u8, parent.map(NodeRef::as_ptr));
         if let Some(p) = parent {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            unsafe { self.nref(p) }.add_count(1);
+            p.add_count(1);
         }
         self.xa.node_added();
-        nb.into_raw()
+        // SAFETY: the node now belongs to this tree (the caller links it
+        // before the lock `w` witnesses is released); freed only through
+        // the epoch.
+        unsafe { self.nmut(nb.into_raw(), w) }
     }
 
-    /// Free a node detached from the tree once no reader can see it.
-    pub(crate) fn free_node(&mut self, node: NonNull<Node>) {
+    /// Free a node unlinked from the tree once no reader can see it.
+    pub(crate) fn free_node(&mut self, node: Dying<'_>) {
         self.xa.node_removed();
-        let p = SendPtr(node.cast());
-        let free = move || {
-            let p = p;
-            // SAFETY: the closure holds the last reference to the
-            // unreachable node (see below).
-            unsafe { Node::free(p.0.cast::<Node>()) };
-        };
-        // SAFETY: the node is unreachable; `self.guard` is pinned on the
-        // default collector (or is the unprotected guard under `&mut
-        // XArray`), the one every reader's `Guard` pins, so readers delay the
-        // deferred free until they leave; the closure owns the last reference.
-        unsafe { self.guard.defer_unchecked(free) }
+        node.retire(self.guard);
     }
 
     /// Drop a displaced item once no reader can see it.
-    pub(crate) fn dispose(&self, e: RawEntry) {
+    ///
+    /// # Safety
+    ///
+    /// - `e` was just unlinked from this cursor's array (no slot and not
+    ///   the head holds it any more), and this is its only disposal.
+    pub(crate) unsafe fn dispose(&self, e: RawEntry) {
         if e.is_item() {
-            dispose_item::<T>(self.guard, e);
+            // SAFETY: forwarded from this function's contract.
+            unsafe { dispose_item::<T>(self.guard, e) };
         }
     }
 }

@@ -12,7 +12,7 @@ use super::array::XaLock;
 use super::state::{PoisonOnUnwind, Pos, XaState};
 use crate::error::Error;
 use crate::item::Item;
-use crate::node::{CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 
 /// The most nodes one [`XaState::create_range`] may span (8192 nodes, about
 /// 4.5 MiB with 64-slot nodes: an order-18 range); larger requests fail
@@ -86,7 +86,7 @@ impl<T: Item> XaState<'_, T> {
     /// assert!(xa.node_count() >= 1);
     /// ```
     pub fn create_range(&mut self, lock: &XaLock<'_, T>) -> Result<(), Error> {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if let Pos::Error(e) = self.pos {
             return Err(e);
         }
@@ -105,7 +105,7 @@ impl<T: Item> XaState<'_, T> {
             return Err(Error::NoMemory);
         }
         let bomb = PoisonOnUnwind::arm(self.xa);
-        let r = self.create_range_reserved(index, shift, sibs);
+        let r = self.create_range_reserved(w, index, shift, sibs);
         bomb.defuse();
         self.xa.note_created(index, last);
         r
@@ -113,7 +113,7 @@ impl<T: Item> XaState<'_, T> {
 
     /// Remove the empty nodes (left by `create_range`) in `first..=last`,
     /// visiting only the nodes that exist there. Called under the lock.
-    pub(crate) fn sweep_empty(&mut self, first: u64, last: u64) {
+    pub(crate) fn sweep_empty(&mut self, w: Writer<'_>, first: u64, last: u64) {
         let mut i = first;
         loop {
             self.set_index(i);
@@ -126,7 +126,7 @@ impl<T: Item> XaState<'_, T> {
             let n = unsafe { self.nref(node) };
             let span = if n.shift == 0 {
                 if n.count() == 0 {
-                    self.delete_node();
+                    self.delete_node(w);
                 }
                 CHUNK_SHIFT
             } else {
@@ -139,7 +139,13 @@ impl<T: Item> XaState<'_, T> {
         }
     }
 
-    fn create_range_reserved(&mut self, index: u64, shift: u8, sibs: u8) -> Result<(), Error> {
+    fn create_range_reserved(
+        &mut self,
+        w: Writer<'_>,
+        index: u64,
+        shift: u8,
+        sibs: u8,
+    ) -> Result<(), Error> {
         self.index |= ((sibs as u64 + 1) << shift).wrapping_sub(1);
         if let Pos::Node(n) = self.pos {
             // SAFETY: a node of this tree, read under the guard or lock (or linked by
@@ -151,7 +157,7 @@ impl<T: Item> XaState<'_, T> {
         self.shift = 0;
         self.sibs = 0;
         loop {
-            self.create(true);
+            self.create(w, true);
             if let Some(e) = self.error() {
                 self.shift = shift;
                 self.sibs = sibs;

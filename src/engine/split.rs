@@ -24,8 +24,7 @@ use crate::entry::RawEntry;
 use crate::error::Error;
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use core::ptr::NonNull;
+use crate::node::{Locked, Node, NodeRef, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 
 impl<'a, T: Item> XaState<'a, T> {
     /// Preallocate, without the lock, the nodes needed to split a value entry
@@ -72,7 +71,7 @@ impl<'a, T: Item> XaState<'a, T> {
                     self.clear_split();
                     return Err(Error::NoMemory);
                 };
-                self.fill_for_split(nb.node_mut(), entry);
+                self.fill_for_split(nb.as_locked(), entry);
                 self.push_split_node(nb);
             }
         }
@@ -80,15 +79,15 @@ impl<'a, T: Item> XaState<'a, T> {
         Ok(())
     }
 
-    pub(crate) fn fill_for_split(&self, n: &mut Node, entry: RawEntry) {
+    pub(crate) fn fill_for_split(&self, n: NodeRef<'_, Locked>, entry: RawEntry) {
         let mask = self.sibs as usize;
         let mut sibling = RawEntry::NULL;
         for i in 0..CHUNK_SIZE {
             if i & mask == 0 {
-                n.slots[i].init(entry);
+                n.init_slot(i, entry);
                 sibling = RawEntry::sibling(i);
             } else {
-                n.slots[i].init(sibling);
+                n.init_slot(i, sibling);
             }
         }
     }
@@ -127,7 +126,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// assert_eq!(xa.load_value(40), Some(1));
     /// ```
     pub fn split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if value > crate::entry::MAX_VALUE {
             self.clear_split();
             return Err(Error::ValueOutOfRange(value));
@@ -150,9 +149,9 @@ impl<'a, T: Item> XaState<'a, T> {
             return Err(Error::InvalidSplit);
         }
         let bomb = PoisonOnUnwind::arm(self.xa);
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        // SAFETY: the cursor's node, in this tree under the lock `w`
+        // witnesses (state.rs inv. 1).
+        let n = unsafe { self.nmut(node, w) };
         let sibs = (1usize << (order % CHUNK_SHIFT)) - 1;
         let marks = n.slot_marks(self.offset as usize);
         let mut values: i32 = 0;
@@ -161,23 +160,19 @@ impl<'a, T: Item> XaState<'a, T> {
         loop {
             if (self.shift) < n.shift {
                 let mut child = self.pop_split_node();
+                child.place(n.shift - CHUNK_SHIFT as u8, offset as u8, Some(node));
                 {
-                    let c = child.node_mut();
-                    c.shift = n.shift - CHUNK_SHIFT as u8;
-                    c.offset = offset as u8;
+                    let c = child.as_locked();
                     c.set_count(CHUNK_SIZE as u8);
                     c.set_nr_values(if entry.is_value() {
                         CHUNK_SIZE as u8
                     } else {
                         0
                     });
-                    c.set_parent(Some(node));
+                    self.set_split_marks(n, offset, Some(c), marks);
                 }
                 let child = child.into_raw();
                 xa.node_added();
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                self.set_split_marks(n, offset, Some(unsafe { self.nref(child) }), marks);
                 n.set_slot(offset, RawEntry::node(child));
                 crate::fault::slot_written();
                 if curr.is_value() {
@@ -208,7 +203,13 @@ impl<'a, T: Item> XaState<'a, T> {
         Ok(())
     }
 
-    pub(crate) fn set_split_marks(&self, n: &Node, offset: usize, child: Option<&Node>, marks: u8) {
+    pub(crate) fn set_split_marks(
+        &self,
+        n: NodeRef<'_, Locked>,
+        offset: usize,
+        child: Option<NodeRef<'_, Locked>>,
+        marks: u8,
+    ) {
         for mark in Mark::ALL {
             if marks & (1 << mark.index()) != 0 {
                 n.set_mark(offset, mark);
@@ -339,7 +340,7 @@ impl<T: Item> XaState<'_, T> {
     /// assert_eq!((xa.get_order(5), xa.get_order(0)), (0, 2));
     /// ```
     pub fn try_split(&mut self, lock: &XaLock<'_, T>, value: u64, order: u32) -> Result<(), Error> {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         if value > crate::entry::MAX_VALUE {
             self.destroy();
             return Err(Error::ValueOutOfRange(value));
@@ -363,16 +364,17 @@ impl<T: Item> XaState<'_, T> {
             self.sibs = sibs;
             e
         };
-        let Pos::Node(mut node) = self.pos else {
+        let Pos::Node(node) = self.pos else {
             self.destroy();
             return Err(Error::InvalidSplit);
         };
+        // SAFETY: the cursor's node, in this tree under the lock `w`
+        // witnesses (state.rs inv. 1).
+        let mut node = unsafe { self.nmut(node, w) };
         // Put the cursor on the entry's canonical slot (it may have been
         // reached through a sibling), then check entry and order.
         {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             let off = ((self.index >> n.shift) & CHUNK_MASK) as usize;
             let e = n.slot_locked(off);
             self.offset = if e.is_sibling() { e.to_sibling() } else { off } as u8;
@@ -383,16 +385,12 @@ impl<T: Item> XaState<'_, T> {
         }
         let bomb = PoisonOnUnwind::arm(self.xa);
         let new_order = self.order();
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let marks = unsafe { self.nref(node) }.slot_marks(self.offset as usize);
+        let marks = node.slot_marks(self.offset as usize);
         let xa = self.xa;
         let mut lo = order; // order of the block still to split, in `node`
         let mut base_off = self.offset as usize; // first slot of that block in `node`
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             let nshift = n.shift as u32;
             // Halve the block, writing the buddy halves that do not contain
             // the target, down to max(new_order, nshift).
@@ -415,7 +413,7 @@ impl<T: Item> XaState<'_, T> {
                 // the target block is `slots` slots at base_off of this node
                 let slots = 1usize << (new_order - nshift);
                 self.write_piece(n, base_off, slots, entry, marks);
-                self.pos = Pos::Node(node);
+                self.pos = Pos::Node(node.as_ptr());
                 self.offset = base_off as u8;
                 break;
             }
@@ -423,13 +421,11 @@ impl<T: Item> XaState<'_, T> {
             // value (as order-(nshift-CHUNK) entries), published at once.
             let mut child = self.pop_split_node();
             let cshift = nshift - CHUNK_SHIFT;
+            child.place(cshift as u8, base_off as u8, Some(node.as_ptr()));
             {
-                let c = child.node_mut();
-                c.shift = cshift as u8;
-                c.offset = base_off as u8;
-                c.set_parent(Some(node));
+                let c = child.as_locked();
                 for i in 0..CHUNK_SIZE {
-                    c.slots[i].init(entry);
+                    c.init_slot(i, entry);
                 }
                 c.set_count(CHUNK_SIZE as u8);
                 c.set_nr_values(CHUNK_SIZE as u8);
@@ -439,7 +435,9 @@ impl<T: Item> XaState<'_, T> {
                     }
                 }
             }
-            let child: NonNull<Node> = child.into_raw();
+            // SAFETY: the child is linked into this tree just below, under the
+            // lock `w` witnesses.
+            let child = unsafe { self.nmut(child.into_raw(), w) };
             xa.node_added();
             // The slot may have been a sibling (marks cleared): it now
             // holds the child, whose every slot carries the entry's marks.
@@ -448,7 +446,7 @@ impl<T: Item> XaState<'_, T> {
                     n.set_mark(base_off, mark);
                 }
             }
-            n.set_slot(base_off, RawEntry::node(child));
+            n.set_slot(base_off, RawEntry::node(child.as_ptr()));
             crate::fault::slot_written();
             n.add_nr_values(-1);
             node = child;
@@ -467,7 +465,14 @@ impl<T: Item> XaState<'_, T> {
     /// Rewrite `slots` slots from `first` as one entry (canonical plus
     /// siblings) carrying `marks`. The old contents are the same value (or
     /// its siblings), so only the sibling links and marks change.
-    fn write_piece(&self, n: &Node, first: usize, slots: usize, entry: RawEntry, marks: u8) {
+    fn write_piece(
+        &self,
+        n: NodeRef<'_, Locked>,
+        first: usize,
+        slots: usize,
+        entry: RawEntry,
+        marks: u8,
+    ) {
         // Publish the canonical slot first so siblings never point at a
         // sibling; then the siblings from high to low.
         n.set_slot(first, entry);

@@ -34,7 +34,7 @@ use crate::error::Error;
 use crate::guard::Guard;
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{Node, NodeBox, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{Locked, Node, NodeBox, NodeRef, Shared, Writer, CHUNK_SHIFT, CHUNK_SIZE};
 use core::ptr::NonNull;
 
 /// Where the cursor is.
@@ -135,16 +135,14 @@ pub(crate) fn order_shape(order: u32) -> (u8, u8) {
     ((order - rem) as u8, ((1u32 << rem) - 1) as u8)
 }
 
+/// The largest index a tree with top node `top` can hold (`xa_max_index`
+/// of the head; 0 for a head without a node).
 #[inline]
-pub(crate) fn max_index(entry: RawEntry) -> u64 {
-    if !entry.is_node() {
-        return 0;
+pub(crate) fn max_index<K>(top: Option<NodeRef<'_, K>>) -> u64 {
+    match top {
+        Some(n) => ((CHUNK_SIZE as u64) << n.shift).wrapping_sub(1),
+        None => 0,
     }
-    // SAFETY: node entries read from the tree point to live nodes (caller
-    // holds the lock or a `Guard`, pinned on the default collector where
-    // node frees are deferred).
-    let shift = unsafe { entry.to_node().as_ref() }.shift as u32;
-    ((CHUNK_SIZE as u64) << shift).wrapping_sub(1)
 }
 
 /// Poisons the array if dropped during a panic: armed at the start of a
@@ -482,7 +480,8 @@ impl<'a, T: Item> XaState<'a, T> {
         self.pos = Pos::Restart;
     }
 
-    /// The node behind `n`, borrowed for the cursor's guard lifetime.
+    /// A read handle for the node behind `n`, valid for the cursor's guard
+    /// lifetime.
     ///
     /// # Safety
     ///
@@ -491,11 +490,28 @@ impl<'a, T: Item> XaState<'a, T> {
     ///   cursor reads under) was held; nodes are freed only through the
     ///   epoch, so it then stays allocated for `'a` even if detached.
     #[inline(always)]
-    pub(crate) unsafe fn nref(&self, n: NonNull<Node>) -> &'a Node {
+    pub(crate) unsafe fn nref(&self, n: NonNull<Node>) -> NodeRef<'a, Shared> {
         debug_assert!(n.as_ptr().is_aligned(), "not a node pointer: {n:p}");
         // SAFETY: the caller's contract: `n` is a node of this tree read
         // under `self.guard`, so it is allocated and initialised for 'a.
-        unsafe { &*n.as_ptr() }
+        unsafe { NodeRef::<Shared>::new(n, self.guard) }
+    }
+
+    /// A write handle for the node behind `n`, valid while `w` is.
+    ///
+    /// # Safety
+    ///
+    /// - `n` is a node of this cursor's array (linked, or linked or
+    ///   unlinked by the current write and not yet retired), read under
+    ///   the lock `w` witnesses;
+    /// - `w` is the writer of this cursor's array (the public entry points
+    ///   check the lock against the array before minting it).
+    #[inline(always)]
+    pub(crate) unsafe fn nmut<'l>(&self, n: NonNull<Node>, w: Writer<'l>) -> NodeRef<'l, Locked> {
+        debug_assert!(n.as_ptr().is_aligned(), "not a node pointer: {n:p}");
+        debug_assert!(self.xa.is_locked() || self.guard.is_unprotected());
+        // SAFETY: the caller's contract: a node of the tree `w` writes.
+        unsafe { NodeRef::<Locked>::new(n, w) }
     }
 
     #[inline]
@@ -557,7 +573,7 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 
     /// `xa_destroy`: empty the array, disposing of every node and item.
-    pub(crate) fn destroy_all(&mut self) {
+    pub(crate) fn destroy_all(&mut self, w: Writer<'_>) {
         let xa = self.xa;
         let head = xa.head.load_locked();
         xa.head.store(RawEntry::NULL);
@@ -573,16 +589,33 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         if head.is_node() {
-            self.free_nodes(head.to_node());
+            // SAFETY: the top node of this tree, read from the head under the
+            // lock `w` witnesses.
+            let top = unsafe { self.nmut(head.to_node(), w) };
+            // SAFETY: the head, which linked the top node, was cleared above:
+            // the whole tree is unreachable for new readers.
+            let dying = unsafe { top.into_dying() };
+            self.free_nodes(dying);
             xa.bump_seq();
         } else {
-            self.dispose(head);
+            // SAFETY: the head, which held the entry, was cleared above.
+            unsafe { self.dispose(head) };
         }
         self.pos = Pos::Restart;
     }
 }
 
-pub(crate) fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
+/// Drop the item of `e` once every reader pinned now has left.
+///
+/// # Safety
+///
+/// - `e` is an item entry of an array of `T`s, just unlinked from it (no
+///   slot and not the head holds it any more), and this is its only
+///   disposal;
+/// - `guard` is the guard the unlinking writer reads under (pinned on the
+///   default collector, or the unprotected guard of an exclusively held
+///   array).
+pub(crate) unsafe fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
     debug_assert!(e.is_item());
     let p = SendPtr(e.to_item::<T::Target>().cast());
     let drop_item = move || {

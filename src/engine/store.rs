@@ -11,38 +11,37 @@ use crate::entry::RawEntry;
 use crate::error::Error;
 use crate::item::{Entry, EntryRef, Item};
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{Dying, Locked, Node, NodeRef, Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 use crate::rejected::Rejected;
-use core::ptr::NonNull;
 
 impl<'a, T: Item> XaState<'a, T> {
     /// `xas_store`. Returns the entry that was at the first slot of the range
     /// (NOT disposed: the caller owns it); every other displaced item and
     /// node is disposed of here.
-    pub(crate) fn store_raw(&mut self, entry: RawEntry) -> RawEntry {
+    pub(crate) fn store_raw(&mut self, w: Writer<'_>, entry: RawEntry) -> RawEntry {
         let bomb = PoisonOnUnwind::arm(self.xa);
-        let r = self.store_raw_inner(entry);
+        let r = self.store_raw_inner(w, entry);
         bomb.defuse();
         r
     }
 
-    pub(crate) fn store_raw_inner(&mut self, entry: RawEntry) -> RawEntry {
+    pub(crate) fn store_raw_inner(&mut self, w: Writer<'_>, entry: RawEntry) -> RawEntry {
         let value = entry.is_value();
         let mut first = if !entry.is_null() {
             let allow_root = !entry.is_node() && !entry.is_zero();
-            self.create(allow_root)
+            self.create(w, allow_root)
         } else {
             self.load_raw()
         };
         let node = match self.pos {
-            Pos::Node(n) => Some(n),
+            // SAFETY: the cursor's node, in this tree under the lock `w`
+            // witnesses (state.rs inv. 1).
+            Pos::Node(n) => Some(unsafe { self.nmut(n, w) }),
             Pos::Head => None,
             _ => return first,
         };
         if let Some(n) = node {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            if (self.shift) < unsafe { self.nref(n) }.shift {
+            if (self.shift) < n.shift {
                 self.sibs = 0;
             }
         }
@@ -59,7 +58,7 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         if entry.is_null() {
-            self.init_marks_raw();
+            self.init_marks_raw(w);
         }
         let mut cur = entry;
         let mut count: i32 = 0;
@@ -67,27 +66,30 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut first_slot = true;
         let mut last_written: usize;
         loop {
-            if !first_slot && next.is_item() {
-                self.dispose(next);
-            }
+            let old = next;
             match node {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                Some(n) => unsafe { self.nref(n) }.set_slot(offset, cur),
+                Some(n) => n.set_slot(offset, cur),
                 None => self.xa.head.store(cur),
+            }
+            if !first_slot && old.is_item() {
+                // SAFETY: `old` (a sibling slot's own item, not the first
+                // slot's, which the caller gets back) was just overwritten:
+                // no slot holds it any more; disposed once, here.
+                unsafe { self.dispose(old) };
             }
             last_written = offset;
             crate::fault::slot_written();
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            if next.is_node() && node.is_none_or(|n| unsafe { self.nref(n) }.shift != 0) {
-                self.free_nodes(next.to_node());
+            if old.is_node() && node.is_none_or(|n| n.shift != 0) {
+                // SAFETY: the child was a node of this tree, read from a
+                // slot under the lock `w` witnesses.
+                let child = unsafe { self.nmut(old.to_node(), w) };
+                // SAFETY: the slot that held the child was just overwritten,
+                // so nothing in the tree links the subtree any more.
+                let dying = unsafe { child.into_dying() };
+                self.free_nodes(dying);
                 self.xa.bump_seq();
             }
             let Some(n) = node else { break };
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(n) };
             count += next.is_null() as i32 - cur.is_null() as i32;
             values += (!first.is_value()) as i32 - (!value) as i32;
             if !cur.is_null() {
@@ -116,9 +118,6 @@ impl<'a, T: Item> XaState<'a, T> {
         // siblings of value entries). The kernel leaves this count stale.
         if !cur.is_null() {
             if let Some(n) = node {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(n) };
                 let sib = RawEntry::sibling(self.offset as usize);
                 let mut o = offset + 1;
                 while o < CHUNK_SIZE && n.slot_locked(o) == sib {
@@ -135,16 +134,12 @@ impl<'a, T: Item> XaState<'a, T> {
         // README's deliberate differences).
         if entry.is_null() && self.xa.track_free() {
             if let Some(n) = node {
-                // SAFETY: a node of this tree, under the lock (this cursor
-                // writes); nodes are freed only through the epoch (state.rs
-                // inv. 1).
-                let n = unsafe { self.nref(n) };
                 for o in self.offset as usize + 1..=last_written {
                     n.set_mark(o, Mark::FREE);
                 }
             }
         }
-        self.update_node(node, count, values);
+        self.update_node(w, node, count, values);
         // Every other cursor's position may be stale now (a slot became or
         // stopped being a sibling, a canonical slot moved, a node went):
         // bump after the last write, so a lock-free walk that read the old
@@ -154,16 +149,19 @@ impl<'a, T: Item> XaState<'a, T> {
         ret
     }
 
-    pub(crate) fn update_node(&mut self, node: Option<NonNull<Node>>, count: i32, values: i32) {
-        let Some(node) = node else { return };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+    pub(crate) fn update_node(
+        &mut self,
+        w: Writer<'_>,
+        node: Option<NodeRef<'_, Locked>>,
+        count: i32,
+        values: i32,
+    ) {
+        let Some(n) = node else { return };
         if count != 0 || values != 0 {
             n.add_count(count);
             n.add_nr_values(values);
             if count < 0 {
-                self.delete_node();
+                self.delete_node(w);
                 return;
             }
         }
@@ -175,64 +173,63 @@ impl<'a, T: Item> XaState<'a, T> {
         if count == 0 && n.parent().is_none() && n.count() == 1 {
             let s0 = n.slot_locked(0);
             if !s0.is_null() && !s0.is_zero() {
-                self.pos = Pos::Node(node);
-                self.shrink();
+                self.pos = Pos::Node(n.as_ptr());
+                self.shrink(w);
             }
         }
     }
 
     /// `xas_delete_node`: free empty nodes upwards, then shrink.
-    pub(crate) fn delete_node(&mut self) {
-        let Pos::Node(mut node) = self.pos else {
+    pub(crate) fn delete_node(&mut self, w: Writer<'_>) {
+        let Pos::Node(node) = self.pos else {
             return;
         };
+        // SAFETY: the cursor's node, in this tree under the lock `w`
+        // witnesses (state.rs inv. 1).
+        let mut n = unsafe { self.nmut(node, w) };
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
             if n.count() != 0 {
                 break;
             }
-            let parent = n.parent();
+            let parent = n.parent_mut();
             self.offset = n.offset;
-            self.free_node(node);
+            match parent {
+                None => self.xa.head.store(RawEntry::NULL),
+                Some(p) => p.set_slot(self.offset as usize, RawEntry::NULL),
+            }
+            // SAFETY: the slot (or head) that linked `n` was just cleared, and
+            // an empty node links nothing below it.
+            self.free_node(unsafe { n.into_dying() });
             self.xa.bump_seq();
             match parent {
                 None => {
-                    self.xa.head.store(RawEntry::NULL);
                     self.pos = Pos::Bounds;
                     self.bounds_at_root = false;
                     return;
                 }
                 Some(p) => {
-                    self.pos = Pos::Node(p);
-                    // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                    // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                    let pn = unsafe { self.nref(p) };
-                    pn.set_slot(self.offset as usize, RawEntry::NULL);
-                    pn.add_count(-1);
-                    node = p;
+                    self.pos = Pos::Node(p.as_ptr());
+                    p.add_count(-1);
+                    n = p;
                 }
             }
         }
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        if unsafe { self.nref(node) }.parent().is_none() {
-            self.pos = Pos::Node(node);
-            self.shrink();
+        if n.parent().is_none() {
+            self.pos = Pos::Node(n.as_ptr());
+            self.shrink(w);
         }
     }
 
     /// `xas_shrink`: remove top nodes that only hold slot 0.
-    pub(crate) fn shrink(&mut self) {
-        let Pos::Node(mut node) = self.pos else {
+    pub(crate) fn shrink(&mut self, w: Writer<'_>) {
+        let Pos::Node(node) = self.pos else {
             return;
         };
         let xa = self.xa;
+        // SAFETY: the cursor's node, in this tree under the lock `w`
+        // witnesses (state.rs inv. 1).
+        let mut n = unsafe { self.nmut(node, w) };
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
             if n.count() != 1 {
                 break;
             }
@@ -257,53 +254,65 @@ impl<'a, T: Item> XaState<'a, T> {
             if !entry.is_node() {
                 n.set_slot(0, RawEntry::RETRY);
             }
-            self.free_node(node);
+            // The new top node forgets its parent before the old top is
+            // retired, so no reader climbing from it can reach the old top
+            // after its retirement.
+            let child = entry.is_node().then(|| {
+                // SAFETY: `n`'s only child, now the top node of this tree,
+                // under the lock `w` witnesses.
+                let c = unsafe { self.nmut(entry.to_node(), w) };
+                c.set_parent(None);
+                c
+            });
+            // SAFETY: the head no longer points to `n` (it holds `n`'s only
+            // entry now), and `n` was the top node: nothing else links it.
+            self.free_node(unsafe { n.into_dying() });
             xa.bump_seq();
-            if !entry.is_node() {
-                break;
+            match child {
+                Some(c) => n = c,
+                None => break,
             }
-            node = entry.to_node();
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            unsafe { self.nref(node) }.set_parent(None);
         }
     }
 
     /// `xas_free_nodes`: free a detached subtree, leaving RETRY behind for
     /// readers still inside it and disposing of its items.
-    pub(crate) fn free_nodes(&mut self, top: NonNull<Node>) {
+    pub(crate) fn free_nodes(&mut self, top: Dying<'_>) {
+        // Depth first: a node is retired after its last slot; the walk climbs
+        // back through `stack`, which owns the handles of the nodes above
+        // (so each dying node has exactly one handle, retired once).
+        const MAX_DEPTH: usize = (u64::BITS / CHUNK_SHIFT) as usize + 1;
+        let mut stack: [Option<(Dying<'_>, usize)>; MAX_DEPTH] = [const { None }; MAX_DEPTH];
+        let mut depth = 0usize;
         let mut node = top;
         let mut offset = 0usize;
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
-            let entry = n.slot_locked(offset);
-            if n.shift != 0 && entry.is_node() {
-                node = entry.to_node();
-                offset = 0;
+            if offset < CHUNK_SIZE {
+                if let Some(child) = node.child(offset) {
+                    stack[depth] = Some((node, offset + 1));
+                    depth += 1;
+                    node = child;
+                    offset = 0;
+                    continue;
+                }
+                let entry = node.get().slot_locked(offset);
+                if !entry.is_null() {
+                    node.poison_slot(offset);
+                    // SAFETY: the subtree is unreachable for new readers and
+                    // its slot now holds RETRY, so nothing holds the item;
+                    // each slot is disposed once.
+                    unsafe { self.dispose(entry) };
+                }
+                offset += 1;
                 continue;
             }
-            if !entry.is_null() {
-                self.dispose(entry);
-                n.set_slot(offset, RawEntry::RETRY);
+            node.clear_counts();
+            self.free_node(node);
+            if depth == 0 {
+                return;
             }
-            offset += 1;
-            while offset == CHUNK_SIZE {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
-                let parent = n.parent();
-                offset = n.offset as usize + 1;
-                n.set_count(0);
-                n.set_nr_values(0);
-                let done = node == top;
-                self.free_node(node);
-                if done {
-                    return;
-                }
-                node = parent.expect("kxarray: subtree node without parent");
-            }
+            depth -= 1;
+            (node, offset) = stack[depth].take().expect("kxarray: free_nodes stack");
         }
     }
 
@@ -342,7 +351,7 @@ impl<'a, T: Item> XaState<'a, T> {
         lock: &XaLock<'_, T>,
         entry: Option<Entry<T>>,
     ) -> Result<Option<EntryRef<'a, T>>, Rejected<T>> {
-        self.check_lock(lock);
+        let w = self.check_lock(lock);
         let raw = match entry {
             None => RawEntry::NULL,
             Some(e) => match e.into_raw() {
@@ -350,7 +359,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 Err((err, e)) => return Err(Rejected::new(err, Some(e))),
             },
         };
-        let old = self.store_raw(raw);
+        let old = self.store_raw(w, raw);
         if let Some(err) = self.error() {
             let back = (!raw.is_null()).then(|| {
                 // SAFETY: `raw` was never published (create failed first).
@@ -361,7 +370,9 @@ impl<'a, T: Item> XaState<'a, T> {
         if !old.is_user() {
             return Ok(None);
         }
-        self.dispose(old);
+        // SAFETY: `store_raw` unlinked `old` (the first slot's entry, which
+        // it leaves to the caller); disposed once, here.
+        unsafe { self.dispose(old) };
         // SAFETY: disposal is deferred through `self.guard` into the default
         // collector it is pinned on, for 'a.
         Ok(unsafe { EntryRef::from_raw_opt(old) })
@@ -374,7 +385,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// either positioned where the descent stopped (so `store_raw` carries on
     /// without another walk) or reset.
     #[inline]
-    pub(crate) fn store_fast(&mut self, entry: RawEntry) -> Option<RawEntry> {
+    pub(crate) fn store_fast(&mut self, w: Writer<'_>, entry: RawEntry) -> Option<RawEntry> {
         if self.shift != 0 || self.sibs != 0 || !entry.is_user() || self.pos != Pos::Restart {
             return None;
         }
@@ -383,10 +394,8 @@ impl<'a, T: Item> XaState<'a, T> {
         if !head.is_node() {
             return None;
         }
-        let mut node = head.to_node();
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let mut n = unsafe { self.nref(node) };
+        // SAFETY: the top node of this tree, under the lock `w` witnesses.
+        let mut n = unsafe { self.nmut(head.to_node(), w) };
         let mut shift = n.shift as u32;
         if (self.index >> shift) > CHUNK_MASK {
             return None; // needs expansion: the general path walks
@@ -398,7 +407,7 @@ impl<'a, T: Item> XaState<'a, T> {
             let off = ((self.index >> shift) & CHUNK_MASK) as usize;
             let e = n.slot_locked(off);
             if shift == 0 {
-                self.pos = Pos::Node(node);
+                self.pos = Pos::Node(n.as_ptr());
                 self.offset = off as u8;
                 if e.is_internal() {
                     // sibling, reserved or retry: let store_raw decide
@@ -426,7 +435,7 @@ impl<'a, T: Item> XaState<'a, T> {
             if !e.is_node() {
                 if e.is_null() {
                     // a missing subtree: create() continues from here
-                    self.pos = Pos::Node(node);
+                    self.pos = Pos::Node(n.as_ptr());
                     self.offset = off as u8;
                 } else {
                     // a multi-index entry above the leaves
@@ -435,20 +444,19 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
                 return None;
             }
-            node = e.to_node();
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            n = unsafe { self.nref(node) };
+            // SAFETY: a child node read from a slot of this tree under the
+            // lock `w` witnesses.
+            n = unsafe { self.nmut(e.to_node(), w) };
             shift -= CHUNK_SHIFT;
         }
     }
 
     /// Store through an exclusive borrow: the old entry is returned owned.
-    pub(crate) fn store_owned(&mut self, raw: RawEntry) -> Result<RawEntry, Error> {
-        if let Some(old) = self.store_fast(raw) {
+    pub(crate) fn store_owned(&mut self, w: Writer<'_>, raw: RawEntry) -> Result<RawEntry, Error> {
+        if let Some(old) = self.store_fast(w, raw) {
             return Ok(old);
         }
-        let old = self.store_raw(raw);
+        let old = self.store_raw(w, raw);
         match self.error() {
             Some(e) => Err(e),
             None => Ok(old),

@@ -9,7 +9,7 @@ use super::iter::Stale;
 use super::state::{Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::{EntryRef, Item};
-use crate::node::{Node, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
+use crate::node::{Node, Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 use core::ptr::NonNull;
 
 impl<'a, T: Item> XaState<'a, T> {
@@ -225,8 +225,10 @@ impl<'a, T: Item> XaState<'a, T> {
     // Lock validation
     // ------------------------------------------------------------------
 
+    /// Check that `lock` is this cursor's array's, re-validate the position,
+    /// and hand out the [`Writer`] the held lock is.
     #[inline]
-    pub(crate) fn check_lock(&mut self, lock: &XaLock<'_, T>) {
+    pub(crate) fn check_lock<'l>(&mut self, lock: &'l XaLock<'_, T>) -> Writer<'l> {
         assert!(
             core::ptr::eq(lock.array(), self.xa),
             "kxarray: XaState used with the lock of another XArray"
@@ -239,6 +241,7 @@ impl<'a, T: Item> XaState<'a, T> {
         if self.pos == Pos::Bounds && self.seq != self.xa.seq() {
             self.bounds_at_root = false;
         }
+        lock.writer()
     }
 
     /// Whether the position taken before the lock was (re)acquired is still

@@ -6,7 +6,7 @@ use crate::error::Error;
 use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, ItemRef};
 use crate::mark::Mark;
-use crate::node::Node;
+use crate::node::{NodeRef, Shared};
 use crate::rejected::Rejected;
 
 // ----------------------------------------------------------------------
@@ -23,7 +23,7 @@ pub struct Iter<'g, T: Item> {
     /// Fast path for unmarked iteration: the leaf being scanned, the offset
     /// of the last entry returned, the last offset to scan, and the index of
     /// slot 0. The cursor is brought up to date before any slow step.
-    leaf: Option<(&'g Node, usize, usize, u64)>,
+    leaf: Option<(NodeRef<'g, Shared>, usize, usize, u64)>,
 }
 
 impl<T: Item> core::fmt::Debug for Iter<'_, T> {

@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::guard::Guard;
 use crate::item::{Entry, EntryRef, Item};
 use crate::mark::Mark;
+use crate::node::Writer;
 use crate::rejected::Rejected;
 use crate::sync::Ordering;
 use core::ops::RangeInclusive;
@@ -18,10 +19,10 @@ impl<'a, T: Item> XaLock<'a, T> {
     pub(crate) fn with_retry<R>(
         &self,
         xas: &mut XaState<'_, T>,
-        mut f: impl FnMut(&mut XaState<'_, T>) -> R,
+        mut f: impl FnMut(&mut XaState<'_, T>, Writer<'_>) -> R,
     ) -> R {
         loop {
-            let r = f(xas);
+            let r = f(xas, self.writer());
             if xas.error() == Some(Error::NoMemory) && xas.nomem() {
                 continue;
             }
@@ -52,13 +53,13 @@ impl<'a, T: Item> XaLock<'a, T> {
             xas.set_shape(shift, sibs);
         }
         let track_free = self.xa.track_free();
-        let old = self.with_retry(&mut xas, |xas| {
-            let old = match xas.store_fast(raw) {
+        let old = self.with_retry(&mut xas, |xas, w| {
+            let old = match xas.store_fast(w, raw) {
                 Some(old) => old,
-                None => xas.store_raw(raw),
+                None => xas.store_raw(w, raw),
             };
             if track_free && xas.error().is_none() {
-                xas.clear_mark_raw(Mark::FREE);
+                xas.clear_mark_raw(w, Mark::FREE);
             }
             old
         });
@@ -73,7 +74,9 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
         let old = old.zero_to_null();
         if old.is_user() {
-            xas.dispose(old);
+            // SAFETY: `store_raw` unlinked `old` and left it to the caller;
+            // disposed once, here.
+            unsafe { xas.dispose(old) };
             Ok(old)
         } else {
             Ok(RawEntry::NULL)
@@ -139,9 +142,11 @@ impl<'a, T: Item> XaLock<'a, T> {
 
     pub(crate) fn erase_raw(&self, index: u64) -> RawEntry {
         let mut xas = self.cursor(index);
-        let old = xas.store_raw(RawEntry::NULL).zero_to_null();
+        let old = xas.store_raw(self.writer(), RawEntry::NULL).zero_to_null();
         if old.is_user() {
-            xas.dispose(old);
+            // SAFETY: `store_raw` unlinked `old` and left it to the caller;
+            // disposed once, here.
+            unsafe { xas.dispose(old) };
             old
         } else {
             RawEntry::NULL
@@ -191,14 +196,14 @@ impl<'a, T: Item> XaLock<'a, T> {
         };
         let mut xas = self.cursor(index);
         let track_free = self.xa.track_free();
-        let busy = self.with_retry(&mut xas, |xas| {
+        let busy = self.with_retry(&mut xas, |xas, w| {
             let curr = xas.load_raw();
             if !curr.is_null() {
                 return true;
             }
-            xas.store_raw(raw);
+            xas.store_raw(w, raw);
             if track_free && xas.error().is_none() {
-                xas.clear_mark_raw(Mark::FREE);
+                xas.clear_mark_raw(w, Mark::FREE);
             }
             false
         });
@@ -231,14 +236,14 @@ impl<'a, T: Item> XaLock<'a, T> {
     ) -> Result<RawEntry, Error> {
         let mut xas = XaState::new(self.xa, guard, index);
         let track_free = self.xa.track_free();
-        let result = self.with_retry(&mut xas, |xas| {
+        let result = self.with_retry(&mut xas, |xas, w| {
             let curr = xas.load_raw();
             if curr != expect {
                 return Err(Error::Mismatch);
             }
-            xas.store_raw(new);
+            xas.store_raw(w, new);
             if track_free && xas.error().is_none() && !new.is_null() && curr.is_null() {
-                xas.clear_mark_raw(Mark::FREE);
+                xas.clear_mark_raw(w, Mark::FREE);
             }
             Ok(curr)
         });
@@ -248,7 +253,9 @@ impl<'a, T: Item> XaLock<'a, T> {
         let curr = result?.zero_to_null();
         // only items are owned pointers; a value must not be freed
         if curr.is_item() {
-            dispose_item::<T>(guard, curr);
+            // SAFETY: `store_raw` unlinked the item of this array under
+            // `guard`, the cursor's; disposed once, here.
+            unsafe { dispose_item::<T>(guard, curr) };
         }
         Ok(curr)
     }
@@ -346,7 +353,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         let mut xas = self.cursor(index);
         let curr = xas.load_raw();
         if curr.is_zero() {
-            xas.store_raw(RawEntry::NULL);
+            xas.store_raw(self.writer(), RawEntry::NULL);
         }
     }
 
@@ -367,7 +374,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         let mut xas = self.cursor(index);
         let e = xas.load_raw();
         if !e.is_null() {
-            xas.set_mark_raw(mark);
+            xas.set_mark_raw(self.writer(), mark);
         }
     }
 
@@ -389,7 +396,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         let mut xas = self.cursor(index);
         let e = xas.load_raw();
         if !e.is_null() {
-            xas.clear_mark_raw(mark);
+            xas.clear_mark_raw(self.writer(), mark);
         }
     }
 
@@ -405,7 +412,7 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// assert_eq!(lock.load(1).and_then(|e| e.value()), Some(1));
     /// ```
     pub fn load(&self, index: u64) -> Option<EntryRef<'_, T>> {
-        let e = self.xa.load_raw(index);
+        let e = self.xa.load_raw(index, &self.epoch);
         // SAFETY: read under the lock and its guard, pinned on the default
         // collector where removed items' frees are deferred; alive for '_.
         unsafe { EntryRef::from_raw_opt(e) }
@@ -426,16 +433,16 @@ impl<'a, T: Item> XaLock<'a, T> {
         let raw = if raw.is_null() { RawEntry::ZERO } else { raw };
         let mut xas = self.cursor(min);
         let mut id = 0;
-        let r = self.with_retry(&mut xas, |xas| {
+        let r = self.with_retry(&mut xas, |xas, w| {
             xas.set_index(min);
             xas.find_marked_raw(max, Mark::FREE);
             if xas.state() == CursorState::Restart {
                 return Err(Error::Busy);
             }
             id = xas.index();
-            xas.store_raw(raw);
+            xas.store_raw(w, raw);
             if xas.error().is_none() {
-                xas.clear_mark_raw(Mark::FREE);
+                xas.clear_mark_raw(w, Mark::FREE);
             }
             Ok(())
         });
@@ -580,7 +587,7 @@ impl<'a, T: Item> XaLock<'a, T> {
     /// ```
     pub fn clear(&self) {
         let mut xas = self.cursor(0);
-        xas.destroy_all();
+        xas.destroy_all(self.writer());
     }
 }
 

@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::guard::{pin, Guard};
 use crate::item::{Entry, EntryRef, Item, Retired};
 use crate::mark::Mark;
-use crate::node::{Node, CHUNK_SHIFT};
+use crate::node::{Node, NodeRef, Shared, CHUNK_SHIFT};
 use crate::rejected::Rejected;
 use crate::sync::Ordering;
 use core::ops::{Bound, RangeBounds, RangeInclusive};
@@ -66,8 +66,7 @@ impl<T: Item> XArray<T> {
     /// ```
     #[inline]
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<EntryRef<'g, T>> {
-        let _ = guard;
-        let e = self.load_raw(index);
+        let e = self.load_raw(index, guard);
         // SAFETY: read under `guard`, pinned on the default collector (the
         // `Guard` invariant), into which every removed item's free is
         // deferred: it runs only after `guard` is dropped.
@@ -789,9 +788,9 @@ impl<T: Item> XArray<T> {
             Ok(r) => r,
             Err((e, entry)) => return Err(Rejected::new(e, Some(entry))),
         };
-        let mut xas = self.excl_cursor(index);
+        let (mut xas, w) = self.excl_cursor(index);
         loop {
-            match xas.store_owned(raw) {
+            match xas.store_owned(w, raw) {
                 Ok(old) => {
                     if old.is_user() {
                         // SAFETY: unlinked from the tree and not disposed:
@@ -825,8 +824,8 @@ impl<T: Item> XArray<T> {
     /// assert!(xa.remove(3).is_none());
     /// ```
     pub fn remove(&mut self, index: u64) -> Option<Entry<T>> {
-        let mut xas = self.excl_cursor(index);
-        let old = xas.store_owned(RawEntry::NULL).ok()?;
+        let (mut xas, w) = self.excl_cursor(index);
+        let old = xas.store_owned(w, RawEntry::NULL).ok()?;
         if old.is_user() {
             // SAFETY: unlinked and not disposed: ownership passes to the caller.
             Some(unsafe { Entry::from_raw(old) })
@@ -850,7 +849,7 @@ impl<T: Item> XArray<T> {
     /// assert_eq!(xa.get_excl(3).and_then(|e| e.value()), Some(3));
     /// ```
     pub fn get_excl(&mut self, index: u64) -> Option<EntryRef<'_, T>> {
-        let e = self.load_raw(index);
+        let e = self.load_excl(index);
         // SAFETY: the exclusive borrow keeps every entry alive for '_.
         unsafe { EntryRef::from_raw_opt(e) }
     }
@@ -872,7 +871,7 @@ impl<T: Item> XArray<T> {
     where
         T: crate::item::ItemMut,
     {
-        let e = self.load_raw(index);
+        let e = self.load_excl(index);
         if !e.is_item() {
             return None;
         }
@@ -914,14 +913,13 @@ impl<T: Item> XArray<T> {
     /// ```
     pub fn height(&self) -> u32 {
         let guard = pin();
-        let _ = &guard;
         let head = self.head.load();
         if !head.is_node() {
             return 0;
         }
-        // SAFETY: read under `guard`, pinned on the default collector where
-        // node frees are deferred.
-        let shift = unsafe { head.to_node().as_ref() }.shift as u32;
+        // SAFETY: the top node, read from the head under `guard`, pinned on
+        // the default collector where node frees are deferred.
+        let shift = unsafe { NodeRef::<Shared>::from_entry(head, &guard) }.shift as u32;
         shift / CHUNK_SHIFT + 1
     }
 

@@ -65,17 +65,19 @@ impl<T: Item> XaLock<'_, T> {
             // On allocating arrays a stored block is no longer free (an
             // erased one is marked free again by `store_raw`), as `store` does.
             let clear_free = self.xa.track_free() && !entry.is_null();
-            let old = self.with_retry(&mut xas, |xas| {
-                let old = xas.store_raw(entry);
+            let old = self.with_retry(&mut xas, |xas, w| {
+                let old = xas.store_raw(w, entry);
                 if clear_free && xas.error().is_none() {
-                    xas.clear_mark_raw(Mark::FREE);
+                    xas.clear_mark_raw(w, Mark::FREE);
                 }
                 old
             });
             if let Some(e) = xas.error() {
                 return Err(e);
             }
-            xas.dispose(old);
+            // SAFETY: `store_raw` unlinked `old` and left it to the caller;
+            // disposed once, here.
+            unsafe { xas.dispose(old) };
             if end >= last {
                 return Ok(());
             }

@@ -15,6 +15,10 @@
 //! - Allocation goes through [`Node::alloc`], the one hook the fault
 //!   injector ([`crate::fault`]) can make fail.
 
+pub(crate) mod handle;
+
+pub(crate) use handle::{Dying, Locked, NodeRef, Shared, Writer};
+
 use crate::entry::{AtomicEntry, RawEntry};
 use crate::mark::Mark;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -44,7 +48,7 @@ pub(crate) struct Node {
     count: AtomicU8,
     nr_values: AtomicU8,
     parent: AtomicPtr<Node>,
-    pub(crate) slots: [AtomicEntry; CHUNK_SIZE],
+    slots: [AtomicEntry; CHUNK_SIZE],
     marks: [AtomicU64; MAX_MARKS],
     /// Under loom, set when the node is freed (see `sync::Quarantine`).
     #[cfg(loom)]
@@ -101,8 +105,9 @@ impl Node {
     /// Free a node that no reader can reach.
     ///
     /// # Safety
-    /// `node` came from `alloc` and no reference to it survives.
-    pub(crate) unsafe fn free(node: NonNull<Node>) {
+    /// - `node` came from `alloc` and no reference to it survives.
+    unsafe fn free(node: NonNull<Node>) {
+        debug_assert!(node.is_aligned());
         #[cfg(loom)]
         {
             /// Release a node held by the quarantine.
@@ -147,7 +152,7 @@ impl Node {
         self.slots[offset].load_locked()
     }
     #[inline(always)]
-    pub(crate) fn set_slot(&self, offset: usize, e: RawEntry) {
+    fn set_slot(&self, offset: usize, e: RawEntry) {
         self.slots[offset].store(e)
     }
 
@@ -155,13 +160,18 @@ impl Node {
     pub(crate) fn count(&self) -> u8 {
         self.count.load(Ordering::Relaxed)
     }
+    /// Write a slot no reader can see yet (a Relaxed store).
     #[inline]
-    pub(crate) fn set_count(&self, c: u8) {
+    fn init_slot(&self, offset: usize, e: RawEntry) {
+        self.slots[offset].init(e)
+    }
+    #[inline]
+    fn set_count(&self, c: u8) {
         debug_assert!(c as usize <= CHUNK_SIZE);
         self.count.store(c, Ordering::Relaxed)
     }
     #[inline]
-    pub(crate) fn add_count(&self, d: i32) {
+    fn add_count(&self, d: i32) {
         let c = self.count() as i32 + d;
         debug_assert!((0..=CHUNK_SIZE as i32).contains(&c), "count {c}");
         self.count.store(c as u8, Ordering::Relaxed)
@@ -171,11 +181,11 @@ impl Node {
         self.nr_values.load(Ordering::Relaxed)
     }
     #[inline]
-    pub(crate) fn set_nr_values(&self, c: u8) {
+    fn set_nr_values(&self, c: u8) {
         self.nr_values.store(c, Ordering::Relaxed)
     }
     #[inline]
-    pub(crate) fn add_nr_values(&self, d: i32) {
+    fn add_nr_values(&self, d: i32) {
         let c = self.nr_values() as i32 + d;
         debug_assert!((0..=CHUNK_SIZE as i32).contains(&c), "nr_values {c}");
         self.nr_values.store(c as u8, Ordering::Relaxed)
@@ -215,7 +225,7 @@ impl Node {
         NonNull::new(self.parent.load(Ordering::Acquire))
     }
     #[inline]
-    pub(crate) fn set_parent(&self, p: Option<NonNull<Node>>) {
+    fn set_parent(&self, p: Option<NonNull<Node>>) {
         let p = p.map_or(core::ptr::null_mut(), NonNull::as_ptr);
         self.parent.store(p, Ordering::Release)
     }
@@ -236,7 +246,7 @@ impl Node {
     }
     /// Set a mark bit; returns whether it was already set.
     #[inline]
-    pub(crate) fn set_mark(&self, offset: usize, mark: Mark) -> bool {
+    fn set_mark(&self, offset: usize, mark: Mark) -> bool {
         let w = self.marks(mark);
         let bit = 1u64 << offset;
         if w & bit == 0 {
@@ -248,7 +258,7 @@ impl Node {
     }
     /// Clear a mark bit; returns whether it was set.
     #[inline]
-    pub(crate) fn clear_mark(&self, offset: usize, mark: Mark) -> bool {
+    fn clear_mark(&self, offset: usize, mark: Mark) -> bool {
         let w = self.marks(mark);
         let bit = 1u64 << offset;
         if w & bit != 0 {
@@ -262,10 +272,10 @@ impl Node {
     pub(crate) fn any_mark(&self, mark: Mark) -> bool {
         self.marks(mark) != 0
     }
-    pub(crate) fn mark_all(&self, mark: Mark) {
+    fn mark_all(&self, mark: Mark) {
         self.marks[mark.index()].store(FULL, Ordering::Relaxed)
     }
-    pub(crate) fn set_marks_word(&self, mark: Mark, w: u64) {
+    fn set_marks_word(&self, mark: Mark, w: u64) {
         self.marks[mark.index()].store(w & FULL, Ordering::Relaxed)
     }
     /// The marks (bit i = mark i) of one slot.
@@ -284,9 +294,14 @@ impl Node {
 pub(crate) struct NodeBox(NonNull<Node>);
 
 impl NodeBox {
-    pub(crate) fn node_mut(&mut self) -> &mut Node {
-        // SAFETY: we own the allocation exclusively.
-        unsafe { self.0.as_mut() }
+    /// Place the node: its shift, its offset in the parent and the parent
+    /// (before it is linked, so plain stores).
+    pub(crate) fn place(&mut self, shift: u8, offset: u8, parent: Option<NonNull<Node>>) {
+        // SAFETY: we own the allocation exclusively (nobody has seen it).
+        let n = unsafe { self.0.as_mut() };
+        n.shift = shift;
+        n.offset = offset;
+        n.set_parent_init(parent);
     }
     /// Give up ownership (the node is being linked into the tree).
     pub(crate) fn into_raw(self) -> NonNull<Node> {
