@@ -20,7 +20,9 @@ impl<'a, T: Item> XaState<'a, T> {
                     return RawEntry::NULL;
                 }
                 while curr.is_node() {
-                    curr = self.descend(curr.to_node());
+                    // SAFETY: a node entry, just read from the head or a slot
+                    // of this tree under the cursor's guard.
+                    curr = self.descend(unsafe { self.node_of(curr) });
                 }
                 if !curr.is_null() {
                     return curr;
@@ -31,22 +33,18 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(mut node) = self.pos else {
             return RawEntry::NULL;
         };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        if unsafe { self.nref(node) }.shift > self.shift {
+        if node.shift > self.shift {
             return RawEntry::NULL;
         }
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if n.shift == self.shift {
                 if (self.offset & self.sibs) == self.sibs {
                     break;
                 }
             } else if self.offset as u64 == CHUNK_MASK {
                 self.offset = n.offset;
-                match n.parent() {
+                match n.parent_ref() {
                     Some(p) => {
                         node = p;
                         self.pos = Pos::Node(p);
@@ -59,19 +57,18 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
             }
             self.offset += 1;
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let mut curr = unsafe { self.nref(node) }.slot_locked(self.offset as usize);
+            let mut curr = node.slot_locked(self.offset as usize);
             if curr.is_sibling() {
                 continue;
             }
             while curr.is_node() {
-                node = curr.to_node();
+                // SAFETY: a node entry read from a slot of a node of this tree
+                // reached under the cursor's guard (nodes are retired only through
+                // the epoch, state.rs inv. 1).
+                node = unsafe { self.node_of(curr) };
                 self.pos = Pos::Node(node);
                 self.offset = 0;
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                curr = unsafe { self.nref(node) }.slot_locked(0);
+                curr = node.slot_locked(0);
             }
             if !curr.is_null() {
                 return curr;

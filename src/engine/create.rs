@@ -48,7 +48,7 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut levels = 0usize;
         // SAFETY: the head of this tree, read under the lock (nodes are freed
         // only through the epoch, state.rs inv. 1).
-        let top = head.is_node().then(|| unsafe { self.nref(head.to_node()) });
+        let top = head.is_node().then(|| unsafe { self.node_of(head) });
         let mut shift = top.map_or(0, |n| n.shift as u32 + CHUNK_SHIFT);
         let mut cur_max = max_index(top);
         while max > cur_max {
@@ -142,7 +142,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 let mut head = xa.head.load_locked();
                 // SAFETY: the head of this tree, read under the lock; nodes
                 // are freed only through the epoch (state.rs inv. 1).
-                let top = head.is_node().then(|| unsafe { self.nref(head.to_node()) });
+                let top = head.is_node().then(|| unsafe { self.node_of(head) });
                 if top.is_some() && self.max_needed() <= max_index(top) {
                     // The range fits under the current top node: no
                     // expansion to plan (the common case of a store).
@@ -205,7 +205,7 @@ impl<'a, T: Item> XaState<'a, T> {
             } else {
                 break;
             }
-            entry = self.descend_at(node.as_ptr(), shift);
+            entry = self.descend_at(self.at(node), shift);
             parent = Some(node);
         }
         entry

@@ -38,9 +38,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 }
             }
             Pos::Node(node) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
+                let n = node;
                 if self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
                     if n.shift == 0 {
                         self.offset = (((self.index.wrapping_sub(1)) & CHUNK_MASK) + 1) as u8;
@@ -56,19 +54,15 @@ impl<'a, T: Item> XaState<'a, T> {
         };
         // xas_next_offset
         self.offset += 1;
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        self.move_index(unsafe { self.nref(node) }, self.offset as u64);
+        self.move_index(node, self.offset as u64);
         loop {
             if self.index > max {
                 break;
             }
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if self.offset as usize == CHUNK_SIZE {
                 self.offset = n.offset + 1;
-                match n.parent() {
+                match n.parent_ref() {
                     Some(p) => {
                         node = p;
                         self.pos = Pos::Node(p);
@@ -83,7 +77,10 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             let entry = n.slot(self.offset as usize);
             if entry.is_node() {
-                node = entry.to_node();
+                // SAFETY: a node entry read from a slot of a node of this tree
+                // reached under the cursor's guard (nodes are retired only through
+                // the epoch, state.rs inv. 1).
+                node = unsafe { self.node_of(entry) };
                 self.pos = Pos::Node(node);
                 self.offset = 0;
                 continue;
@@ -110,9 +107,6 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline]
     pub(crate) fn leaf_window(&self, max: u64) -> Option<(NodeRef<'a, Shared>, usize, usize, u64)> {
         let Pos::Node(n) = self.pos else { return None };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(n) };
         if n.shift != 0 || self.offset as u64 != self.index & CHUNK_MASK || self.index > max {
             return None;
         }
@@ -133,9 +127,7 @@ impl<'a, T: Item> XaState<'a, T> {
     #[inline(always)]
     pub(crate) fn next_entry_raw(&mut self, max: u64) -> RawEntry {
         if let Pos::Node(node) = self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if n.shift == 0 && self.offset as u64 == self.index & CHUNK_MASK {
                 loop {
                     if self.index >= max || self.offset as u64 == CHUNK_MASK {
@@ -263,9 +255,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 self.pos = Pos::Head;
                 // SAFETY: the head of this tree, read under the cursor's guard
                 // (nodes are freed only through the epoch, state.rs inv. 1).
-                let top = entry
-                    .is_node()
-                    .then(|| unsafe { self.nref(entry.to_node()) });
+                let top = entry.is_node().then(|| unsafe { self.node_of(entry) });
                 if self.index > max_index(top) {
                     return self.find_marked_out(max);
                 }
@@ -276,22 +266,21 @@ impl<'a, T: Item> XaState<'a, T> {
                     self.index = 1;
                     return self.find_marked_out(max);
                 }
-                node = entry.to_node();
+                // SAFETY: a node entry read from a slot of a node of this tree
+                // reached under the cursor's guard (nodes are retired only through
+                // the epoch, state.rs inv. 1).
+                node = unsafe { self.node_of(entry) };
                 self.pos = Pos::Node(node);
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                self.offset = (self.index >> unsafe { self.nref(node) }.shift) as u8;
+                self.offset = (self.index >> node.shift) as u8;
             }
             Pos::Node(n) => node = n,
             Pos::Error(_) => unreachable!(),
         }
         while self.index <= max {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if self.offset as usize == CHUNK_SIZE {
                 self.offset = n.offset + 1;
-                match n.parent() {
+                match n.parent_ref() {
                     Some(p) => {
                         node = p;
                         self.pos = Pos::Node(p);
@@ -345,11 +334,12 @@ impl<'a, T: Item> XaState<'a, T> {
             if !entry.is_node() {
                 return entry;
             }
-            node = entry.to_node();
+            // SAFETY: a node entry read from a slot of a node of this tree
+            // reached under the cursor's guard (nodes are retired only through
+            // the epoch, state.rs inv. 1).
+            node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
+            self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;
         }
         self.find_marked_out(max)
     }
@@ -426,9 +416,7 @@ impl<'a, T: Item> XaState<'a, T> {
     fn desynced(&self) -> bool {
         match self.pos {
             Pos::Node(node) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
+                let n = node;
                 self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK
             }
             _ => false,
@@ -438,9 +426,7 @@ impl<'a, T: Item> XaState<'a, T> {
     pub(crate) fn next_raw(&mut self) -> RawEntry {
         // inline fast path
         if let Pos::Node(node) = self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if n.shift == 0
                 && (self.offset as u64) < CHUNK_MASK
                 && self.offset as u64 == self.index & CHUNK_MASK
@@ -478,18 +464,14 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return self.load_raw(),
         };
         let mut node = node;
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        let n = node;
         if self.offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
             self.offset += 1;
         }
         while self.offset as usize == CHUNK_SIZE {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             self.offset = n.offset + 1;
-            match n.parent() {
+            match n.parent_ref() {
                 Some(p) => {
                     node = p;
                     self.pos = Pos::Node(p);
@@ -498,26 +480,23 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         }
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             let entry = n.slot(self.offset as usize);
             if !entry.is_node() {
                 return entry;
             }
-            node = entry.to_node();
+            // SAFETY: a node entry read from a slot of a node of this tree
+            // reached under the cursor's guard (nodes are retired only through
+            // the epoch, state.rs inv. 1).
+            node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
+            self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;
         }
     }
 
     pub(crate) fn prev_raw(&mut self) -> RawEntry {
         if let Pos::Node(node) = self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             if n.shift == 0 && self.offset != 0 && self.offset as u64 == self.index & CHUNK_MASK {
                 self.index -= 1;
                 self.offset -= 1;
@@ -548,20 +527,16 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return self.load_raw(),
         };
         let mut node = node;
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        let n = node;
         // offset as i32 to model the kernel's 255 wrap
         let mut offset = self.offset as i32;
         if offset as u64 != (self.index >> n.shift) & CHUNK_MASK {
             offset -= 1;
         }
         while offset == -1 {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             offset = n.offset as i32 - 1;
-            match n.parent() {
+            match n.parent_ref() {
                 Some(p) => {
                     node = p;
                     self.pos = Pos::Node(p);
@@ -571,18 +546,17 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         self.offset = offset as u8;
         loop {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             let entry = n.slot(self.offset as usize);
             if !entry.is_node() {
                 return entry;
             }
-            node = entry.to_node();
+            // SAFETY: a node entry read from a slot of a node of this tree
+            // reached under the cursor's guard (nodes are retired only through
+            // the epoch, state.rs inv. 1).
+            node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            self.offset = ((self.index >> unsafe { self.nref(node) }.shift) & CHUNK_MASK) as u8;
+            self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;
         }
     }
 
@@ -613,9 +587,7 @@ impl<'a, T: Item> XaState<'a, T> {
             _ => return,
         };
         self.pos = Pos::Restart;
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        let n = node;
         let mut offset = self.offset as usize;
         loop {
             offset += 1;

@@ -26,9 +26,7 @@ impl<'a, T: Item> XaState<'a, T> {
     pub fn get_mark(&self, mark: Mark) -> bool {
         match self.pos {
             Pos::Head => self.xa.marked(mark),
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            Pos::Node(n) => unsafe { self.nref(n) }.get_mark(self.offset as usize, mark),
+            Pos::Node(n) => n.get_mark(self.offset as usize, mark),
             _ => false,
         }
     }
@@ -56,7 +54,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 return;
             }
             offset = n.offset as usize;
-            node = n.parent_mut();
+            node = n.parent_ref();
         }
         self.xa.mark_set(mark);
     }
@@ -74,7 +72,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 return;
             }
             offset = n.offset as usize;
-            node = n.parent_mut();
+            node = n.parent_ref();
         }
         self.xa.mark_clear(mark);
     }

@@ -29,7 +29,7 @@ impl<T: Item> XaState<'_, T> {
         let mut top = if head.is_node() {
             // SAFETY: a node of this tree, read under the guard or lock (or linked by
             // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            unsafe { self.nref(head.to_node()) }.shift as u32
+            unsafe { self.node_of(head) }.shift as u32
         } else {
             0
         };
@@ -121,9 +121,7 @@ impl<T: Item> XaState<'_, T> {
             let Pos::Node(node) = self.pos else {
                 return; // at the head or past the tree: no nodes further on
             };
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            let n = unsafe { self.nref(node) };
+            let n = node;
             let span = if n.shift == 0 {
                 if n.count() == 0 {
                     self.delete_node(w);
@@ -148,9 +146,7 @@ impl<T: Item> XaState<'_, T> {
     ) -> Result<(), Error> {
         self.index |= ((sibs as u64 + 1) << shift).wrapping_sub(1);
         if let Pos::Node(n) = self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            if unsafe { self.nref(n) }.shift == self.shift {
+            if n.shift == self.shift {
                 self.offset |= sibs;
             }
         }
@@ -169,13 +165,11 @@ impl<T: Item> XaState<'_, T> {
             }
             self.index -= CHUNK_SIZE as u64;
             while let Pos::Node(node) = self.pos {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(node) };
+                let n = node;
                 if n.shift >= shift {
                     break;
                 }
-                let parent = n.parent();
+                let parent = n.parent_ref();
                 self.pos = match parent {
                     Some(p) => Pos::Node(p),
                     None => Pos::Head,
@@ -188,9 +182,7 @@ impl<T: Item> XaState<'_, T> {
         }
         self.index = index;
         if let Pos::Node(n) = self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            self.offset = ((self.index >> unsafe { self.nref(n) }.shift) & CHUNK_MASK) as u8;
+            self.offset = ((self.index >> n.shift) & CHUNK_MASK) as u8;
         }
         Ok(())
     }

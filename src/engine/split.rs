@@ -160,7 +160,11 @@ impl<'a, T: Item> XaState<'a, T> {
         loop {
             if (self.shift) < n.shift {
                 let mut child = self.pop_split_node();
-                child.place(n.shift - CHUNK_SHIFT as u8, offset as u8, Some(node));
+                child.place(
+                    n.shift - CHUNK_SHIFT as u8,
+                    offset as u8,
+                    Some(node.as_ptr()),
+                );
                 {
                     let c = child.as_locked();
                     c.set_count(CHUNK_SIZE as u8);
@@ -413,7 +417,7 @@ impl<T: Item> XaState<'_, T> {
                 // the target block is `slots` slots at base_off of this node
                 let slots = 1usize << (new_order - nshift);
                 self.write_piece(n, base_off, slots, entry, marks);
-                self.pos = Pos::Node(node.as_ptr());
+                self.pos = Pos::Node(self.at(node));
                 self.offset = base_off as u8;
                 break;
             }

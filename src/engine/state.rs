@@ -39,7 +39,7 @@ use core::ptr::NonNull;
 
 /// Where the cursor is.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Pos {
+pub(crate) enum Pos<'a> {
     /// Not walked yet (`XAS_RESTART`).
     Restart,
     /// The index is outside the tree, or an iteration ran off its end
@@ -49,7 +49,7 @@ pub(crate) enum Pos {
     /// (the kernel's `xa_node == NULL`).
     Head,
     /// In a node, at `offset`.
-    Node(NonNull<Node>),
+    Node(NodeRef<'a, Shared>),
     /// An operation failed (`xas_error`).
     Error(Error),
 }
@@ -102,7 +102,7 @@ pub struct XaState<'a, T: Item> {
     pub(crate) shift: u8,
     pub(crate) sibs: u8,
     pub(crate) offset: u8,
-    pub(crate) pos: Pos,
+    pub(crate) pos: Pos<'a>,
     /// `XArray::seq` when the current position was established.
     pub(crate) seq: u64,
     pub(crate) walks: u64,
@@ -387,9 +387,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// ```
     pub fn node_shift(&self) -> Option<u32> {
         match self.pos {
-            // SAFETY: a node of this tree, read under the guard or lock (or linked by
-            // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-            Pos::Node(n) => Some(unsafe { self.nref(n) }.shift as u32),
+            Pos::Node(n) => Some(n.shift as u32),
             _ => None,
         }
     }
@@ -407,12 +405,7 @@ impl<'a, T: Item> XaState<'a, T> {
     /// ```
     pub fn node_counts(&self) -> Option<(u32, u32)> {
         match self.pos {
-            Pos::Node(n) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(n) };
-                Some((n.count() as u32, n.nr_values() as u32))
-            }
+            Pos::Node(n) => Some((n.count() as u32, n.nr_values() as u32)),
             _ => None,
         }
     }
@@ -480,21 +473,29 @@ impl<'a, T: Item> XaState<'a, T> {
         self.pos = Pos::Restart;
     }
 
-    /// A read handle for the node behind `n`, valid for the cursor's guard
-    /// lifetime.
+    /// A read handle for the node of the node entry `e`, valid for the
+    /// cursor's guard lifetime (no null check: the descent's form).
     ///
     /// # Safety
     ///
-    /// - `n` was read from this cursor's array (a slot, the head, a parent
-    ///   link, or `pos`) while `self.guard` (or the lock, whose guard the
-    ///   cursor reads under) was held; nodes are freed only through the
-    ///   epoch, so it then stays allocated for `'a` even if detached.
+    /// - `e` is a node entry (`e.is_node()`) read from this cursor's array
+    ///   (its head or a slot of one of its nodes) while `self.guard` (or the
+    ///   lock, whose guard the cursor reads under) was held.
     #[inline(always)]
-    pub(crate) unsafe fn nref(&self, n: NonNull<Node>) -> NodeRef<'a, Shared> {
-        debug_assert!(n.as_ptr().is_aligned(), "not a node pointer: {n:p}");
-        // SAFETY: the caller's contract: `n` is a node of this tree read
-        // under `self.guard`, so it is allocated and initialised for 'a.
-        unsafe { NodeRef::<Shared>::new(n, self.guard) }
+    pub(crate) unsafe fn node_of(&self, e: RawEntry) -> NodeRef<'a, Shared> {
+        debug_assert!(e.is_node(), "not a node entry: {e:?}");
+        // SAFETY: the caller's contract, which is `from_entry`'s.
+        unsafe { NodeRef::<Shared>::from_entry(e, self.guard) }
+    }
+
+    /// The cursor position for a node written under the lock: a node of
+    /// this tree stays allocated while the cursor's guard is pinned.
+    #[inline(always)]
+    pub(crate) fn at(&self, n: NodeRef<'_, Locked>) -> NodeRef<'a, Shared> {
+        // SAFETY: a locked handle is a node of this tree (linked, or
+        // unlinked by the current write and not yet retired); nodes are
+        // retired only through the epoch, after `self.guard` is dropped.
+        unsafe { NodeRef::<Shared>::new(n.as_ptr(), self.guard) }
     }
 
     /// A write handle for the node behind `n`, valid while `w` is.
@@ -507,7 +508,12 @@ impl<'a, T: Item> XaState<'a, T> {
     /// - `w` is the writer of this cursor's array (the public entry points
     ///   check the lock against the array before minting it).
     #[inline(always)]
-    pub(crate) unsafe fn nmut<'l>(&self, n: NonNull<Node>, w: Writer<'l>) -> NodeRef<'l, Locked> {
+    pub(crate) unsafe fn nmut<'l>(
+        &self,
+        n: impl Into<NonNull<Node>>,
+        w: Writer<'l>,
+    ) -> NodeRef<'l, Locked> {
+        let n: NonNull<Node> = n.into();
         debug_assert!(n.as_ptr().is_aligned(), "not a node pointer: {n:p}");
         debug_assert!(self.xa.is_locked() || self.guard.is_unprotected());
         // SAFETY: the caller's contract: a node of the tree `w` writes.
@@ -544,9 +550,7 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(node) = self.pos else {
             return (self.index, self.index);
         };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        let n = node;
         let shift = n.shift as u32;
         let canon = self.offset as usize;
         let mut end = canon;
@@ -565,9 +569,6 @@ impl<'a, T: Item> XaState<'a, T> {
     /// the cursor is on (it was found through a sibling).
     pub(crate) fn on_sibling_index(&self) -> bool {
         let Pos::Node(n) = self.pos else { return false };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(n) };
         let mask = ((CHUNK_SIZE as u64) << n.shift).wrapping_sub(1);
         (self.index & mask) > ((self.offset as u64) << n.shift)
     }

@@ -173,7 +173,7 @@ impl<'a, T: Item> XaState<'a, T> {
         if count == 0 && n.parent().is_none() && n.count() == 1 {
             let s0 = n.slot_locked(0);
             if !s0.is_null() && !s0.is_zero() {
-                self.pos = Pos::Node(n.as_ptr());
+                self.pos = Pos::Node(self.at(n));
                 self.shrink(w);
             }
         }
@@ -191,7 +191,7 @@ impl<'a, T: Item> XaState<'a, T> {
             if n.count() != 0 {
                 break;
             }
-            let parent = n.parent_mut();
+            let parent = n.parent_ref();
             self.offset = n.offset;
             match parent {
                 None => self.xa.head.store(RawEntry::NULL),
@@ -208,14 +208,14 @@ impl<'a, T: Item> XaState<'a, T> {
                     return;
                 }
                 Some(p) => {
-                    self.pos = Pos::Node(p.as_ptr());
+                    self.pos = Pos::Node(self.at(p));
                     p.add_count(-1);
                     n = p;
                 }
             }
         }
         if n.parent().is_none() {
-            self.pos = Pos::Node(n.as_ptr());
+            self.pos = Pos::Node(self.at(n));
             self.shrink(w);
         }
     }
@@ -407,7 +407,7 @@ impl<'a, T: Item> XaState<'a, T> {
             let off = ((self.index >> shift) & CHUNK_MASK) as usize;
             let e = n.slot_locked(off);
             if shift == 0 {
-                self.pos = Pos::Node(n.as_ptr());
+                self.pos = Pos::Node(self.at(n));
                 self.offset = off as u8;
                 if e.is_internal() {
                     // sibling, reserved or retry: let store_raw decide
@@ -435,7 +435,7 @@ impl<'a, T: Item> XaState<'a, T> {
             if !e.is_node() {
                 if e.is_null() {
                     // a missing subtree: create() continues from here
-                    self.pos = Pos::Node(n.as_ptr());
+                    self.pos = Pos::Node(self.at(n));
                     self.offset = off as u8;
                 } else {
                     // a multi-index entry above the leaves

@@ -9,8 +9,7 @@ use super::iter::Stale;
 use super::state::{Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::{EntryRef, Item};
-use crate::node::{Node, Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
-use core::ptr::NonNull;
+use crate::node::{NodeRef, Shared, Writer, CHUNK_MASK, CHUNK_SHIFT, CHUNK_SIZE};
 
 impl<'a, T: Item> XaState<'a, T> {
     /// Begin a walk (`xas_start`): reload if positioned, else read the head.
@@ -31,7 +30,7 @@ impl<'a, T: Item> XaState<'a, T> {
             }
         // SAFETY: a node of this tree, read under the guard or lock (or linked by
         // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        } else if (self.index >> unsafe { self.nref(entry.to_node()) }.shift) > CHUNK_MASK {
+        } else if (self.index >> unsafe { self.node_of(entry) }.shift) > CHUNK_MASK {
             return self.set_bounds_root();
         }
         self.pos = Pos::Head;
@@ -54,25 +53,19 @@ impl<'a, T: Item> XaState<'a, T> {
 
     /// Step into `node` at the cursor's index, resolving siblings.
     #[inline(always)]
-    pub(crate) fn descend(&mut self, node: NonNull<Node>) -> RawEntry {
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let shift = unsafe { self.nref(node) }.shift as u32;
-        self.descend_at(node, shift)
+    pub(crate) fn descend(&mut self, node: NodeRef<'a, Shared>) -> RawEntry {
+        self.descend_at(node, node.shift as u32)
     }
 
     /// `descend` for a node whose shift the caller knows (a child's shift is
     /// its parent's minus CHUNK_SHIFT), so the node's header line is not
     /// touched: one cache line per level, the slot's.
     #[inline(always)]
-    pub(crate) fn descend_at(&mut self, node: NonNull<Node>, shift: u32) -> RawEntry {
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+    pub(crate) fn descend_at(&mut self, n: NodeRef<'a, Shared>, shift: u32) -> RawEntry {
         debug_assert_eq!(n.shift as u32, shift);
         let mut offset = ((self.index >> shift) & CHUNK_MASK) as usize;
         let mut entry = n.slot(offset);
-        self.pos = Pos::Node(node);
+        self.pos = Pos::Node(n);
         if entry.is_sibling() {
             (entry, offset) = n.resolve_sibling(offset, entry);
         }
@@ -89,10 +82,10 @@ impl<'a, T: Item> XaState<'a, T> {
         }
         // Only the first node's header is read; below it shifts step down
         // by CHUNK_SHIFT (they never change once published).
-        let mut node = entry.to_node();
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let mut shift = unsafe { self.nref(node) }.shift as u32;
+        // SAFETY: a node entry, just read from the head under the cursor's
+        // guard (state.rs inv. 1).
+        let mut node = unsafe { self.node_of(entry) };
+        let mut shift = node.shift as u32;
         loop {
             if self.shift as u32 > shift {
                 break;
@@ -101,7 +94,9 @@ impl<'a, T: Item> XaState<'a, T> {
             if shift == 0 || !entry.is_node() {
                 break;
             }
-            node = entry.to_node();
+            // SAFETY: a node entry, just read from a slot of `node` under the
+            // cursor's guard.
+            node = unsafe { self.node_of(entry) };
             shift -= CHUNK_SHIFT;
         }
         entry
@@ -113,9 +108,6 @@ impl<'a, T: Item> XaState<'a, T> {
         match self.pos {
             Pos::Head => self.xa.head.load(),
             Pos::Node(n) => {
-                // SAFETY: a node of this tree, read under the guard or lock (or linked by
-                // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-                let n = unsafe { self.nref(n) };
                 let offset = ((self.index >> n.shift) & CHUNK_MASK) as usize;
                 let e = n.slot(offset);
                 if !e.is_sibling() {
@@ -207,9 +199,7 @@ impl<'a, T: Item> XaState<'a, T> {
         let Pos::Node(node) = self.pos else {
             return 0;
         };
-        // SAFETY: a node of this tree, read under the guard or lock (or linked by
-        // this cursor); nodes are freed only through the epoch (state.rs inv. 1).
-        let n = unsafe { self.nref(node) };
+        let n = node;
         let mut order = 0u32;
         loop {
             let slot = self.offset as usize + (1usize << order);

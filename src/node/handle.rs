@@ -85,6 +85,15 @@ impl<K> PartialEq for NodeRef<'_, K> {
     }
 }
 
+impl<K> Eq for NodeRef<'_, K> {}
+
+impl<K> From<NodeRef<'_, K>> for NonNull<Node> {
+    #[inline(always)]
+    fn from(n: NodeRef<'_, K>) -> Self {
+        n.ptr
+    }
+}
+
 impl<K> core::fmt::Debug for NodeRef<'_, K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_tuple("NodeRef").field(&self.ptr).finish()
@@ -108,6 +117,24 @@ impl<'a, K> NodeRef<'a, K> {
 }
 
 impl<'a, K> NodeRef<'a, K> {
+    /// The parent node, the same kind of handle.
+    ///
+    /// A parent link always points to a node that was reachable (under the
+    /// guard or lock this handle was made with) no later than the child:
+    /// a node's parent is retired only after the node is unlinked from it
+    /// (`delete_node` retires only empty nodes, `shrink` clears the new top
+    /// node's parent link before retiring the old top, and `free_nodes`
+    /// retires a detached subtree that no new reader can enter), so a
+    /// reader that reached the child under its guard also has the parent
+    /// protected.
+    #[inline]
+    pub(crate) fn parent_ref(self) -> Option<NodeRef<'a, K>> {
+        self.get().parent().map(|ptr| NodeRef {
+            ptr,
+            _k: PhantomData,
+        })
+    }
+
     /// The child node in slot `offset`, if the slot holds one (never in a
     /// leaf): the same kind of handle, since a node linked from a node
     /// reached under a guard (or the lock) is reached under it too.
@@ -194,16 +221,6 @@ impl<'l> NodeRef<'l, Locked> {
             ptr: self.ptr,
             _k: PhantomData,
         }
-    }
-
-    /// The parent, writable too (it is in the same tree, under the same
-    /// lock).
-    #[inline]
-    pub(crate) fn parent_mut(self) -> Option<NodeRef<'l, Locked>> {
-        self.get().parent().map(|ptr| NodeRef {
-            ptr,
-            _k: PhantomData,
-        })
     }
 
     /// Turn a node just unlinked from its tree into a [`Dying`] one.
