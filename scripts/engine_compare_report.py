@@ -70,8 +70,8 @@ def parse_run(text, bench):
     if bench == "add_folio":
         for line in text.splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) != 8 or "walks" not in cells[1]:
-                continue
+            if len(cells) != 8 or not cells[1].endswith(" walks"):
+                continue  # not a data row (the header says "legacy walks/add")
             rows[f"add_folio {cells[0]} legacy (ns/add)"] = float(cells[3])
             rows[f"add_folio {cells[0]} optimised (ns/add)"] = float(cells[6])
             rows[f"add_folio {cells[0]} optimised walks/add"] = float(cells[4].split()[0])

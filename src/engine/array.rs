@@ -311,7 +311,7 @@ impl<T: Item> XArray<T> {
         let guard: &'static Guard = unsafe { Guard::unprotected() };
         // SAFETY: `&mut self`: this thread has the tree exclusively for the
         // borrow, which bounds the writer's lifetime.
-        let w = unsafe { Writer::new(true) };
+        let w = unsafe { Writer::new(|| true) };
         (XaState::new(self, guard, index), w)
     }
 
@@ -396,6 +396,6 @@ impl<'a, T: Item> XaLock<'a, T> {
     pub(crate) fn writer(&self) -> Writer<'_> {
         // SAFETY: `self` holds the array's mutex for as long as it is
         // borrowed, which bounds the writer's lifetime.
-        unsafe { Writer::new(self.xa.is_locked()) }
+        unsafe { Writer::new(|| self.xa.is_locked()) }
     }
 }

@@ -32,7 +32,7 @@ impl<T: Item> Drop for Held<'_, T> {
                 let guard = pin();
                 // SAFETY: `self` holds the array's mutex until the end of this
                 // drop, past the sweep.
-                let w = unsafe { Writer::new(xa.is_locked()) };
+                let w = unsafe { Writer::new(|| xa.is_locked()) };
                 XaState::new(xa, &guard, first).sweep_empty(w, first, last);
             }
         }

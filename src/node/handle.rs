@@ -55,11 +55,12 @@ impl Writer<'_> {
     /// - For all of the returned lifetime, the caller holds the writer lock
     ///   of the tree whose nodes it will write through this witness, or
     ///   has that tree exclusively (no other thread can reach it).
-    /// - `held` is the caller's check of the first point where one is
-    ///   cheap (the lock's `is_locked`), `true` otherwise.
+    /// - `held` checks the first point where a check is possible (the
+    ///   lock's `is_locked`), or returns `true`; it runs in debug builds
+    ///   only, so the release hot path pays nothing for it.
     #[inline(always)]
-    pub(crate) unsafe fn new(held: bool) -> Self {
-        debug_assert!(held, "kxarray: Writer minted without the lock");
+    pub(crate) unsafe fn new(held: impl FnOnce() -> bool) -> Self {
+        debug_assert!(held(), "kxarray: Writer minted without the lock");
         Writer(PhantomData)
     }
 }

@@ -14,6 +14,11 @@
 //!   memory.
 //! - Allocation goes through [`Node::alloc`], the one hook the fault
 //!   injector ([`crate::fault`]) can make fail.
+//! - Only this module writes a node: the mutators are private, reached from
+//!   outside through the handles of [`handle`] (a [`NodeRef<Locked>`]
+//!   made with a [`Writer`], an owned [`NodeBox`], a [`Dying`] node), so a
+//!   write path without the lock does not compile. Reading needs a handle
+//!   too; the only raw dereferences are in `handle`.
 
 pub(crate) mod handle;
 
