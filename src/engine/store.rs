@@ -361,11 +361,9 @@ impl<'a, T: Item> XaState<'a, T> {
         };
         let old = self.store_raw(w, raw);
         if let Some(err) = self.error() {
-            let back = (!raw.is_null()).then(|| {
-                // SAFETY: `raw` was never published (create failed first).
-                unsafe { Entry::from_raw(raw) }
-            });
-            return Err(Rejected::new(err, back));
+            // SAFETY: `raw` (from `into_raw` above) was never published:
+            // `create` failed before any slot was written.
+            return Err(unsafe { Rejected::unpublished(err, raw) });
         }
         if !old.is_user() {
             return Ok(None);

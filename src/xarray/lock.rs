@@ -64,13 +64,9 @@ impl<'a, T: Item> XaLock<'a, T> {
             old
         });
         if let Some(e) = xas.error() {
-            let back = if raw.is_user() {
-                // SAFETY: never published, so the caller still owns it.
-                Some(unsafe { Entry::from_raw(raw) })
-            } else {
-                None
-            };
-            return Err(Rejected::new(e, back));
+            // SAFETY: never published (the array is unchanged on error), so the
+            // caller still owns it.
+            return Err(unsafe { Rejected::unpublished(e, raw) });
         }
         let old = old.zero_to_null();
         if old.is_user() {
@@ -211,13 +207,9 @@ impl<'a, T: Item> XaLock<'a, T> {
         match err {
             None => Ok(()),
             Some(e) => {
-                let back = if raw.is_user() {
-                    // SAFETY: never published, so the caller still owns it.
-                    Some(unsafe { Entry::from_raw(raw) })
-                } else {
-                    None
-                };
-                Err(Rejected::new(e, back))
+                // SAFETY: never published (the array is unchanged on error), so the
+                // caller still owns it.
+                Err(unsafe { Rejected::unpublished(e, raw) })
             }
         }
     }
@@ -280,8 +272,7 @@ impl<'a, T: Item> XaLock<'a, T> {
             .and_then(|expect| self.cmpxchg_raw(index, expect, raw, guard))
             .map_err(|e| {
                 // SAFETY: never published (the array is unchanged on error).
-                let back = raw.is_user().then(|| unsafe { Entry::from_raw(raw) });
-                Rejected::new(e, back)
+                unsafe { Rejected::unpublished(e, raw) }
             })
     }
 
@@ -487,13 +478,9 @@ impl<'a, T: Item> XaLock<'a, T> {
             self.alloc_raw(min, max, raw)
         };
         r.map_err(|e| {
-            let back = if raw.is_user() {
-                // SAFETY: never published, so the caller still owns it.
-                Some(unsafe { Entry::from_raw(raw) })
-            } else {
-                None
-            };
-            Rejected::new(e, back)
+            // SAFETY: never published (the array is unchanged on error), so the
+            // caller still owns it.
+            unsafe { Rejected::unpublished(e, raw) }
         })
     }
 
@@ -562,13 +549,9 @@ impl<'a, T: Item> XaLock<'a, T> {
                 Ok((id, wrapped))
             }
             Err(e) => {
-                let back = if raw.is_user() {
-                    // SAFETY: never published, so the caller still owns it.
-                    Some(unsafe { Entry::from_raw(raw) })
-                } else {
-                    None
-                };
-                Err(Rejected::new(e, back))
+                // SAFETY: never published (the array is unchanged on error), so the
+                // caller still owns it.
+                Err(unsafe { Rejected::unpublished(e, raw) })
             }
         }
     }

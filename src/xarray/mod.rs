@@ -801,8 +801,9 @@ impl<T: Item> XArray<T> {
                 }
                 Err(Error::NoMemory) if xas.nomem() => continue,
                 Err(e) => {
-                    // SAFETY: never published.
-                    return Err(Rejected::new(e, Some(unsafe { Entry::from_raw(raw) })));
+                    // SAFETY: `raw` (from `into_raw` above) was never
+                    // published: the store failed before writing a slot.
+                    return Err(unsafe { Rejected::unpublished(e, raw) });
                 }
             }
         }
