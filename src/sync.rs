@@ -9,7 +9,7 @@
 //! Invariant: no other module names `std::sync::atomic`, `parking_lot` or
 //! `loom` directly.
 //!
-//! Under loom it also keeps freed nodes in quarantine ([`Quarantine`]): a
+//! Under loom it also keeps freed nodes in quarantine (`Quarantine`): a
 //! node freed while a reader can still reach it is reported by the next
 //! access instead of being silently read after the free.
 

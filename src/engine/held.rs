@@ -12,7 +12,7 @@ use crate::item::Item;
 use crate::node::Writer;
 use crate::sync::{MutexGuard, Ordering};
 
-/// The mutex guard inside an [`XaLock`]: before unlocking, it removes the
+/// The mutex guard inside an [`XaLock`](super::XaLock): before unlocking, it removes the
 /// nodes `create_range` made that no store filled, so no empty node
 /// outlives the lock.
 pub(crate) struct Held<'a, T: Item> {

@@ -1,7 +1,7 @@
 //! The engine: the raw array state and the `XaState` cursor (the kernel's `xas_*`) that
 //! every operation of the crate runs on, one concept per file:
 //!
-//! - [`array`]: the array's state words and the writer lock; [`held`], [`poison`]: what
+//! - [`array`](mod@array): the array's state words and the writer lock; [`held`], [`poison`]: what
 //!   happens at unlock and when a write panics.
 //! - [`state`]: the cursor's fields, constructors and accessors.
 //! - [`walk`]: positioning and re-validation; [`find`]: iteration; [`conflict`]: the

@@ -330,7 +330,7 @@ impl<'a, T: Item> XaState<'a, T> {
     ///
     /// [`Error::NoMemory`] (call [`XaState::nomem`] after dropping the lock,
     /// then retry) or [`Error::ValueOutOfRange`]; the entry comes back in the
-    /// [`Rejected`](crate::Rejected), the array is unchanged.
+    /// [`Rejected`], the array is unchanged.
     ///
     /// # Panics
     ///

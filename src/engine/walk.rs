@@ -154,7 +154,7 @@ impl<'a, T: Item> XaState<'a, T> {
     ///
     /// # Errors
     ///
-    /// [`Stale`](crate::Stale) when the cursor is not positioned or its node
+    /// [`Stale`] when the cursor is not positioned or its node
     /// was detached: reset and load again.
     ///
     /// ```

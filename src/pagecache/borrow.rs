@@ -2,7 +2,7 @@
 //! guard: the hit path with no reference count and no pin of its own.
 //!
 //! Owns the rule that lets a folio be borrowed for the guard's lifetime
-//! `'g`: a folio loaded from a file's tree under a pinned [`Guard`] is not
+//! `'g`: a folio loaded from a file's tree under a pinned [`Guard`](crate::Guard) is not
 //! freed before the guard is dropped (a removed folio's last `Arc` is
 //! dropped through the epoch), and its bytes change only under its data
 //! lock held for writing, so holding that lock shared makes them a stable
