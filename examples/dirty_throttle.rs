@@ -4,26 +4,37 @@
 //! (`balance_dirty_pages_ratelimited`) against read on every dirtied page.
 //!
 //! ```text
-//! cargo run --release --example dirty_throttle                # 256 MiB cache, 3 rounds
-//! cargo run --release --example dirty_throttle -- --quick     # CI: 32 MiB cache, 1 round
+//! cargo run --release --example dirty_throttle                # 256 MiB cache, 32 rounds
+//! cargo run --release --example dirty_throttle -- --quick     # CI: 32 MiB cache, 2 rounds
 //! ```
 //!
-//! Each cell is the median of `--rounds` runs, the two modes interleaved
-//! (which goes first alternates from round to round). A run opens a fresh cache
-//! of `--cache-size` (background threshold 10%, limit 20%) over a RAM disk
-//! that admits `--bandwidth` MiB/s of writes, then `--jobs` threads write
-//! their share of the size sequentially in `--bs` writes. MiB/s is the size
-//! over the time until the last writer returns (no final sync, as fio's
-//! buffered default). The pause column is the p99.9 latency of a single
-//! write call (it includes any throttling pause), and the largest single
-//! pause the cache recorded.
+//! A run opens a fresh cache of `--cache-mib` (background threshold 10%,
+//! limit 20%) over a RAM disk that admits `--bandwidth` MiB/s of writes,
+//! then `--jobs` threads write their share of the size sequentially in
+//! `--bs` writes. MiB/s is the size over the time until the last writer
+//! returns (no final sync, as fio's buffered default); the rest is written
+//! back unthrottled and untimed when the run ends.
+//!
+//! A round is one run of each mode, back to back (which goes first
+//! alternates from round to round), so the two runs of a round share the
+//! machine's load; one untimed round warms up first. Per row the table
+//! gives each mode's median MiB/s with the lowest and highest round, and
+//! the ratio ratelimited / global read of each round: its median, its
+//! interquartile range, how many rounds the ratelimited mode won, and a
+//! verdict from a two-sided sign test over the rounds (5%): `faster` or
+//! `slower` only when the rounds disagree with a coin toss, otherwise
+//! `within noise`. The pause columns are the worst round's p99.9 latency of
+//! a single write call (it includes any throttling pause) and the largest
+//! single pause the cache recorded over all rounds; `gauge reads` is the
+//! mean number of global dirty-count reads per run.
 
 use clap::Parser;
 use hdrhistogram::Histogram;
 use kxarray::backend::{Backend, RamDisk};
 use kxarray::pagecache::{CacheConfig, PageCache, ThrottleMode};
 use std::io;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Seed 003's table: ratelimited vs global-read dirty throttling.
@@ -41,20 +52,22 @@ struct Args {
     /// Bytes per write.
     #[arg(long, default_value_t = 4096)]
     bs: usize,
-    /// Runs per cell (median).
-    #[arg(long, default_value_t = 3)]
+    /// Rounds per row (one run of each mode per round).
+    #[arg(long, default_value_t = 32)]
     rounds: usize,
-    /// CI size: a 32 MiB cache, one round.
+    /// CI size: a 32 MiB cache, two rounds.
     #[arg(long)]
     quick: bool,
 }
 
-/// A RAM disk admitting `bw` bytes per second of writes.
+/// A RAM disk admitting `bw` bytes per second of writes, until
+/// `unthrottled` is set (the untimed write-back at the end of a run).
 #[derive(Debug)]
 struct Throttled {
     inner: RamDisk,
     bw: f64,
     next_free: Mutex<Instant>,
+    unthrottled: Arc<AtomicBool>,
 }
 
 impl Backend for Throttled {
@@ -62,15 +75,17 @@ impl Backend for Throttled {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let due = {
-            let mut n = self.next_free.lock().unwrap();
-            let start = (*n).max(Instant::now());
-            *n = start + Duration::from_secs_f64(buf.len() as f64 / self.bw);
-            *n
-        };
-        let now = Instant::now();
-        if due > now {
-            std::thread::sleep(due - now);
+        if !self.unthrottled.load(Ordering::Relaxed) {
+            let due = {
+                let mut n = self.next_free.lock().unwrap();
+                let start = (*n).max(Instant::now());
+                *n = start + Duration::from_secs_f64(buf.len() as f64 / self.bw);
+                *n
+            };
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
         }
         self.inner.write_at(buf, offset)
     }
@@ -85,20 +100,23 @@ impl Backend for Throttled {
     }
 }
 
-struct Cell {
+/// One run's figures.
+struct Run {
     mib_s: f64,
     p999_ms: f64,
     max_pause_ms: f64,
+    gauge_reads: u64,
 }
 
-fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Cell> {
+fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
     let cache = PageCache::new(CacheConfig::default().capacity(cap).throttle_mode(mode));
-    let backend = Throttled {
+    let unthrottled = Arc::new(AtomicBool::new(false));
+    let file = cache.open(Throttled {
         inner: RamDisk::new(size),
         bw: (a.bandwidth << 20) as f64,
         next_free: Mutex::new(Instant::now()),
-    };
-    let file = cache.open(backend)?;
+        unthrottled: Arc::clone(&unthrottled),
+    })?;
     let per = size / a.jobs / a.bs as u64 * a.bs as u64;
     let start = Instant::now();
     let hists: Vec<io::Result<Histogram<u64>>> = std::thread::scope(|s| {
@@ -130,25 +148,51 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Cell> {
         all.add(h?).expect("same bounds");
     }
     let st = cache.stats();
-    let cell = Cell {
+    let run = Run {
         mib_s: (per * a.jobs) as f64 / secs / (1 << 20) as f64,
         p999_ms: all.value_at_quantile(0.999) as f64 / 1e6,
         max_pause_ms: st.max_pause_ns as f64 / 1e6,
+        gauge_reads: st.dirty_global_reads,
     };
-    drop(file); // writes the rest back (not timed)
-    Ok(cell)
+    // The rest is written back at full speed, untimed.
+    unthrottled.store(true, Ordering::Relaxed);
+    file.sync()?;
+    Ok(run)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The `q` quantile of sorted `v`, interpolated between ranks (the median
+/// of an even count is the mean of the two middle values).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let x = q * (v.len() - 1) as f64;
+    let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (x - lo as f64)
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v
+}
+
+/// Two-sided exact sign test: the chance of a split at least as uneven
+/// as `wins` of `n` if each round were a coin toss.
+fn sign_test(wins: usize, n: usize) -> f64 {
+    let k = wins.min(n - wins);
+    let mut c = 1.0f64; // C(n, 0)
+    let mut tail = 0.0;
+    for i in 0..=k {
+        if i > 0 {
+            c = c * (n - i + 1) as f64 / i as f64;
+        }
+        tail += c;
+    }
+    (2.0 * tail / 2f64.powi(n as i32)).min(1.0)
 }
 
 fn main() -> io::Result<()> {
     let mut a = Args::parse();
     if a.quick {
         a.cache_mib = 32;
-        a.rounds = 1;
+        a.rounds = 2;
     }
     if a.jobs == 0 || a.bs == 0 || a.rounds == 0 || a.bandwidth == 0 || a.cache_mib == 0 {
         return Err(io::Error::new(
@@ -159,7 +203,7 @@ fn main() -> io::Result<()> {
     let cap = a.cache_mib << 20;
     let limit = cap / 5;
     println!(
-        "dirty throttling (seed 003): cache {} MiB, dirty limit {} MiB (background {} MiB), backend {} MiB/s, {} writer(s) of {} B, median of {}",
+        "dirty throttling (seed 003): cache {} MiB, dirty limit {} MiB (background {} MiB), backend {} MiB/s, {} writer(s) of {} B, {} rounds",
         a.cache_mib,
         limit >> 20,
         (cap / 10) >> 20,
@@ -169,31 +213,67 @@ fn main() -> io::Result<()> {
         a.rounds
     );
     println!();
-    println!("| size | × limit | ratelimited MiB/s | global read MiB/s | difference | p99.9 write ms (rl / gr) | max pause ms (rl / gr) |");
-    println!("|---|---|---|---|---|---|---|");
-    for frac in [0.5, 0.75, 1.0, 1.25, 1.5, 2.0] {
-        let size = ((limit as f64 * frac) as u64).max(a.bs as u64 * a.jobs);
-        let mut cells: [Vec<Cell>; 2] = [Vec::new(), Vec::new()];
+    println!("| size | × limit | ratelimited MiB/s, median (min..max) | global read MiB/s, median (min..max) | rl / gr per round, median (IQR) | rl won | verdict (sign test) | p99.9 write ms, worst round (rl / gr) | max pause ms (rl / gr) | gauge reads per run (rl / gr) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let modes = [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead];
+    let fracs = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0];
+    let size_of = |frac: f64| ((limit as f64 * frac) as u64).max(a.bs as u64 * a.jobs);
+    // Warm up both modes (allocator, thread and page state), untimed.
+    for mode in modes {
+        one(&a, cap, size_of(fracs[0]), mode)?;
+    }
+    for frac in fracs {
+        let size = size_of(frac);
+        let mut runs: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
         for round in 0..a.rounds {
             // Alternate which mode goes first, so neither always runs on
             // the heap and page state the other left.
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for m in order {
-                let mode = [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead][m];
-                cells[m].push(one(&a, cap, size, mode)?);
+                runs[m].push(one(&a, cap, size, modes[m])?);
             }
         }
-        let med = |m: usize, f: fn(&Cell) -> f64| median(cells[m].iter().map(f).collect());
-        let (rl, gr) = (med(0, |c| c.mib_s), med(1, |c| c.mib_s));
+        let mib = |m: usize| sorted(runs[m].iter().map(|r| r.mib_s).collect());
+        let (rl, gr) = (mib(0), mib(1));
+        let ratios = sorted(
+            runs[0]
+                .iter()
+                .zip(&runs[1])
+                .map(|(r, g)| r.mib_s / g.mib_s)
+                .collect(),
+        );
+        let n = ratios.len();
+        let wins = ratios.iter().filter(|&&x| x > 1.0).count();
+        let ties = ratios.iter().filter(|&&x| x == 1.0).count();
+        let p = sign_test(wins, n - ties);
+        let median_ratio = quantile(&ratios, 0.5);
+        let verdict = if n - ties == 0 || p >= 0.05 {
+            "within noise"
+        } else if median_ratio > 1.0 {
+            "faster"
+        } else {
+            "slower"
+        };
+        let worst = |m: usize, f: fn(&Run) -> f64| runs[m].iter().map(f).fold(0.0, f64::max);
+        let reads = |m: usize| runs[m].iter().map(|r| r.gauge_reads).sum::<u64>() / n as u64;
         println!(
-            "| {} MiB | {frac:.2} | {rl:.1} | {gr:.1} | {:+.1} ({:+.1}%) | {:.2} / {:.2} | {:.1} / {:.1} |",
+            "| {} MiB | {frac:.2} | {:.0} ({:.0}..{:.0}) | {:.0} ({:.0}..{:.0}) | {:.3} ({:.3}..{:.3}) | {wins}/{n} | {verdict} (p={p:.2}) | {:.2} / {:.2} | {:.1} / {:.1} | {} / {} |",
             size >> 20,
-            rl - gr,
-            100.0 * (rl / gr - 1.0),
-            med(0, |c| c.p999_ms),
-            med(1, |c| c.p999_ms),
-            med(0, |c| c.max_pause_ms),
-            med(1, |c| c.max_pause_ms),
+            quantile(&rl, 0.5),
+            rl[0],
+            rl[n - 1],
+            quantile(&gr, 0.5),
+            gr[0],
+            gr[n - 1],
+            median_ratio,
+            quantile(&ratios, 0.25),
+            quantile(&ratios, 0.75),
+            worst(0, |r| r.p999_ms),
+            worst(1, |r| r.p999_ms),
+            worst(0, |r| r.max_pause_ms),
+            worst(1, |r| r.max_pause_ms),
+            reads(0),
+            reads(1),
         );
     }
     Ok(())

@@ -148,3 +148,104 @@ fn ratelimited_reads_the_global_count_once_per_ratelimit_pages() {
         assert_eq!(cache.stats().throttled, 0, "1 MiB is under the limit");
     }
 }
+
+/// Dirty bytes at the first write after which the writers' checks asked
+/// for background writeback (`background_kicks > 0`), writing page by page
+/// from a fresh thread (its ratelimit count starts at zero).
+fn dirty_when_background_is_asked(cache: &PageCache, pages: u64) -> Option<u64> {
+    let file = cache.open(MemBackend::new()).unwrap();
+    let cache = cache.clone();
+    std::thread::spawn(move || {
+        for i in 0..pages {
+            file.write_at(&[1u8; 4096], i * 4096).unwrap();
+            let s = cache.stats();
+            if s.background_kicks > 0 {
+                return Some(s.dirty_bytes);
+            }
+        }
+        None
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn background_writeback_is_asked_for_within_the_ratelimit_slack_of_the_threshold() {
+    let bg = 1u64 << 20;
+    for (mode, slack) in [
+        (ThrottleMode::Ratelimited, RATELIMIT * 4096),
+        (ThrottleMode::GlobalRead, 4096),
+    ] {
+        // No flusher: nothing cleans, so the dirty bytes are exactly what
+        // was written when the check fired.
+        let cache = PageCache::new(
+            CacheConfig::default()
+                .capacity(64 << 20)
+                .dirty_background_bytes(bg)
+                .ratelimit_pages(RATELIMIT)
+                .flusher(false)
+                .throttle_mode(mode),
+        );
+        let at = dirty_when_background_is_asked(&cache, 2 * bg / 4096)
+            .unwrap_or_else(|| panic!("{mode:?}: never asked for background writeback"));
+        assert!(
+            at > bg && at <= bg + slack,
+            "{mode:?}: asked at {at} dirty bytes, threshold {bg}, slack {slack}"
+        );
+        assert_eq!(cache.stats().throttled, 0, "{mode:?}: under the limit");
+    }
+}
+
+#[test]
+fn the_flusher_starts_writing_back_only_past_the_background_threshold() {
+    let bg = 1u64 << 20;
+    for mode in [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead] {
+        // A long expiry: only the threshold may start writeback.
+        let cache = PageCache::new(
+            CacheConfig::default()
+                .capacity(64 << 20)
+                .dirty_background_bytes(bg)
+                .ratelimit_pages(RATELIMIT)
+                .dirty_expire(Duration::from_secs(3600))
+                .throttle_mode(mode),
+        );
+        let file = cache.open(MemBackend::new()).unwrap();
+        let f = file.clone();
+        // Exactly the threshold (not above it), from a fresh thread.
+        std::thread::spawn(move || {
+            for i in 0..bg / 4096 {
+                f.write_at(&[1u8; 4096], i * 4096).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        // Past a few of the flusher's timer wake-ups: nothing written.
+        std::thread::sleep(Duration::from_millis(1200));
+        let s = cache.stats();
+        assert!(
+            s.flusher_runs > 0,
+            "{mode:?}: the flusher never woke: {s:?}"
+        );
+        assert_eq!(s.backend_written_bytes, 0, "{mode:?}: {s:?}");
+        assert_eq!(s.background_kicks, 0, "{mode:?}: {s:?}");
+        // Over it by the slack: the flusher writes back without a sync.
+        let f = file.clone();
+        std::thread::spawn(move || {
+            for i in 0..=RATELIMIT {
+                f.write_at(&[2u8; 4096], bg + i * 4096).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        let t0 = std::time::Instant::now();
+        while cache.stats().backend_written_bytes == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{mode:?}: no background writeback: {:?}",
+                cache.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(cache.stats().background_kicks > 0, "{mode:?}");
+    }
+}
