@@ -64,6 +64,9 @@ struct Args {
     /// A/A control: the ratelimited mode in both columns.
     #[arg(long)]
     control: bool,
+    /// The rows: sizes as fractions of the dirty limit.
+    #[arg(long, value_delimiter = ',', default_values_t = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0])]
+    fractions: Vec<f64>,
 }
 
 /// A RAM disk admitting `bw` bytes per second of writes, until
@@ -109,6 +112,9 @@ impl Backend for Throttled {
 /// One run's figures.
 struct Run {
     mib_s: f64,
+    /// Writer CPU time per MiB written, in ms (NaN where the kernel does
+    /// not report it).
+    cpu_ms_per_mib: f64,
     p999_ms: f64,
     max_pause_ms: f64,
     gauge_reads: u64,
@@ -125,7 +131,7 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
     })?;
     let per = size / a.jobs / a.bs as u64 * a.bs as u64;
     let start = Instant::now();
-    let hists: Vec<io::Result<Histogram<u64>>> = std::thread::scope(|s| {
+    let hists: Vec<io::Result<(Histogram<u64>, Option<u64>)>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..a.jobs)
             .map(|j| {
                 let file = &file;
@@ -133,6 +139,7 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
                     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
                         .expect("valid bounds");
                     let buf = vec![j as u8 + 1; a.bs];
+                    let cpu0 = thread_cpu_ns();
                     let mut off = j * per;
                     while off < (j + 1) * per {
                         let t0 = Instant::now();
@@ -140,7 +147,8 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
                         h.saturating_record(t0.elapsed().as_nanos() as u64);
                         off += a.bs as u64;
                     }
-                    Ok(h)
+                    let cpu = thread_cpu_ns().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+                    Ok((h, cpu))
                 })
             })
             .collect();
@@ -150,12 +158,17 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
     });
     let secs = start.elapsed().as_secs_f64();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    let mut cpu_ns = Some(0);
     for h in hists {
-        all.add(h?).expect("same bounds");
+        let (h, cpu) = h?;
+        all.add(h).expect("same bounds");
+        cpu_ns = cpu_ns.zip(cpu).map(|(a, b)| a + b);
     }
+    let mib = (per * a.jobs) as f64 / (1 << 20) as f64;
     let st = cache.stats();
     let run = Run {
-        mib_s: (per * a.jobs) as f64 / secs / (1 << 20) as f64,
+        mib_s: mib / secs,
+        cpu_ms_per_mib: cpu_ns.map_or(f64::NAN, |ns| ns as f64 / 1e6 / mib),
         p999_ms: all.value_at_quantile(0.999) as f64 / 1e6,
         max_pause_ms: st.max_pause_ns as f64 / 1e6,
         gauge_reads: st.dirty_global_reads,
@@ -164,6 +177,19 @@ fn one(a: &Args, cap: u64, size: u64, mode: ThrottleMode) -> io::Result<Run> {
     unthrottled.store(true, Ordering::Relaxed);
     file.sync()?;
     Ok(run)
+}
+
+/// Time the calling thread has run on a CPU, in nanoseconds
+/// (`CLOCK_THREAD_CPUTIME_ID`): not counting time it waited for a CPU,
+/// which on a shared machine is most of the noise in wall time.
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// The `q` quantile of sorted `v`, interpolated between ranks (the median
@@ -206,6 +232,12 @@ fn main() -> io::Result<()> {
             "--jobs, --bs, --rounds, --bandwidth and --cache-mib must be positive",
         ));
     }
+    if a.fractions.is_empty() || a.fractions.iter().any(|f| !(*f > 0.0 && *f <= 64.0)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--fractions must be in (0, 64]",
+        ));
+    }
     let cap = a.cache_mib << 20;
     let limit = cap / 5;
     println!(
@@ -229,21 +261,21 @@ fn main() -> io::Result<()> {
     } else {
         ("global read", "gr")
     };
-    println!("| size | × limit | ratelimited MiB/s, median (min..max) | {b} MiB/s, median (min..max) | rl / {bb} per round, median (IQR) | rl won | verdict (sign test, p) | p99.9 write ms, worst round (rl / {bb}) | max pause ms (rl / {bb}) | gauge reads per run (rl / {bb}) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
     let modes = if a.control {
         [ThrottleMode::Ratelimited; 2]
     } else {
         [ThrottleMode::Ratelimited, ThrottleMode::GlobalRead]
     };
-    let fracs = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0];
-    let alpha = 0.05 / fracs.len() as f64;
+    let fracs = a.fractions.clone();
+    // Two tests per row (throughput, CPU): 5% over the whole table.
+    let alpha = 0.05 / (2 * fracs.len()) as f64;
     let size_of = |frac: f64| ((limit as f64 * frac) as u64).max(a.bs as u64 * a.jobs);
     // Warm up both modes (allocator, thread and page state), untimed.
     for mode in modes {
         one(&a, cap, size_of(fracs[0]), mode)?;
     }
-    for frac in fracs {
+    let mut rows = Vec::new();
+    for &frac in &fracs {
         let size = size_of(frac);
         let mut runs: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
         for round in 0..a.rounds {
@@ -254,41 +286,39 @@ fn main() -> io::Result<()> {
                 runs[m].push(one(&a, cap, size, modes[m])?);
             }
         }
-        let mib = |m: usize| sorted(runs[m].iter().map(|r| r.mib_s).collect());
-        let (rl, gr) = (mib(0), mib(1));
-        let ratios = sorted(
-            runs[0]
-                .iter()
-                .zip(&runs[1])
-                .map(|(r, g)| r.mib_s / g.mib_s)
-                .collect(),
-        );
-        let n = ratios.len();
-        let wins = ratios.iter().filter(|&&x| x > 1.0).count();
-        let ties = ratios.iter().filter(|&&x| x == 1.0).count();
-        let p = sign_test(wins, n - ties);
-        let median_ratio = quantile(&ratios, 0.5);
-        let verdict = if n - ties == 0 || p >= alpha {
-            "within noise"
-        } else if median_ratio > 1.0 {
-            "faster"
+        rows.push((frac, size, runs));
+    }
+    println!("Throughput (higher is better):");
+    println!();
+    println!("| size | × limit | ratelimited MiB/s, median (min..max) | {b} MiB/s, median (min..max) | rl / {bb} per round, median (IQR) | rl faster | verdict (sign test, p) |");
+    println!("|---|---|---|---|---|---|---|");
+    for (frac, size, runs) in &rows {
+        let c = Compare::new(runs, |r| r.mib_s, alpha, ["rl faster", "rl slower"]);
+        println!("| {} MiB | {frac:.2} | {} |", size >> 20, c.cells(0));
+    }
+    println!();
+    println!("Writer CPU time per MiB written, and pauses (CPU: lower is better):");
+    println!();
+    println!("| size | × limit | ratelimited CPU ms/MiB, median (min..max) | {b} CPU ms/MiB, median (min..max) | rl / {bb} per round, median (IQR) | rl costlier | verdict (sign test, p) | p99.9 write ms, worst round (rl / {bb}) | max pause ms (rl / {bb}) | gauge reads per run (rl / {bb}) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (frac, size, runs) in &rows {
+        let cpu = if runs.iter().flatten().any(|r| r.cpu_ms_per_mib.is_nan()) {
+            "n/a | n/a | n/a | n/a | n/a".to_string()
         } else {
-            "slower"
+            Compare::new(
+                runs,
+                |r| r.cpu_ms_per_mib,
+                alpha,
+                ["rl costlier", "rl cheaper"],
+            )
+            .cells(2)
         };
         let worst = |m: usize, f: fn(&Run) -> f64| runs[m].iter().map(f).fold(0.0, f64::max);
-        let reads = |m: usize| runs[m].iter().map(|r| r.gauge_reads).sum::<u64>() / n as u64;
+        let reads =
+            |m: usize| runs[m].iter().map(|r| r.gauge_reads).sum::<u64>() / runs[m].len() as u64;
         println!(
-            "| {} MiB | {frac:.2} | {:.0} ({:.0}..{:.0}) | {:.0} ({:.0}..{:.0}) | {:.3} ({:.3}..{:.3}) | {wins}/{n} | {verdict} (p={p:.2}) | {:.2} / {:.2} | {:.1} / {:.1} | {} / {} |",
+            "| {} MiB | {frac:.2} | {cpu} | {:.2} / {:.2} | {:.1} / {:.1} | {} / {} |",
             size >> 20,
-            quantile(&rl, 0.5),
-            rl[0],
-            rl[n - 1],
-            quantile(&gr, 0.5),
-            gr[0],
-            gr[n - 1],
-            median_ratio,
-            quantile(&ratios, 0.25),
-            quantile(&ratios, 0.75),
             worst(0, |r| r.p999_ms),
             worst(1, |r| r.p999_ms),
             worst(0, |r| r.max_pause_ms),
@@ -298,4 +328,80 @@ fn main() -> io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One metric of one row, the two modes compared round by round.
+struct Compare {
+    /// Each mode's values, sorted.
+    by_mode: [Vec<f64>; 2],
+    /// The per-round ratios first mode / second mode, sorted.
+    ratios: Vec<f64>,
+    /// Rounds where the ratio is above 1.
+    above: usize,
+    p: f64,
+    verdict: &'static str,
+}
+
+impl Compare {
+    /// `names`: the verdict when the ratio is significantly above 1, and
+    /// when it is significantly below.
+    fn new(runs: &[Vec<Run>; 2], f: fn(&Run) -> f64, alpha: f64, names: [&'static str; 2]) -> Self {
+        let by_mode = [0, 1].map(|m| sorted(runs[m].iter().map(f).collect()));
+        let ratios = sorted(
+            runs[0]
+                .iter()
+                .zip(&runs[1])
+                .map(|(x, y)| f(x) / f(y))
+                .collect(),
+        );
+        let above = ratios.iter().filter(|&&x| x > 1.0).count();
+        let below = ratios.iter().filter(|&&x| x < 1.0).count();
+        let p = if above + below == 0 {
+            1.0
+        } else {
+            sign_test(above, above + below)
+        };
+        let verdict = if p >= alpha {
+            "within noise"
+        } else if above > below {
+            names[0]
+        } else {
+            names[1]
+        };
+        Compare {
+            by_mode,
+            ratios,
+            above,
+            p,
+            verdict,
+        }
+    }
+
+    /// The five cells: each mode's median (min..max), the ratio's median
+    /// (IQR), rounds above 1, and the verdict; `digits` after the point.
+    fn cells(&self, digits: usize) -> String {
+        let m = |v: &[f64]| {
+            format!(
+                "{:.digits$} ({:.digits$}..{:.digits$})",
+                quantile(v, 0.5),
+                v[0],
+                v[v.len() - 1]
+            )
+        };
+        let r = &self.ratios;
+        format!(
+            "{} | {} | {:.3} ({:.3}..{:.3}) | {}/{} | {} (p={:.2}) |",
+            m(&self.by_mode[0]),
+            m(&self.by_mode[1]),
+            quantile(r, 0.5),
+            quantile(r, 0.25),
+            quantile(r, 0.75),
+            self.above,
+            r.len(),
+            self.verdict,
+            self.p,
+        )
+        .trim_end_matches(" |")
+        .to_string()
+    }
 }
