@@ -17,19 +17,22 @@
 //!
 //! A round is one run of each mode, back to back (which goes first
 //! alternates from round to round), so the two runs of a round share the
-//! machine's load; one untimed round warms up first. Per row the table
-//! gives each mode's median MiB/s with the lowest and highest round, and
-//! the ratio ratelimited / global read of each round: its median, its
-//! interquartile range, how many rounds the ratelimited mode won, and a
-//! verdict from a two-sided sign test over the rounds: `faster` or `slower`
-//! only when the split is unlikely for a coin toss (p below 5% divided by
-//! the number of rows, so the whole table has a 5% chance of one false
+//! machine's load; one untimed round warms up first. Two tables compare
+//! the modes on two measures: throughput, and the writers' CPU time per
+//! MiB (`CLOCK_THREAD_CPUTIME_ID`: what a per-page global read costs the
+//! writers, without the time they waited for a CPU). For each, per row:
+//! each mode's median with the lowest and highest round; the ratio
+//! ratelimited / global read of each round, its median and interquartile
+//! range; how many rounds it was above 1; and a verdict from a two-sided
+//! sign test over the rounds, naming a winner only when the split is
+//! unlikely for a coin toss (p below 5% divided by the number of tests in
+//! both tables, so the whole output has at most a 5% chance of one false
 //! verdict), otherwise `within noise`. `--control` runs the ratelimited
-//! mode in both columns (an A/A test): what the spread and the verdicts
-//! look like when there is no difference at all. The pause columns are the worst round's p99.9 latency of
-//! a single write call (it includes any throttling pause) and the largest
-//! single pause the cache recorded over all rounds; `gauge reads` is the
-//! mean number of global dirty-count reads per run.
+//! mode in both columns (an A/A test): the spread and the verdicts when
+//! there is no difference at all. The pause columns are the worst round's
+//! p99.9 latency of a single write call (it includes any throttling pause)
+//! and the largest single pause the cache recorded over all rounds; `gauge
+//! reads` is the mean number of global dirty-count reads per run.
 
 use clap::Parser;
 use hdrhistogram::Histogram;
