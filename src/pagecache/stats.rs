@@ -138,7 +138,9 @@ pub struct CacheStats {
     /// threshold and woke the flusher (counted with or without a flusher
     /// thread).
     pub background_kicks: u64,
-    /// Passes of the flusher thread (timer or kick).
+    /// Wake-ups of the flusher thread (its timer or a request); one
+    /// wake-up runs passes until the dirty bytes are at or below the
+    /// background threshold or a pass writes nothing.
     pub flusher_runs: u64,
     /// Bytes under writeback now.
     pub writeback_bytes: u64,
