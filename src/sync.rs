@@ -53,29 +53,55 @@ mod imp {
     /// A mutex around data (page-cache lists, per-file state).
     pub(crate) type Lock<T> = parking_lot::Mutex<T>;
 
-    /// A stop flag a background thread sleeps on with a timeout.
-    pub(crate) struct Event(parking_lot::Mutex<bool>, parking_lot::Condvar);
+    /// A background thread's wake-up: a stop flag and a pending request,
+    /// which it sleeps on with a timeout. A request made while the thread
+    /// is awake stays pending until it takes it, so none is lost.
+    pub(crate) struct Event {
+        stop: parking_lot::Mutex<bool>,
+        cv: parking_lot::Condvar,
+        pending: std::sync::atomic::AtomicBool,
+    }
 
     impl Event {
         pub(crate) fn new() -> Self {
-            Event(parking_lot::Mutex::new(false), parking_lot::Condvar::new())
+            Event {
+                stop: parking_lot::Mutex::new(false),
+                cv: parking_lot::Condvar::new(),
+                pending: std::sync::atomic::AtomicBool::new(false),
+            }
         }
-        /// Sleep up to `d` or until [`Event::set`]; returns whether it is set.
+        /// Sleep up to `d`, or until a request is pending or the event is
+        /// set; returns whether it is set.
         pub(crate) fn wait_timeout(&self, d: std::time::Duration) -> bool {
-            let mut g = self.0.lock();
-            if !*g {
-                let _ = self.1.wait_for(&mut g, d);
+            let mut g = self.stop.lock();
+            if !*g && !self.pending.load(Ordering::Acquire) {
+                let _ = self.cv.wait_for(&mut g, d);
             }
             *g
         }
-        /// Wake a sleeper early without setting the flag.
+        /// Make a request and wake the sleeper. While one is pending this
+        /// is a single load of a flag nobody writes.
         pub(crate) fn kick(&self) {
-            self.1.notify_all();
+            if self.pending.load(Ordering::Relaxed) || self.pending.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            // Under the lock: the sleeper is either before its check of
+            // `pending` (and sees it) or asleep (and is woken).
+            let _g = self.stop.lock();
+            self.cv.notify_all();
+        }
+        /// Take the pending request; whether there was one.
+        pub(crate) fn take(&self) -> bool {
+            self.pending.swap(false, Ordering::AcqRel)
+        }
+        /// Whether the event is set.
+        pub(crate) fn is_set(&self) -> bool {
+            *self.stop.lock()
         }
         /// Set the flag and wake every sleeper.
         pub(crate) fn set(&self) {
-            *self.0.lock() = true;
-            self.1.notify_all();
+            *self.stop.lock() = true;
+            self.cv.notify_all();
         }
     }
 
@@ -142,18 +168,26 @@ mod imp {
     }
 
     /// Under loom background threads are not started; the event only
-    /// records the flag.
-    pub(crate) struct Event(AtomicBool);
+    /// records the flag and the request.
+    pub(crate) struct Event(AtomicBool, AtomicBool);
 
     impl Event {
         pub(crate) fn new() -> Self {
-            Event(AtomicBool::new(false))
+            Event(AtomicBool::new(false), AtomicBool::new(false))
         }
         pub(crate) fn wait_timeout(&self, _d: std::time::Duration) -> bool {
             loom::thread::yield_now();
             self.0.load(Ordering::Acquire)
         }
-        pub(crate) fn kick(&self) {}
+        pub(crate) fn kick(&self) {
+            self.1.store(true, Ordering::Release);
+        }
+        pub(crate) fn take(&self) -> bool {
+            self.1.swap(false, Ordering::AcqRel)
+        }
+        pub(crate) fn is_set(&self) -> bool {
+            self.0.load(Ordering::Acquire)
+        }
         pub(crate) fn set(&self) {
             self.0.store(true, Ordering::Release);
         }

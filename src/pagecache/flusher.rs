@@ -3,11 +3,16 @@
 //! `dirty_expire`, or every dirty file when the cache's dirty bytes pass
 //! `dirty_background_bytes`.
 //!
-//! Owns the thread and its stop event. Invariants: the thread holds only a
-//! weak reference to the cache, so it never keeps it alive; dropping the
-//! [`Flusher`] sets the event and joins the thread; background writeback
-//! never waits for a file's writeback lock (a `sync` in progress covers
-//! the file), and its errors go to each file's error sequence.
+//! Owns the thread and its wake-up event. Invariants: the thread holds only
+//! a weak reference to the cache, so it never keeps it alive; dropping the
+//! [`Flusher`] sets the event and joins the thread; a writer's request for
+//! background writeback is never lost (one made during a pass stays
+//! pending, the kernel's queued `wb_start_background_writeback` work);
+//! once started, background writeback goes on pass after pass while the
+//! dirty bytes are above the threshold and passes make progress (the
+//! kernel's `wb_writeback` loop on `wb_over_bg_thresh`); it never waits
+//! for a file's writeback lock (a `sync` in progress covers the file), and
+//! its errors go to each file's error sequence.
 
 use super::writeback::{self, Mode};
 use super::CacheInner;
@@ -56,14 +61,30 @@ fn run(cache: Weak<CacheInner>, event: Arc<Event>, period: Duration) {
             return;
         };
         cache.counters.flusher_runs.fetch_add(1, Ordering::Relaxed);
-        let over = cache.counters.dirty_bytes.read() > cache.config.dirty_background_bytes;
-        let expire = cache.config.dirty_expire.as_millis() as u64;
-        let now = cache.now_ms();
-        for file in cache.files() {
-            let at = file.dirtied_at.load(Ordering::Relaxed);
-            if at != 0 && (over || now.saturating_sub(at) >= expire) {
-                let _ = writeback::writeback(&file, 0, u64::MAX, Mode::Background);
+        loop {
+            // Requests from here on ask for another pass.
+            event.take();
+            let bg = cache.config.dirty_background_bytes;
+            let over = cache.counters.dirty_bytes.read() > bg;
+            let written = cache.counters.backend_written_bytes.load(Ordering::Relaxed);
+            pass(&cache, over);
+            let progress = cache.counters.backend_written_bytes.load(Ordering::Relaxed) > written;
+            if !progress || cache.counters.dirty_bytes.read() <= bg || event.is_set() {
+                break;
             }
+        }
+    }
+}
+
+/// Write back every file with dirty data (`over` the background
+/// threshold) or only those whose dirty data expired.
+fn pass(cache: &CacheInner, over: bool) {
+    let expire = cache.config.dirty_expire.as_millis() as u64;
+    let now = cache.now_ms();
+    for file in cache.files() {
+        let at = file.dirtied_at.load(Ordering::Relaxed);
+        if at != 0 && (over || now.saturating_sub(at) >= expire) {
+            let _ = writeback::writeback(&file, 0, u64::MAX, Mode::Background);
         }
     }
 }

@@ -318,6 +318,8 @@ impl PageCache {
             pause_ns: t.pause_ns.load(Ordering::Relaxed),
             max_pause_ns: t.max_pause_ns.load(Ordering::Relaxed),
             dirty_global_reads: t.global_reads.load(Ordering::Relaxed),
+            background_kicks: t.background_kicks.load(Ordering::Relaxed),
+            flusher_runs: c.flusher_runs.load(Ordering::Relaxed) as u64,
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),

@@ -134,6 +134,14 @@ pub struct CacheStats {
     pub max_pause_ns: u64,
     /// Reads of the global dirty gauge by writers.
     pub dirty_global_reads: u64,
+    /// Writer checks that found the dirty bytes above the background
+    /// threshold and woke the flusher (counted with or without a flusher
+    /// thread).
+    pub background_kicks: u64,
+    /// Wake-ups of the flusher thread (its timer or a request); one
+    /// wake-up runs passes until the dirty bytes are at or below the
+    /// background threshold or a pass writes nothing.
+    pub flusher_runs: u64,
     /// Bytes under writeback now.
     pub writeback_bytes: u64,
     /// Bytes read from backends.

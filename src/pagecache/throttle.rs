@@ -114,6 +114,8 @@ pub(crate) struct Throttle {
     pub(crate) pause_ns: AtomicU64,
     pub(crate) max_pause_ns: AtomicU64,
     pub(crate) global_reads: AtomicU64,
+    /// Checks that found the dirty bytes above the background threshold.
+    pub(crate) background_kicks: AtomicU64,
 }
 
 impl Throttle {
@@ -126,6 +128,7 @@ impl Throttle {
             pause_ns: AtomicU64::new(0),
             max_pause_ns: AtomicU64::new(0),
             global_reads: AtomicU64::new(0),
+            background_kicks: AtomicU64::new(0),
         }
     }
 
@@ -202,6 +205,9 @@ impl CacheInner {
             }
         };
         if dirty > cfg.dirty_background_bytes {
+            self.throttle
+                .background_kicks
+                .fetch_add(1, Ordering::Relaxed);
             self.kick_flusher();
         }
         if dirty <= cfg.dirty_bytes {
