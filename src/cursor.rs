@@ -19,8 +19,9 @@
 //! array (both come from the lock), so the engine's runtime lock check
 //! never fires through this API.
 
-use crate::engine::array::{XArray, XaLock};
+use crate::engine::array::XArray;
 use crate::engine::iter::{Conflicts, CursorIter, Stale};
+use crate::engine::lock::XaLock;
 use crate::engine::state::{CursorState, XaState};
 use crate::error::Error;
 use crate::guard::{pin, Guard};

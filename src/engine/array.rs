@@ -1,15 +1,15 @@
 //! The raw array state: the head word, the flags (root marks, allocation, poison),
-//! the modification sequence, node count and the writer lock ([`XaLock`]), plus the
-//! lock-free descent every `load` takes.
+//! the modification sequence, node count and the writer mutex (taken through
+//! [`XaLock`](super::XaLock), in `lock`), plus the lock-free descent every `load`
+//! takes.
 //!
 //! Invariants: `head` holds NULL, the entry for index 0, or the top node; `seq` is
 //! bumped under the lock after every write that can move or retype a slot; the
 //! lock is the only writer.
 
-use super::held::Held;
 use super::state::XaState;
 use crate::entry::{AtomicEntry, RawEntry};
-use crate::guard::{pin, Guard};
+use crate::guard::Guard;
 use crate::item::Item;
 use crate::mark::Mark;
 use crate::node::{NodeRef, Shared, Writer, CHUNK_MASK, CHUNK_SHIFT};
@@ -72,15 +72,6 @@ impl<T: Item> Default for XArray<T> {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The held writer lock of an [`XArray`] (`xa_lock`), with an epoch guard
-/// for the entries it hands out. Write methods on the lock and on
-/// [`XaState`] take it as proof that the lock is held.
-pub struct XaLock<'a, T: Item> {
-    pub(crate) xa: &'a XArray<T>,
-    pub(crate) epoch: Guard,
-    pub(crate) _held: Held<'a, T>,
 }
 
 impl<T: Item> XArray<T> {
@@ -183,63 +174,6 @@ impl<T: Item> XArray<T> {
             .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
     }
 
-    /// Take the writer lock (`xa_lock`).
-    ///
-    /// # Panics
-    ///
-    /// If the array is poisoned ([`XArray::is_poisoned`]): a panic inside an
-    /// earlier write left it unusable. Every writing method panics for the
-    /// same reason.
-    ///
-    /// Context: blocks until the lock is free; do not take it twice on one
-    /// thread (it is not reentrant). Readers are never blocked by it.
-    ///
-    /// ```
-    /// use kxarray::{Entry, Mark, XArray};
-    /// let xa: XArray<Box<u32>> = XArray::new();
-    /// let lock = xa.lock();
-    /// lock.store(1, Some(Entry::Value(1))).unwrap();
-    /// lock.set_mark(1, Mark::M0);
-    /// drop(lock);
-    /// assert!(xa.get_mark(1, Mark::M0));
-    /// ```
-    #[inline]
-    pub fn lock(&self) -> XaLock<'_, T> {
-        // Pin before taking the mutex: a pin may run deferred item
-        // destructors, and one that locks an `XArray` (this one included)
-        // must not run while this lock is held.
-        let epoch = pin();
-        let held = self.lock.lock();
-        if self.flags() & FLAG_POISONED != 0 {
-            drop(held);
-            Self::poisoned_panic();
-        }
-        XaLock {
-            xa: self,
-            epoch,
-            _held: Held {
-                xa: self,
-                _guard: held,
-            },
-        }
-    }
-
-    /// Whether the writer lock is currently held by someone.
-    ///
-    /// Context: lock-free; takes no lock and never blocks.
-    ///
-    /// ```
-    /// use kxarray::{Entry, Mark, XArray};
-    /// let xa: XArray<Box<u32>> = XArray::new();
-    /// let lock = xa.lock();
-    /// assert!(xa.is_locked());
-    /// drop(lock);
-    /// assert!(!xa.is_locked());
-    /// ```
-    pub fn is_locked(&self) -> bool {
-        self.lock.is_locked()
-    }
-
     /// The lock-free descent, under `guard` (the lock's guard, or the
     /// unprotected one on the `&mut` paths).
     #[inline(always)]
@@ -339,63 +273,5 @@ impl<T: Item> core::fmt::Debug for XArray<T> {
             .field("nodes", &self.node_count())
             .field("empty", &self.is_empty())
             .finish()
-    }
-}
-
-impl<'a, T: Item> XaLock<'a, T> {
-    /// The array this lock belongs to.
-    ///
-    /// ```
-    /// use kxarray::{Entry, Mark, XArray};
-    /// let xa: XArray<Box<u32>> = XArray::new();
-    /// let lock = xa.lock();
-    /// assert!(std::ptr::eq(lock.array(), &xa));
-    /// ```
-    pub fn array(&self) -> &'a XArray<T> {
-        self.xa
-    }
-
-    /// The epoch guard held with the lock: entries returned by the lock's
-    /// methods are readable while it lives.
-    ///
-    /// ```
-    /// use kxarray::{Entry, Mark, XArray};
-    /// let xa: XArray<Box<u32>> = XArray::new();
-    /// let lock = xa.lock();
-    /// lock.store(1, Some(Entry::Value(1))).unwrap();
-    /// assert!(xa.load(1, lock.guard()).is_some());
-    /// ```
-    pub fn guard(&self) -> &Guard {
-        &self.epoch
-    }
-
-    pub(crate) fn into_guard(self) -> Guard {
-        let XaLock { epoch, _held, .. } = self;
-        drop(_held);
-        epoch
-    }
-
-    /// A cursor at `index` reading under this lock's guard.
-    ///
-    /// Context: under the held lock.
-    ///
-    /// ```
-    /// use kxarray::{Entry, XArray};
-    /// let xa: XArray<Box<u32>> = XArray::new();
-    /// let lock = xa.lock();
-    /// let mut xas = lock.cursor(5);
-    /// xas.store(&lock, Some(Entry::Value(5))).unwrap();
-    /// assert_eq!(lock.load(5).and_then(|e| e.value()), Some(5));
-    /// ```
-    pub fn cursor(&self, index: u64) -> XaState<'_, T> {
-        XaState::new(self.xa, &self.epoch, index)
-    }
-
-    /// The witness that this lock is held, for the engine's write paths.
-    #[inline(always)]
-    pub(crate) fn writer(&self) -> Writer<'_> {
-        // SAFETY: `self` holds the array's mutex for as long as it is
-        // borrowed, which bounds the writer's lifetime.
-        unsafe { Writer::new(|| self.xa.is_locked()) }
     }
 }

@@ -1,8 +1,8 @@
 //! The conflict scan (`xas_find_conflict`): the entries a store of the cursor's
 //! range would overwrite.
 
-use super::array::XaLock;
 use super::iter::Conflicts;
+use super::lock::XaLock;
 use super::state::{Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::{EntryRef, Item};

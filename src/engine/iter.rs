@@ -1,6 +1,6 @@
 //! Cursor-borrowing iterators and the stale-position error.
 
-use super::array::XaLock;
+use super::lock::XaLock;
 use super::state::XaState;
 use crate::item::{EntryRef, Item};
 

@@ -1,7 +1,7 @@
 //! Search marks through a cursor (`xas_set_mark`/`xas_clear_mark`/`xas_init_marks`):
 //! a mark set on a slot is set on every ancestor and in the root flags.
 
-use super::array::XaLock;
+use super::lock::XaLock;
 use super::state::{Pos, XaState};
 use crate::item::Item;
 use crate::mark::Mark;

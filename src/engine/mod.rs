@@ -1,8 +1,9 @@
 //! The engine: the raw array state and the `XaState` cursor (the kernel's `xas_*`) that
 //! every operation of the crate runs on, one concept per file:
 //!
-//! - [`array`](mod@array): the array's state words and the writer lock; [`held`], [`poison`]: what
-//!   happens at unlock and when a write panics.
+//! - [`array`](mod@array): the array's state words and the lock-free descent;
+//!   [`lock`]: the writer lock ([`XaLock`]) and what happens at unlock;
+//!   [`poison`]: what happens when a write panics.
 //! - [`state`]: the cursor's fields, constructors and accessors.
 //! - [`walk`]: positioning and re-validation; [`find`]: iteration; [`conflict`]: the
 //!   conflict scan.
@@ -15,8 +16,8 @@ pub(crate) mod array;
 pub(crate) mod conflict;
 pub(crate) mod create;
 pub(crate) mod find;
-pub(crate) mod held;
 pub(crate) mod iter;
+pub(crate) mod lock;
 pub(crate) mod marks;
 pub(crate) mod poison;
 pub(crate) mod prealloc;
@@ -26,8 +27,9 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod walk;
 
-pub use array::{Flags, XArray, XaLock};
+pub use array::{Flags, XArray};
 pub use iter::{Conflicts, CursorIter, Stale};
+pub use lock::XaLock;
 pub use range::MAX_RANGE_NODES;
 pub(crate) use state::order_shape;
 pub use state::{CursorState, XaState};

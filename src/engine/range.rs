@@ -8,7 +8,7 @@
 //! the span it created is recorded in the array and swept when the lock is
 //! released, so no empty node outlives the lock.
 
-use super::array::XaLock;
+use super::lock::XaLock;
 use super::state::{PoisonOnUnwind, Pos, XaState};
 use crate::error::Error;
 use crate::item::Item;

@@ -18,7 +18,7 @@
 //! or a fully initialised child node at every instant, so lock-free readers
 //! see the same value throughout.
 
-use super::array::XaLock;
+use super::lock::XaLock;
 use super::state::{order_shape, PoisonOnUnwind, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;

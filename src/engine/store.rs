@@ -5,7 +5,7 @@
 //! Invariant: every write publishes with Release stores and replaces detached slots
 //! with RETRY so a reader inside a detached node restarts.
 
-use super::array::XaLock;
+use super::lock::XaLock;
 use super::state::{PoisonOnUnwind, Pos, XaState};
 use crate::entry::RawEntry;
 use crate::error::Error;

@@ -4,8 +4,8 @@
 //! Invariant: a position is trusted for a write only if the array's modification
 //! sequence has not moved since the cursor walked; otherwise the cursor restarts.
 
-use super::array::XaLock;
 use super::iter::Stale;
+use super::lock::XaLock;
 use super::state::{Pos, XaState};
 use crate::entry::RawEntry;
 use crate::item::{EntryRef, Item};

@@ -1,7 +1,8 @@
 //! The locked API: one-call operations on a held [`XaLock`] (the kernel's `__xa_*`).
 
 use super::check_order;
-use crate::engine::array::{XaLock, FLAG_ALLOC_WRAPPED};
+use crate::engine::array::FLAG_ALLOC_WRAPPED;
+use crate::engine::lock::XaLock;
 use crate::engine::state::CursorState;
 use crate::engine::state::{dispose_item, order_shape, XaState};
 use crate::entry::RawEntry;
