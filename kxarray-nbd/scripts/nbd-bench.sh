@@ -7,11 +7,13 @@
 #   hashmap        kxarray-nbd --backend hashmap  (pages in a Mutex<HashMap>)
 #   nbdkit-sparse  nbdkit memory allocator=sparse (one global lock)
 #   nbdkit-malloc  nbdkit memory allocator=malloc (one flat allocation)
-# Each round starts every server afresh, in a rotated order, fills its
-# disk with one untimed sequential 1 MiB write pass (so all jobs measure
-# allocated pages, the steady state the seed's --loop=8 measured), then
-# runs the eight jobs against it. The table shows the median KIOPS over the rounds and the diff of
-# xarray against each other store.
+# Each round starts every server of a transport afresh, all at once, fills
+# each disk with one untimed sequential 1 MiB write pass (so all jobs
+# measure allocated pages, the steady state the seed's --loop=8 measured),
+# then runs each of the eight jobs against every server back to back, in an
+# order rotated from job to job. The table shows the median KIOPS over the
+# rounds, the diff of xarray against each other store, and the range of the
+# per-round diffs.
 #
 # Usage: kxarray-nbd/scripts/nbd-bench.sh [ROUNDS] [SECONDS] [SIZE]
 #        (defaults 3 rounds, 3 s per job, 512M disk)
@@ -35,71 +37,82 @@ else
 fi
 
 WORK=$(mktemp -d)
-SERVER_PID=
+declare -A PID PORT SOCK
 cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-PORT=$((20000 + RANDOM % 20000))
-SOCK=$WORK/nbd.sock
 RESULTS=$WORK/results.tsv
+read -r -a store_list <<<"$STORES"
+n=${#store_list[@]}
+base=$((20000 + RANDOM % 20000))
+for k in $(seq 0 $((n - 1))); do
+  PORT[${store_list[$k]}]=$((base + k))
+  SOCK[${store_list[$k]}]=$WORK/${store_list[$k]}.sock
+done
 
 start_server() { # store transport
-  local store=$1 transport=$2 listen
-  rm -f "$SOCK"
+  local store=$1 transport=$2 listen sock=${SOCK[$1]} port=${PORT[$1]}
+  rm -f "$sock"
   case $store in
     xarray|hashmap)
-      if [ "$transport" = unix ]; then listen=(--unix "$SOCK"); else listen=(--listen "127.0.0.1:$PORT"); fi
+      if [ "$transport" = unix ]; then listen=(--unix "$sock"); else listen=(--listen "127.0.0.1:$port"); fi
       RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" "${listen[@]}" 2>>"$WORK/server.log" &
       ;;
     nbdkit-*)
-      if [ "$transport" = unix ]; then listen=(-U "$SOCK"); else listen=(-i 127.0.0.1 -p "$PORT"); fi
+      if [ "$transport" = unix ]; then listen=(-U "$sock"); else listen=(-i 127.0.0.1 -p "$port"); fi
       nbdkit -f "${listen[@]}" memory size="$SIZE" allocator="${store#nbdkit-}" 2>>"$WORK/server.log" &
       ;;
   esac
-  SERVER_PID=$!
+  PID[$store]=$!
   for _ in $(seq 100); do
-    if [ "$transport" = unix ]; then [ -S "$SOCK" ] && return 0
-    else (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0; fi
+    if [ "$transport" = unix ]; then [ -S "$sock" ] && return 0
+    else (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0; fi
     sleep 0.05
   done
   echo "server $store did not start" >&2; exit 1
 }
 
 stop_server() {
-  kill -INT "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=
+  kill -INT "${PID[$1]}" 2>/dev/null || true
+  wait "${PID[$1]}" 2>/dev/null || true
+  unset "PID[$1]"
 }
 
-uri() {
-  if [ "$1" = unix ]; then echo "nbd+unix:///?socket=$SOCK"; else echo "nbd://127.0.0.1:$PORT/"; fi
+uri() { # store transport
+  if [ "$2" = unix ]; then echo "nbd+unix:///?socket=${SOCK[$1]}"; else echo "nbd://127.0.0.1:${PORT[$1]}/"; fi
 }
 
 kiops() { # json file -> KIOPS (read + write)
-  python3 - "$1" <<'EOF'
+  python3 - "$1" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 j = json.loads(text[text.index('{'):])["jobs"][0]
 print("%.1f" % ((j["read"]["iops"] + j["write"]["iops"]) / 1000))
-EOF
+PY
 }
 
-read -r -a store_list <<<"$STORES"
-n=${#store_list[@]}
+# Every server of a transport runs at once (idle ones cost nothing), so each
+# job is run against every store back to back, in an order rotated from job
+# to job: the stores of one row are measured seconds apart, not minutes, and
+# the machine's drift falls on all of them alike.
+slot=0
 for round in $(seq "$ROUNDS"); do
   for transport in unix tcp; do
-    for k in $(seq 0 $((n - 1))); do
-      store=${store_list[$(( (k + round) % n ))]}
+    for store in "${store_list[@]}"; do
       start_server "$store" "$transport"
       # Fill the disk once, untimed, so every measured job sees allocated
       # pages (steady state, as the seed's --loop=8 over the whole brd).
-      fio --name=fill --ioengine=nbd --uri="$(uri "$transport")" --rw=write --bs=1M \
+      fio --name=fill --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw=write --bs=1M \
         --iodepth=8 --size="$SIZE" >/dev/null 2>>"$WORK/fio.err"
-      for jobs in 1 2; do
-        for rw in write randwrite read randread; do
-          fio --name=bench --ioengine=nbd --uri="$(uri "$transport")" --rw="$rw" --bs=4k \
+    done
+    for jobs in 1 2; do
+      for rw in write randwrite read randread; do
+        slot=$((slot + 1))
+        for k in $(seq 0 $((n - 1))); do
+          store=${store_list[$(( (k + slot) % n ))]}
+          fio --name=bench --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw="$rw" --bs=4k \
             --iodepth=64 --numjobs="$jobs" --size="$SIZE" --time_based --runtime="$RUNTIME" \
             --group_reporting --output-format=json >"$WORK/out.json" 2>>"$WORK/fio.err"
           k_iops=$(kiops "$WORK/out.json")
@@ -107,8 +120,8 @@ for round in $(seq "$ROUNDS"); do
           echo "round $round $transport jobs=$jobs $rw $store: $k_iops KIOPS" >&2
         done
       done
-      stop_server
     done
+    for store in "${store_list[@]}"; do stop_server "$store"; done
   done
 done
 
@@ -119,7 +132,7 @@ vals = collections.defaultdict(list)
 for line in open(path):
     r, t, j, rw, store, k = line.split("\t")
     vals[(t, j, rw, store)].append(float(k))
-print(f"fio --ioengine=nbd, 4 KiB, iodepth 64, {runtime} s per job, {size} disk filled first; median KIOPS of {rounds} rounds")
+print(f"fio --ioengine=nbd, 4 KiB, iodepth 64, {runtime} s per job, {size} disk filled first; median KIOPS of {rounds} rounds; diff of the medians, and in brackets the range of the per-round diffs (all stores of a row run back to back)")
 print()
 others = [s for s in stores if s != "xarray"]
 head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
@@ -133,6 +146,9 @@ for t in ("unix", "tcp"):
             row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.1f}" for s in stores)
             for s in others:
                 d = (med["xarray"] / med[s] - 1) * 100 if med[s] else float("nan")
-                row += " | " + f"{d:+.1f}%".rjust(len("xarray vs " + s))
+                # the same round's paired ratios: their spread shows the noise
+                pr = [(a / b - 1) * 100 for a, b in zip(vals[(t, j, rw, "xarray")], vals[(t, j, rw, s)]) if b]
+                cell = f"{d:+.1f}% ({min(pr):+.0f}..{max(pr):+.0f})" if pr else f"{d:+.1f}%"
+                row += " | " + cell.rjust(len("xarray vs " + s))
             print(row + " |")
 EOF

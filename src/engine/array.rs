@@ -7,12 +7,11 @@
 //! bumped under the lock after every write that can move or retype a slot; the
 //! lock is the only writer.
 
-use super::state::XaState;
 use crate::entry::{AtomicEntry, RawEntry};
 use crate::guard::Guard;
 use crate::item::Item;
 use crate::mark::Mark;
-use crate::node::{NodeRef, Shared, Writer, CHUNK_MASK, CHUNK_SHIFT};
+use crate::node::{NodeRef, Shared, CHUNK_MASK, CHUNK_SHIFT};
 use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 use core::marker::PhantomData;
 
@@ -229,26 +228,6 @@ impl<T: Item> XArray<T> {
         }
     }
 
-    /// A cursor on an exclusively borrowed array, and the [`Writer`] the
-    /// borrow is as good as.
-    pub(crate) fn excl_cursor(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
-        if self.is_poisoned() {
-            Self::poisoned_panic();
-        }
-        self.excl_cursor_unchecked(index)
-    }
-
-    pub(crate) fn excl_cursor_unchecked(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
-        // SAFETY: `&mut self` means no reader or writer can see the tree, so
-        // deferred destruction may run at once; the cursor (and the guard)
-        // stays inside this crate's `&mut self` methods.
-        let guard: &'static Guard = unsafe { Guard::unprotected() };
-        // SAFETY: `&mut self`: this thread has the tree exclusively for the
-        // borrow, which bounds the writer's lifetime.
-        let w = unsafe { Writer::new(|| true) };
-        (XaState::new(self, guard, index), w)
-    }
-
     /// The entry at `index` of an exclusively borrowed array.
     #[inline]
     pub(crate) fn load_excl(&mut self, index: u64) -> RawEntry {
@@ -256,14 +235,6 @@ impl<T: Item> XArray<T> {
         // used only for this descent.
         let guard: &'static Guard = unsafe { Guard::unprotected() };
         self.load_raw(index, guard)
-    }
-}
-
-impl<T: Item> Drop for XArray<T> {
-    fn drop(&mut self) {
-        // A poisoned array's old tree is leaked; what the head holds is not.
-        let (mut xas, w) = self.excl_cursor_unchecked(0);
-        xas.destroy_all(w);
     }
 }
 

@@ -632,6 +632,36 @@ pub(crate) unsafe fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
     unsafe { guard.defer_unchecked(drop_item) }
 }
 
+impl<T: Item> XArray<T> {
+    /// A cursor on an exclusively borrowed array, and the [`Writer`] the
+    /// borrow is as good as.
+    pub(crate) fn excl_cursor(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
+        if self.is_poisoned() {
+            Self::poisoned_panic();
+        }
+        self.excl_cursor_unchecked(index)
+    }
+
+    pub(crate) fn excl_cursor_unchecked(&mut self, index: u64) -> (XaState<'_, T>, Writer<'_>) {
+        // SAFETY: `&mut self` means no reader or writer can see the tree, so
+        // deferred destruction may run at once; the cursor (and the guard)
+        // stays inside this crate's `&mut self` methods.
+        let guard: &'static Guard = unsafe { Guard::unprotected() };
+        // SAFETY: `&mut self`: this thread has the tree exclusively for the
+        // borrow, which bounds the writer's lifetime.
+        let w = unsafe { Writer::new(|| true) };
+        (XaState::new(self, guard, index), w)
+    }
+}
+
+impl<T: Item> Drop for XArray<T> {
+    fn drop(&mut self) {
+        // A poisoned array's old tree is leaked; what the head holds is not.
+        let (mut xas, w) = self.excl_cursor_unchecked(0);
+        xas.destroy_all(w);
+    }
+}
+
 impl<T: Item> core::fmt::Debug for XaState<'_, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("XaState")
