@@ -31,6 +31,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         }
     }
 
+    #[inline]
     pub(crate) fn store_raw(
         &self,
         index: u64,
