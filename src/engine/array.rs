@@ -187,10 +187,8 @@ impl<T: Item> XArray<T> {
                     RawEntry::NULL
                 };
             }
-            // SAFETY: `is_node` was checked just above, so the word is a node
-            // pointer read from the head under `guard` (pinned on the default
-            // collector, where node frees are deferred), so it stays
-            // allocated while `guard` lives.
+            // SAFETY: a node word (`is_node` checked above) read from the head
+            // under `guard`; node frees are deferred past it (default collector).
             let mut n = unsafe { NodeRef::<Shared>::from_entry(head, guard) };
             // Only the top node's shift is read: a child's shift is its
             // parent's minus CHUNK_SHIFT (shifts never change once published),

@@ -81,10 +81,10 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             return shift + CHUNK_SHIFT;
         }
-        // SAFETY: the head of this tree, read under the lock `w` witnesses.
-        let mut top = head
-            .is_node()
-            .then(|| unsafe { self.nmut(head.to_node(), w) });
+        let mut top = head.is_node().then(|| {
+            // SAFETY: the head of this tree, read under the lock `w` witnesses.
+            unsafe { self.nmut(head.to_node(), w) }
+        });
         if let Some(t) = top {
             shift = t.shift as u32 + CHUNK_SHIFT;
         }

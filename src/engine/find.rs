@@ -77,9 +77,8 @@ impl<'a, T: Item> XaState<'a, T> {
             }
             let entry = n.slot(self.offset as usize);
             if entry.is_node() {
-                // SAFETY: a node entry read from a slot of a node of this tree
-                // reached under the cursor's guard (nodes are retired only through
-                // the epoch, state.rs inv. 1).
+                // SAFETY: a node entry read from this tree under the cursor's
+                // guard; nodes are retired only through the epoch (state.rs inv. 1).
                 node = unsafe { self.node_of(entry) };
                 self.pos = Pos::Node(node);
                 self.offset = 0;
@@ -253,8 +252,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 self.seq = xa.seq();
                 let entry = xa.head.load();
                 self.pos = Pos::Head;
-                // SAFETY: the head of this tree, read under the cursor's guard
-                // (nodes are freed only through the epoch, state.rs inv. 1).
+                // SAFETY: the head, read under the cursor's guard (state.rs inv. 1).
                 let top = entry.is_node().then(|| unsafe { self.node_of(entry) });
                 if self.index > max_index(top) {
                     return self.find_marked_out(max);
@@ -266,9 +264,8 @@ impl<'a, T: Item> XaState<'a, T> {
                     self.index = 1;
                     return self.find_marked_out(max);
                 }
-                // SAFETY: a node entry read from a slot of a node of this tree
-                // reached under the cursor's guard (nodes are retired only through
-                // the epoch, state.rs inv. 1).
+                // SAFETY: a node entry read from this tree under the cursor's
+                // guard; nodes are retired only through the epoch (state.rs inv. 1).
                 node = unsafe { self.node_of(entry) };
                 self.pos = Pos::Node(node);
                 self.offset = (self.index >> node.shift) as u8;
@@ -334,9 +331,8 @@ impl<'a, T: Item> XaState<'a, T> {
             if !entry.is_node() {
                 return entry;
             }
-            // SAFETY: a node entry read from a slot of a node of this tree
-            // reached under the cursor's guard (nodes are retired only through
-            // the epoch, state.rs inv. 1).
+            // SAFETY: a node entry read from this tree under the cursor's
+            // guard; nodes are retired only through the epoch (state.rs inv. 1).
             node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
             self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;
@@ -485,9 +481,8 @@ impl<'a, T: Item> XaState<'a, T> {
             if !entry.is_node() {
                 return entry;
             }
-            // SAFETY: a node entry read from a slot of a node of this tree
-            // reached under the cursor's guard (nodes are retired only through
-            // the epoch, state.rs inv. 1).
+            // SAFETY: a node entry read from this tree under the cursor's
+            // guard; nodes are retired only through the epoch (state.rs inv. 1).
             node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
             self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;
@@ -551,9 +546,8 @@ impl<'a, T: Item> XaState<'a, T> {
             if !entry.is_node() {
                 return entry;
             }
-            // SAFETY: a node entry read from a slot of a node of this tree
-            // reached under the cursor's guard (nodes are retired only through
-            // the epoch, state.rs inv. 1).
+            // SAFETY: a node entry read from this tree under the cursor's
+            // guard; nodes are retired only through the epoch (state.rs inv. 1).
             node = unsafe { self.node_of(entry) };
             self.pos = Pos::Node(node);
             self.offset = ((self.index >> node.shift) & CHUNK_MASK) as u8;

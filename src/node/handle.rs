@@ -355,11 +355,10 @@ impl<'l> Dying<'l> {
             // (`Dying` is consumed and no new reader can reach it).
             unsafe { Node::free(p.0) };
         };
-        // SAFETY: the node is unreachable for new readers (`into_dying`);
-        // the guard is pinned on the default collector (or is the
-        // unprotected guard of an exclusively held tree), so readers still
-        // inside delay the free until they leave; the closure owns the last
-        // reference.
+        // Unreachable for new readers (`into_dying`); `guard` is pinned on the
+        // default collector (or is the unprotected guard of an exclusively
+        // held tree), so readers still inside delay the free until they leave.
+        // SAFETY: as above; the closure owns the last reference.
         unsafe { guard.defer_unchecked(free) }
     }
 }
