@@ -141,7 +141,8 @@ impl<'a, K> NodeRef<'a, K> {
     /// reached under a guard (or the lock) is reached under it too.
     #[inline]
     pub(crate) fn child(self, offset: usize) -> Option<NodeRef<'a, K>> {
-        let e = self.get().slot_locked(offset);
+        // Acquire: a lock-free reader's handle must see the child's contents.
+        let e = self.get().slot(offset);
         (self.get().shift != 0 && e.is_node()).then(|| NodeRef {
             ptr: e.to_node(),
             _k: PhantomData,
