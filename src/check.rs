@@ -243,6 +243,15 @@ pub(crate) fn check_node(
             count
         ));
     }
+    let occupied = (0..CHUNK_SIZE).fold(0u64, |w, off| {
+        w | (u64::from(!n.slot_locked(off).is_null()) << off)
+    });
+    if occupied != n.occupied() {
+        return Err(format!(
+            "node at {base:#x}: occupancy word {:#x} but slots used {occupied:#x}",
+            n.occupied()
+        ));
+    }
     if values != n.nr_values() as u32 {
         return Err(format!(
             "node at {base:#x}: nr_values {} but {} value slots",

@@ -26,6 +26,12 @@
 //!     over the whole second leaf: the leaf is detached and freed with RETRY
 //!     left in its slots, so the reader sees the old item or the new one,
 //!     never a hole.
+//! (e) a reader loads index 12 while the writer stores it into a leaf with
+//!     empty slots around it, then searches (the iterator's leaf scan and a
+//!     cursor `find`), both of which skip empty slots by the node's
+//!     occupancy word: once the load saw the entry, neither search may skip
+//!     it. Fails if the writer sets the occupancy bit after publishing the
+//!     slot instead of before.
 
 #[cfg(loom)]
 mod tests {
@@ -229,5 +235,44 @@ mod tests {
             assert_eq!(xa.node_count(), 2);
             assert_eq!(xa.get_order(15), CHUNK_SHIFT);
         });
+    }
+    #[test]
+    fn e_search_after_load_sees_the_entry() {
+        check(
+            "find/iter skip empty slots after a load saw the entry",
+            || {
+                let xa: LArc<Xa> = LArc::new(XArray::new());
+                xa.store(0, item(100)).unwrap();
+                xa.store(8, item(108)).unwrap();
+                xa.store(10, item(110)).unwrap();
+
+                let r = {
+                    let xa = xa.clone();
+                    thread::spawn(move || {
+                        let g = kxarray::pin();
+                        let loaded = seen(xa.load(12, &g));
+                        let iterated: Vec<u64> = xa.iter(&g).map(|(i, _)| i).collect();
+                        let mut xas = XaState::new(&*xa, &g, 11);
+                        let found = xas.find(u64::MAX).map(|_| xas.index());
+                        (loaded, iterated, found)
+                    })
+                };
+
+                drop(xa.store(12, item(112)).unwrap());
+
+                let (loaded, iterated, found) = r.join().unwrap();
+                if loaded == Some(112) {
+                    assert_eq!(iterated, [0, 8, 10, 12], "iteration skipped a loaded entry");
+                    assert_eq!(found, Some(12), "find skipped a loaded entry");
+                } else {
+                    assert_eq!(loaded, None);
+                    assert!(
+                        iterated == [0, 8, 10] || iterated == [0, 8, 10, 12],
+                        "iteration saw {iterated:?}"
+                    );
+                }
+                xa.check_invariants().unwrap();
+            },
+        );
     }
 }

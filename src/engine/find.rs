@@ -75,6 +75,20 @@ impl<'a, T: Item> XaState<'a, T> {
                     }
                 }
             }
+            // Skip the empty slots in one step with the occupancy word
+            // (node.rs invariants: an entry present throughout has its bit).
+            let next = n.next_occupied(self.offset as usize);
+            if next != self.offset as usize {
+                self.offset = next as u8;
+                self.move_index(n, next as u64);
+                if self.index == 0 && next == CHUNK_SIZE {
+                    // wrapped past u64::MAX
+                    self.pos = Pos::Bounds;
+                    self.bounds_at_root = false;
+                    return RawEntry::NULL;
+                }
+                continue;
+            }
             let entry = n.slot(self.offset as usize);
             if entry.is_node() {
                 // SAFETY: a node entry read from this tree under the cursor's
@@ -82,6 +96,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 node = unsafe { self.node_of(entry) };
                 self.pos = Pos::Node(node);
                 self.offset = 0;
+                self.look_ahead(node);
                 continue;
             }
             if !entry.is_null() && !entry.is_sibling() {

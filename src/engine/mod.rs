@@ -5,8 +5,8 @@
 //!   [`lock`]: the writer lock ([`XaLock`]) and what happens at unlock;
 //!   [`poison`]: what happens when a write panics.
 //! - [`state`]: the cursor's fields, constructors and accessors.
-//! - [`walk`]: positioning and re-validation; [`find`]: iteration; [`conflict`]: the
-//!   conflict scan.
+//! - [`walk`]: positioning and re-validation; [`find`]: iteration; [`lookahead`]:
+//!   prefetching sparse subtrees for searches; [`conflict`]: the conflict scan.
 //! - [`prealloc`], [`create`], [`store`]: allocation, path creation, stores, deletes, shrink.
 //! - [`marks`], [`range`], [`split`] (uniform and partial), [`iter`].
 //!
@@ -18,6 +18,7 @@ pub(crate) mod create;
 pub(crate) mod find;
 pub(crate) mod iter;
 pub(crate) mod lock;
+pub(crate) mod lookahead;
 pub(crate) mod marks;
 pub(crate) mod poison;
 pub(crate) mod prealloc;

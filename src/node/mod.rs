@@ -6,6 +6,14 @@
 //! - `count` is the number of non-empty slots (items, values, siblings,
 //!   retry/zero entries and child nodes); `nr_values` counts value entries
 //!   and the siblings of value entries.
+//! - `occupied` has bit `i` set exactly when slot `i` is non-empty (so
+//!   `count == occupied.count_ones()` on a live node). Searches skip empty
+//!   slots with it (a `trailing_zeros`, not a scan of 64 slots). The writer
+//!   sets a bit *before* it publishes a non-empty slot and clears it *after*
+//!   it empties the slot, so a reader that can see an entry (through the
+//!   slot's Release store) also sees its bit: an entry present for a whole
+//!   lock-free search is never skipped. A stale word only makes a reader
+//!   look at an empty slot, or miss an entry stored during its search.
 //! - A node reachable from the head is never empty; a node detached from the
 //!   tree is freed only through the epoch (`Guard::defer_unchecked`, into
 //!   the default collector every reader pins), after its
@@ -53,11 +61,28 @@ pub(crate) struct Node {
     count: AtomicU8,
     nr_values: AtomicU8,
     parent: AtomicPtr<Node>,
+    /// Bit `i` set iff slot `i` is non-empty (see the module invariants).
+    occupied: AtomicU64,
     slots: [AtomicEntry; CHUNK_SIZE],
     marks: [AtomicU64; MAX_MARKS],
     /// Under loom, set when the node is freed (see `sync::Quarantine`).
     #[cfg(loom)]
     freed: crate::sync::Quarantine,
+}
+
+/// A prefetch hint for the cache line at `p` (x86-64 only; nothing under
+/// Miri or loom, or on other targets). It never faults and reads nothing the
+/// program observes, so any address is fine.
+#[inline(always)]
+fn prefetch(p: *const i8) {
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+    // SAFETY: SSE is part of the x86-64 baseline, so the intrinsic's target
+    // feature is always present; a prefetch dereferences nothing.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p)
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
+    let _ = p;
 }
 
 /// Mask of the valid bits of a mark word.
@@ -100,6 +125,7 @@ impl Node {
             count: AtomicU8::new(0),
             nr_values: AtomicU8::new(0),
             parent: AtomicPtr::new(core::ptr::null_mut()),
+            occupied: AtomicU64::new(0),
             slots: core::array::from_fn(|_| AtomicEntry::new(RawEntry::NULL)),
             marks: core::array::from_fn(|_| AtomicU64::new(0)),
             freed: crate::sync::Quarantine::new(),
@@ -156,9 +182,60 @@ impl Node {
         self.check_live();
         self.slots[offset].load_locked()
     }
+    /// Publish `e` in a slot (a Release store), keeping `occupied` in step:
+    /// the bit is set before a non-empty entry is published and cleared
+    /// after the slot is emptied (module invariants).
     #[inline(always)]
     fn set_slot(&self, offset: usize, e: RawEntry) {
-        self.slots[offset].store(e)
+        let bit = 1u64 << offset;
+        let occ = self.occupied.load(Ordering::Relaxed);
+        if e.is_null() {
+            self.slots[offset].store(e);
+            if occ & bit != 0 {
+                self.occupied.store(occ & !bit, Ordering::Relaxed);
+            }
+        } else {
+            if occ & bit == 0 {
+                self.occupied.store(occ | bit, Ordering::Relaxed);
+            }
+            self.slots[offset].store(e);
+        }
+    }
+
+    /// The occupancy word: bit `i` set iff slot `i` is non-empty. Lock-free
+    /// readers may see it a little stale (module invariants).
+    #[inline(always)]
+    pub(crate) fn occupied(&self) -> u64 {
+        self.check_live();
+        self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// Ask the CPU to start loading the header line (shift, counts, parent,
+    /// occupancy): a hint, with no effect on what the program reads.
+    #[inline(always)]
+    pub(crate) fn prefetch_header(&self) {
+        prefetch(core::ptr::from_ref(self).cast());
+    }
+
+    /// Ask the CPU to start loading the line of slot `offset` (a hint).
+    #[inline(always)]
+    pub(crate) fn prefetch_slot(&self, offset: usize) {
+        prefetch(core::ptr::from_ref(&self.slots[offset]).cast());
+    }
+
+    /// The first offset at or after `from` whose slot is non-empty (by the
+    /// occupancy word), or `CHUNK_SIZE` when there is none.
+    #[inline(always)]
+    pub(crate) fn next_occupied(&self, from: usize) -> usize {
+        if from >= CHUNK_SIZE {
+            return CHUNK_SIZE;
+        }
+        let w = self.occupied() & (u64::MAX << from);
+        if w == 0 {
+            CHUNK_SIZE
+        } else {
+            w.trailing_zeros() as usize
+        }
     }
 
     #[inline]
@@ -168,6 +245,10 @@ impl Node {
     /// Write a slot no reader can see yet (a Relaxed store).
     #[inline]
     fn init_slot(&self, offset: usize, e: RawEntry) {
+        let bit = 1u64 << offset;
+        let occ = self.occupied.load(Ordering::Relaxed);
+        let occ = if e.is_null() { occ & !bit } else { occ | bit };
+        self.occupied.store(occ, Ordering::Relaxed);
         self.slots[offset].init(e)
     }
     #[inline]

@@ -81,6 +81,10 @@ impl<'g, T: Item> Iterator for Iter<'g, T> {
                     // removed items' frees are deferred: they wait for it.
                     return Some((*base + *off as u64, unsafe { EntryRef::from_raw(e) }));
                 }
+                // An empty slot: jump over the run of empty ones with the
+                // leaf's occupancy word (dense leaves never get here).
+                let next = leaf.next_occupied(*off + 1);
+                *off = (next - 1).min(*last);
             }
             let off = *off;
             self.xas.set_leaf_offset(off);
