@@ -12,7 +12,9 @@
 //!   (kxarray: one guard pinned for the whole batch);
 //! - `store`: insert every key into an empty structure (kxarray: through one
 //!   held lock, `lock.store`, and through `&mut self`, `xa.replace`). Dense
-//!   keys are inserted in ascending order, sparse keys in random order;
+//!   keys are inserted in ascending order, sparse keys in random order. The
+//!   heap is faulted in first (a full tree built and dropped, untimed), so
+//!   no case pays page faults the others do not;
 //! - `erase`: remove every key (same order as `store`) from a full structure
 //!   (kxarray: `lock.erase` under one held lock);
 //! - `iter`: a full ordered iteration (kxarray: `xa.iter(&g)` and a raw
@@ -712,6 +714,14 @@ fn bench_shape(mode: &mut Mode, s: &Shape) {
 
     let keys = &s.keys[..];
     // ---- store: insert every key into an empty structure ----
+    // Fault the heap in first: build a full tree and drop it (untimed), so
+    // that every store case allocates from memory the process already
+    // touched. Without this the first case pays the kernel's page faults for
+    // the whole tree (a sparse tree is about 1.6 KB per key; on this
+    // machine's VM a fault costs microseconds) and the cases after it do
+    // not, which is what once showed `lock.store` at 4x `replace`.
+    drop(build_kx(keys));
+    settle_epoch();
     {
         let mut cases: Vec<Case<'_>> = vec![
             (
