@@ -288,6 +288,14 @@ impl<'a, T: Item> XaState<'a, T> {
         let mut offset = 0usize;
         loop {
             if offset < CHUNK_SIZE {
+                // Jump to the next non-empty slot (the occupancy word is
+                // exact under the lock): a sparse node costs two cache
+                // lines here, not eight.
+                let next = node.get().next_occupied(offset);
+                if next != offset {
+                    offset = next;
+                    continue;
+                }
                 if let Some(child) = node.child(offset) {
                     stack[depth] = Some((node, offset + 1));
                     depth += 1;
