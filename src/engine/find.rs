@@ -94,9 +94,9 @@ impl<'a, T: Item> XaState<'a, T> {
                 // SAFETY: a node entry read from this tree under the cursor's
                 // guard; nodes are retired only through the epoch (state.rs inv. 1).
                 node = unsafe { self.node_of(entry) };
+                self.look_ahead(n, self.offset as usize, node);
                 self.pos = Pos::Node(node);
                 self.offset = 0;
-                self.look_ahead(node);
                 continue;
             }
             if !entry.is_null() && !entry.is_sibling() {
@@ -156,6 +156,19 @@ impl<'a, T: Item> XaState<'a, T> {
                     if !entry.is_null() {
                         return entry;
                     }
+                    // An empty slot: jump to the next non-empty one by the
+                    // occupancy word (or leave the leaf if there is none),
+                    // not past `max`.
+                    let next = n.next_occupied(self.offset as usize + 1);
+                    if next == CHUNK_SIZE {
+                        break;
+                    }
+                    let skip = (next - 1 - self.offset as usize) as u64;
+                    if skip > max - self.index {
+                        break;
+                    }
+                    self.offset += skip as u8;
+                    self.index += skip;
                 }
             }
         }
