@@ -25,7 +25,9 @@
 # The report goes to OUT.md (default $WORK/report.md) and to stdout.
 #
 # Environment: ROUNDS (default 3), CG_N1/CG_N2 (default 200000/400000),
-# SKIP_BENCH=1, SKIP_CALLGRIND=1 (skip parts), WORK (default
+# QUICK=1 (the benches print only their tables: KXARRAY_BENCH_QUICK=1, a few
+# chunks per case instead of criterion's samples; minutes instead of an
+# hour, so more rounds fit), SKIP_BENCH=1, SKIP_CALLGRIND=1 (skip parts), WORK (default
 # <this repo>/target/engine-compare; builds there are incremental across
 # runs). Needs cargo, python3, git, and valgrind for (b) (installed with
 # apt-get when missing and running as root).
@@ -139,14 +141,14 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     for shape in dense sparse40 sparse64; do
       for label in $order; do
         log "round $r/$ROUNDS xarray $shape $label"
-        KXARRAY_BENCH_SHAPES=$shape CRITERION_HOME="$WORK/criterion-$label" \
+        KXARRAY_BENCH_QUICK=${QUICK:-} KXARRAY_BENCH_SHAPES=$shape CRITERION_HOME="$WORK/criterion-$label" \
           "${XA_BIN[$label]}" --bench --noplot kxarray \
           >"$runs/xarray-$shape-$label-$r.txt" 2>"$runs/xarray-$shape-$label-$r.err"
       done
     done
     for label in $order; do
       log "round $r/$ROUNDS add_folio $label"
-      CRITERION_HOME="$WORK/criterion-$label" "${AF_BIN[$label]}" --bench --noplot \
+      KXARRAY_BENCH_QUICK=${QUICK:-} CRITERION_HOME="$WORK/criterion-$label" "${AF_BIN[$label]}" --bench --noplot \
         >"$runs/add_folio-all-$label-$r.txt" 2>"$runs/add_folio-all-$label-$r.err"
     done
   done
@@ -188,7 +190,7 @@ fi
   echo "- after: ${DESC[after]}"
   echo "- machine: $(nproc) cores, $(uname -sr), $(rustc --version)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "- command: \`scripts/engine-compare.sh $1 $2\` (ROUNDS=$ROUNDS, CG_N1=$CG_N1, CG_N2=$CG_N2)"
+  echo "- command: \`scripts/engine-compare.sh $1 $2\` (ROUNDS=$ROUNDS, QUICK=${QUICK:-}, CG_N1=$CG_N1, CG_N2=$CG_N2)"
   echo
   echo "## (a) Benchmarks, interleaved"
   echo

@@ -17,9 +17,9 @@
 //! its leaves are read in address order anyway). The subtrees of the next
 //! sibling nodes are prefetched together with the one entered, as long as
 //! their roots hold at most [`ROOT_WIDTH`] slots between them, so the
-//! misses of several subtrees overlap. `XaState::prefetched_to` records
-//! the end of the last subtrees covered, so the nodes below are not walked
-//! again.
+//! misses of several subtrees overlap. `XaState::prefetched` records the
+//! index range of the last subtrees covered, so the nodes below are not
+//! walked again (a cursor moved elsewhere simply falls outside it).
 
 use super::state::XaState;
 use crate::item::Item;
@@ -47,7 +47,7 @@ impl<'a, T: Item> XaState<'a, T> {
         offset: usize,
         node: NodeRef<'a, Shared>,
     ) {
-        if node.shift == 0 || self.index < self.prefetched_to {
+        if node.shift == 0 || self.prefetched.contains(&self.index) {
             return;
         }
         let covered = self.prefetch_subtrees(parent, offset, node);
@@ -55,10 +55,11 @@ impl<'a, T: Item> XaState<'a, T> {
             // `covered` consecutive children from `offset` on, each spanning
             // 2^(shift + CHUNK_SHIFT) indices.
             let span_shift = u32::from(node.shift) + CHUNK_SHIFT;
-            self.prefetched_to = (covered as u64)
+            let end = (covered as u64)
                 .checked_shl(span_shift)
                 .and_then(|span| self.index.checked_add(span))
                 .unwrap_or(u64::MAX);
+            self.prefetched = self.index..end;
         }
     }
 

@@ -81,15 +81,13 @@ impl<'a, T: Item> XaState<'a, T> {
 
     pub(crate) fn fill_for_split(&self, n: NodeRef<'_, Locked>, entry: RawEntry) {
         let mask = self.sibs as usize;
-        let mut sibling = RawEntry::NULL;
-        for i in 0..CHUNK_SIZE {
+        n.init_full(|i| {
             if i & mask == 0 {
-                n.init_slot(i, entry);
-                sibling = RawEntry::sibling(i);
+                entry
             } else {
-                n.init_slot(i, sibling);
+                RawEntry::sibling(i & !mask)
             }
-        }
+        });
     }
 
     /// Split the value entry of order `order` at the cursor into entries of
@@ -428,9 +426,7 @@ impl<T: Item> XaState<'_, T> {
             child.place(cshift as u8, base_off as u8, Some(node.as_ptr()));
             {
                 let c = child.as_locked();
-                for i in 0..CHUNK_SIZE {
-                    c.init_slot(i, entry);
-                }
+                c.init_full(|_| entry);
                 c.set_count(CHUNK_SIZE as u8);
                 c.set_nr_values(CHUNK_SIZE as u8);
                 for mark in Mark::ALL {

@@ -108,9 +108,9 @@ pub struct XaState<'a, T: Item> {
     pub(crate) walks: u64,
     /// `pos == Bounds` was decided at the root by this walk.
     pub(crate) bounds_at_root: bool,
-    /// End (exclusive) of the last subtree the search lookahead prefetched
-    /// (`lookahead.rs`); 0 when none.
-    pub(crate) prefetched_to: u64,
+    /// The indices of the last subtrees the search lookahead prefetched
+    /// (`lookahead.rs`); empty when none.
+    pub(crate) prefetched: core::ops::Range<u64>,
     /// Preallocated nodes, boxed so that a cursor that allocates nothing
     /// (most of them) stays small and cheap to create and drop.
     pub(crate) pre: Option<Box<Prealloc>>,
@@ -201,7 +201,7 @@ impl<'a, T: Item> XaState<'a, T> {
             seq: 0,
             walks: 0,
             bounds_at_root: false,
-            prefetched_to: 0,
+            prefetched: 0..0,
             pre: None,
         }
     }

@@ -280,38 +280,35 @@ impl<'a, T: Item> XaState<'a, T> {
     pub(crate) fn free_nodes(&mut self, top: Dying<'_>) {
         // Depth first: a node is retired after its last slot; the walk climbs
         // back through `stack`, which owns the handles of the nodes above
-        // (so each dying node has exactly one handle, retired once).
+        // (so each dying node has exactly one handle, retired once) with the
+        // occupancy bits of the slots still to visit. Only non-empty slots
+        // are visited (the occupancy word is exact under the lock, and a
+        // dying node's slots change only by being poisoned here, which keeps
+        // them non-empty): a sparse node costs its header and one slot line.
         const MAX_DEPTH: usize = (u64::BITS / CHUNK_SHIFT) as usize + 1;
-        let mut stack: [Option<(Dying<'_>, usize)>; MAX_DEPTH] = [const { None }; MAX_DEPTH];
+        let mut stack: [Option<(Dying<'_>, u64)>; MAX_DEPTH] = [const { None }; MAX_DEPTH];
         let mut depth = 0usize;
         let mut node = top;
-        let mut offset = 0usize;
+        let mut left = node.get().occupied();
         loop {
-            if offset < CHUNK_SIZE {
-                // Jump to the next non-empty slot (the occupancy word is
-                // exact under the lock): a sparse node costs two cache
-                // lines here, not eight.
-                let next = node.get().next_occupied(offset);
-                if next != offset {
-                    offset = next;
-                    continue;
-                }
+            if left != 0 {
+                let offset = left.trailing_zeros() as usize;
+                left &= left - 1;
                 if let Some(child) = node.child(offset) {
-                    stack[depth] = Some((node, offset + 1));
+                    let below = child.get().occupied();
+                    stack[depth] = Some((node, left));
                     depth += 1;
                     node = child;
-                    offset = 0;
+                    left = below;
                     continue;
                 }
                 let entry = node.get().slot_locked(offset);
-                if !entry.is_null() {
-                    node.poison_slot(offset);
-                    // SAFETY: the subtree is unreachable for new readers and
-                    // its slot now holds RETRY, so nothing holds the item;
-                    // each slot is disposed once.
-                    unsafe { self.dispose(entry) };
-                }
-                offset += 1;
+                debug_assert!(!entry.is_null(), "occupancy bit of an empty slot");
+                node.poison_slot(offset);
+                // SAFETY: the subtree is unreachable for new readers and
+                // its slot now holds RETRY, so nothing holds the item;
+                // each slot is disposed once.
+                unsafe { self.dispose(entry) };
                 continue;
             }
             node.clear_counts();
@@ -320,7 +317,7 @@ impl<'a, T: Item> XaState<'a, T> {
                 return;
             }
             depth -= 1;
-            (node, offset) = stack[depth].take().expect("kxarray: free_nodes stack");
+            (node, left) = stack[depth].take().expect("kxarray: free_nodes stack");
         }
     }
 

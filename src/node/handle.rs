@@ -253,6 +253,13 @@ impl<'l> NodeRef<'l, Locked> {
     pub(crate) fn init_slot(self, offset: usize, e: RawEntry) {
         self.get().init_slot(offset, e)
     }
+    /// Fill every slot of a node no reader can see yet with a non-empty
+    /// entry: slot `i` gets `f(i)` (Relaxed stores; the occupancy word is
+    /// written once).
+    #[inline]
+    pub(crate) fn init_full(self, f: impl Fn(usize) -> RawEntry) {
+        self.get().init_full(f)
+    }
     #[inline]
     pub(crate) fn set_count(self, c: u8) {
         self.get().set_count(c)
@@ -326,11 +333,11 @@ impl<'l> Dying<'l> {
         })
     }
 
-    /// Replace a slot with RETRY, so a reader still inside restarts from
-    /// the head instead of using what the slot held.
+    /// Replace a non-empty slot with RETRY, so a reader still inside
+    /// restarts from the head instead of using what the slot held.
     #[inline]
     pub(crate) fn poison_slot(&self, offset: usize) {
-        self.get().set_slot(offset, RawEntry::RETRY)
+        self.get().poison(offset)
     }
 
     /// Zero the counts (the node holds nothing any more).

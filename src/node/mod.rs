@@ -251,6 +251,26 @@ impl Node {
         self.occupied.store(occ, Ordering::Relaxed);
         self.slots[offset].init(e)
     }
+    /// Fill every slot of a node no reader can see yet with a non-empty
+    /// entry, slot `i` getting `f(i)` (Relaxed stores), and set the
+    /// occupancy word once to all slots: a loop of `init_slot`s would chain
+    /// 64 read-modify-writes of the same word through store forwarding.
+    #[inline]
+    fn init_full(&self, f: impl Fn(usize) -> RawEntry) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let e = f(i);
+            debug_assert!(!e.is_null(), "init_full with an empty slot {i}");
+            slot.init(e);
+        }
+        self.occupied.store(FULL, Ordering::Relaxed);
+    }
+    /// Replace the non-empty entry of a slot with RETRY, leaving the
+    /// occupancy word as it is (the slot stays non-empty).
+    #[inline]
+    fn poison(&self, offset: usize) {
+        debug_assert!(self.occupied.load(Ordering::Relaxed) & (1 << offset) != 0);
+        self.slots[offset].store(RawEntry::RETRY)
+    }
     #[inline]
     fn set_count(&self, c: u8) {
         debug_assert!(c as usize <= CHUNK_SIZE);
