@@ -40,11 +40,32 @@ impl HookFlag {
 /// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
 pub(crate) use crossbeam_epoch as epoch;
 
+/// A process-wide static: a plain `static` (its initialiser must be
+/// `const`) normally, and under loom a lazily made one that loom rebuilds
+/// for every execution (loom's atomics and locks are not `const`). Used as
+/// `global! { static NAME: Type = init; }`, then `NAME.method()`.
+macro_rules! global {
+    ($(#[$m:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        $(#[$m])*
+        static $name: $t = $init;
+        #[cfg(loom)]
+        loom::lazy_static! {
+            $(#[$m])*
+            static ref $name: $t = $init;
+        }
+    };
+}
+pub(crate) use global;
+
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        Ordering,
     };
+    /// Thread-local storage (std's; loom's under loom).
+    pub(crate) use std::thread_local;
 
     /// A reader-writer lock around data (the page cache's folio data).
     pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
@@ -127,8 +148,11 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
+    /// Thread-local storage (loom's, whose values loom drops at the end of
+    /// each modelled thread).
+    pub(crate) use loom::thread_local;
 
     /// loom's reader-writer lock with parking_lot's shape (no poisoning).
     pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);

@@ -9,7 +9,9 @@
 //!
 //! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default shift), `lock` (one lock, every store under it),
 //! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
-//! guard), `load_value` (fill, then a guard per key), `seq` (lock, replace,
+//! guard), `load_value` (fill, then `load_value` per key: a light pin),
+//! `load_pin` (fill, then `kxarray::pin()` and `load` per key: the per-call
+//! path before the light pins), `seq` (lock, replace,
 //! lock, replace: a fresh tree each, timed, and its drop timed). Keys:
 //! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
@@ -17,7 +19,7 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|lock|replace|load|load_value|seq> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq> <log2 n> <dense|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -102,6 +104,11 @@ fn main() {
             if mode == "load" {
                 let g = kxarray::pin();
                 for &k in &keys {
+                    sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
+                }
+            } else if mode == "load_pin" {
+                for &k in &keys {
+                    let g = kxarray::pin();
                     sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
                 }
             } else {
