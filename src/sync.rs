@@ -58,14 +58,32 @@ macro_rules! global {
 }
 pub(crate) use global;
 
+/// A const-initialised thread-local (`thread_local_const! { static NAME:
+/// Type = init; }`): std's `const { init }` form normally, so that a type
+/// without a destructor costs one thread-local load per access; loom's
+/// plain form under loom (its macro has no `const` form).
+macro_rules! thread_local_const {
+    ($(#[$m:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        std::thread_local! {
+            $(#[$m])*
+            static $name: $t = const { $init };
+        }
+        #[cfg(loom)]
+        loom::thread_local! {
+            $(#[$m])*
+            static $name: $t = $init;
+        }
+    };
+}
+pub(crate) use thread_local_const;
+
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{
         compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
         Ordering,
     };
-    /// Thread-local storage (std's; loom's under loom).
-    pub(crate) use std::thread_local;
 
     /// A reader-writer lock around data (the page cache's folio data).
     pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
@@ -150,9 +168,6 @@ mod imp {
     pub(crate) use loom::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
-    /// Thread-local storage (loom's, whose values loom drops at the end of
-    /// each modelled thread).
-    pub(crate) use loom::thread_local;
 
     /// loom's reader-writer lock with parking_lot's shape (no poisoning).
     pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);

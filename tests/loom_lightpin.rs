@@ -11,7 +11,10 @@
 //! Under loom the light readers use the fence mode (`fence(SeqCst)` on both
 //! sides). Making `limbo::reclaim` free every sealed batch without its scan
 //! (`partition(|_| true)`) makes `l1` fail with "a node was read after it
-//! was freed".
+//! was freed", and so does removing the reader's fence
+//! (`barrier::light`). Removing the reclaimer's fence (`barrier::heavy`)
+//! does not: loom does not produce the store-buffering outcome that fence
+//! forbids (its bump and the registry lock order the scan here).
 //!
 //! Run with:
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release --test loom_lightpin --target-dir target/loom`

@@ -70,7 +70,7 @@ mod limbo;
 mod registry;
 
 pub(crate) use limbo::defer_free;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 use limbo::reclaim;
 
 use crate::guard::ProtectsNodes;
@@ -96,12 +96,12 @@ const UNCLAIMED: usize = 0;
 /// This thread's reader was torn down (thread exit): fall back.
 const GONE: usize = 1;
 
-crate::sync::thread_local! {
+crate::sync::thread_local_const! {
     /// This thread's slot (`UNCLAIMED` before the first section, `GONE`
     /// after the thread's [`Owner`] was dropped). Const-initialised without
     /// a destructor, so the fast path is one thread-local load.
     static SLOT: core::cell::Cell<*const Slot> =
-        const { core::cell::Cell::new(core::ptr::without_provenance(UNCLAIMED)) };
+        core::cell::Cell::new(core::ptr::without_provenance(UNCLAIMED));
 }
 
 /// Keeps this thread's slot claimed; its drop (at thread exit) releases
@@ -117,8 +117,8 @@ impl Drop for Owner {
     }
 }
 
-crate::sync::thread_local! {
-    static OWNER: Owner = const { Owner(core::cell::RefCell::new(None)) };
+crate::sync::thread_local_const! {
+    static OWNER: Owner = Owner(core::cell::RefCell::new(None));
 }
 
 /// This thread's slot, claimed on first use; `None` once the thread's
