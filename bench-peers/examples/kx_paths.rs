@@ -12,14 +12,17 @@
 //! guard), `load_value` (fill, then `load_value` per key: a light pin),
 //! `load_pin` (fill, then `kxarray::pin()` and `load` per key: the per-call
 //! path before the light pins), `seq` (lock, replace,
-//! lock, replace: a fresh tree each, timed, and its drop timed). Keys:
+//! lock, replace: a fresh tree each, timed, and its drop timed), `churn`
+//! (32 rounds of: store every key, erase every key through `&self`, so
+//! every node is retired through the epoch, then `pin().flush()`; timed per
+//! retired node, the frees included). Keys:
 //! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq|churn> <log2 n> <dense|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -69,6 +72,32 @@ fn main() {
                 t.elapsed().as_nanos() as f64 / n as f64
             );
         }
+        return;
+    }
+    if mode == "churn" {
+        let xa: XArray<Box<u64>> = XArray::new();
+        let (mut retired, rounds) = (0usize, 32);
+        let t = std::time::Instant::now();
+        for _ in 0..rounds {
+            for &k in &keys {
+                xa.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            retired += xa.node_count();
+            for &k in &keys {
+                xa.erase(k);
+            }
+            kxarray::pin().flush();
+        }
+        // let the last rounds' frees run before stopping the clock
+        for _ in 0..256 {
+            kxarray::pin().flush();
+        }
+        let ns = t.elapsed().as_nanos() as f64;
+        println!(
+            "churn: {retired} nodes retired, {:.1} ns per retired node, {:.1} ns per store+erase",
+            ns / retired as f64,
+            ns / (rounds * n) as f64
+        );
         return;
     }
     let mut xa: XArray<Box<u64>> = XArray::new();

@@ -19,9 +19,9 @@ use crate::sync::Lock;
 use core::ptr::NonNull;
 
 /// Objects per batch that trigger an immediate attempt: one membarrier per
-/// 256 nodes (140 KB); under loom every object, so that models free inside
-/// the model.
-const BATCH: usize = if cfg!(loom) { 1 } else { 256 };
+/// 256 nodes (140 KB); under loom and Miri every object, so that the models
+/// and the Miri tests free while readers run.
+const BATCH: usize = if cfg!(any(loom, miri)) { 1 } else { 256 };
 
 /// One object waiting for its light grace period.
 struct Garbage {
