@@ -15,14 +15,16 @@
 //! lock, replace: a fresh tree each, timed, and its drop timed), `churn`
 //! (32 rounds of: store every key, erase every key through `&self`, so
 //! every node is retired through the epoch, then `pin().flush()`; timed per
-//! retired node, the frees included). Keys:
+//! retired node, the frees included), `reads` (fill, then 15 rounds of
+//! batched `load`, `load_value` and `pin()` + `load` per key, interleaved,
+//! over the keys shuffled; prints each path's median and the ratios). Keys:
 //! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq|churn> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq|churn|reads> <log2 n> <dense|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -72,6 +74,59 @@ fn main() {
                 t.elapsed().as_nanos() as f64 / n as f64
             );
         }
+        return;
+    }
+    if mode == "reads" {
+        let mut xa: XArray<Box<u64>> = XArray::new();
+        for &k in &keys {
+            xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+        }
+        // the keys in a random order (xorshift-driven Fisher-Yates)
+        let mut probes = keys.clone();
+        let mut y = 0x2545f4914f6cdd1du64;
+        for i in (1..probes.len()).rev() {
+            y ^= y << 13;
+            y ^= y >> 7;
+            y ^= y << 17;
+            probes.swap(i, (y % (i as u64 + 1)) as usize);
+        }
+        let time = |f: &dyn Fn() -> u64| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_nanos() as f64 / probes.len() as f64
+        };
+        let (mut b, mut v, mut p) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..15 {
+            b.push(time(&|| {
+                let g = kxarray::pin();
+                probes
+                    .iter()
+                    .map(|&k| xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0))
+                    .sum()
+            }));
+            v.push(time(&|| {
+                probes.iter().map(|&k| xa.load_value(k).unwrap_or(0)).sum()
+            }));
+            p.push(time(&|| {
+                probes
+                    .iter()
+                    .map(|&k| {
+                        let g = kxarray::pin();
+                        xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0)
+                    })
+                    .sum()
+            }));
+        }
+        let med = |x: &mut Vec<f64>| {
+            x.sort_by(f64::total_cmp);
+            x[x.len() / 2]
+        };
+        let (b, v, p) = (med(&mut b), med(&mut v), med(&mut p));
+        println!(
+            "reads (median of 15, ns/key): batched load {b:.1}, load_value {v:.1} ({:.2}x), pin()+load {p:.1} ({:.2}x)",
+            v / b,
+            p / b
+        );
         return;
     }
     if mode == "churn" {
