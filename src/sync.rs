@@ -292,6 +292,10 @@ mod imp {
         }
     }
 
+    /// A lock loom does not model, for state that must stay usable after a
+    /// model's end (see `lightpin::limbo::Arrivals`).
+    pub(crate) type PlainLock<T> = std::sync::Mutex<T>;
+
     /// The writer lock, loom's mutex with parking_lot's shape (no poisoning).
     pub(crate) struct Mutex(loom::sync::Mutex<()>, loom::sync::atomic::AtomicBool);
     pub(crate) struct MutexGuard<'a>(

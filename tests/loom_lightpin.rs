@@ -3,8 +3,10 @@
 //! only by the light grace period that `Dying::retire` adds after
 //! crossbeam's. Here the writer frees the very nodes the light reader
 //! descends through, and drives crossbeam (`pin().flush()`) until their
-//! deferred frees have run into the light limbo (which, under loom, tries
-//! to free every object as soon as it arrives), all while the reader runs.
+//! deferred frees have run, and retires again, which moves them into the
+//! light limbo (under loom a deferred free queues its node for the next
+//! retirement, `limbo::Arrivals`; the limbo then tries to free every object
+//! as soon as it arrives), all while the reader runs.
 //!
 //! A premature free shows through the node quarantine (`src/sync.rs`,
 //! `Quarantine`): every slot read checks that its node was not freed.
@@ -68,6 +70,11 @@ mod tests {
             for _ in 0..2 {
                 kxarray::pin().flush();
             }
+            // The next retirement moves the nodes crossbeam let go of into
+            // the light limbo (under loom they wait for it), which tries to
+            // free them at once, while the reader may still be inside.
+            xa.store(8, Entry::Value(18)).unwrap();
+            assert!(xa.erase(8).is_some());
             r.join().unwrap();
             assert_eq!(xa.node_count(), 0);
             assert_eq!(xa.load_value(0), Some(10));

@@ -23,6 +23,70 @@ use core::ptr::NonNull;
 /// and the Miri tests free while readers run.
 const BATCH: usize = if cfg!(any(loom, miri)) { 1 } else { 256 };
 
+/// Where crossbeam's deferred frees hand their objects over: normally
+/// straight to [`defer_free`]. Under loom, a model's statics are torn down
+/// before crossbeam's collector runs what is left in it, so a free running
+/// then must not touch them: the handle carries its own queue (a lock loom
+/// does not model), which the next [`arrivals`] call inside the model
+/// moves into the limbo.
+pub(crate) struct Arrivals {
+    #[cfg(loom)]
+    queue: std::sync::Arc<crate::sync::PlainLock<Vec<Garbage>>>,
+}
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref ARRIVED: std::sync::Arc<crate::sync::PlainLock<Vec<Garbage>>> =
+        std::sync::Arc::new(crate::sync::PlainLock::new(Vec::new()));
+}
+
+/// The handle a retirement gives its deferred free (under loom, this also
+/// moves the objects that arrived since the last call into the limbo).
+pub(crate) fn arrivals() -> Arrivals {
+    #[cfg(loom)]
+    {
+        let arrived = core::mem::take(&mut *ARRIVED.lock().unwrap_or_else(|e| e.into_inner()));
+        for g in arrived {
+            // SAFETY: handed over by `Arrivals::push`, whose contract is
+            // `defer_free`'s.
+            unsafe { defer_free(g.addr, g.free) };
+        }
+        Arrivals {
+            queue: ARRIVED.clone(),
+        }
+    }
+    #[cfg(not(loom))]
+    Arrivals {}
+}
+
+impl core::fmt::Debug for Arrivals {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.pad("Arrivals")
+    }
+}
+
+impl Arrivals {
+    /// Hand `addr` over for its light grace period.
+    ///
+    /// # Safety
+    ///
+    /// As for [`defer_free`].
+    #[inline]
+    pub(crate) unsafe fn push(self, addr: NonNull<u8>, free: unsafe fn(NonNull<u8>)) {
+        debug_assert!(addr.as_ptr() as usize != 0);
+        #[cfg(loom)]
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Garbage { addr, free });
+        #[cfg(not(loom))]
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            defer_free(addr, free)
+        }
+    }
+}
+
 /// One object waiting for its light grace period.
 struct Garbage {
     addr: NonNull<u8>,
@@ -57,7 +121,7 @@ crate::sync::global! {
 ///   it is gone (this runs from the object's crossbeam-deferred free).
 /// - This is the only reference that will free it; `free(addr)` frees it
 ///   and may run on any thread.
-pub(crate) unsafe fn defer_free(addr: NonNull<u8>, free: unsafe fn(NonNull<u8>)) {
+pub(super) unsafe fn defer_free(addr: NonNull<u8>, free: unsafe fn(NonNull<u8>)) {
     debug_assert!(addr.as_ptr() as usize != 0);
     let (full, queue) = {
         let mut l = LIMBO.lock();

@@ -80,9 +80,9 @@ mod barrier;
 mod limbo;
 mod registry;
 
-pub(crate) use limbo::defer_free;
+pub(crate) use limbo::arrivals;
 #[cfg(all(test, not(loom)))]
-use limbo::reclaim;
+use limbo::{defer_free, reclaim};
 
 use crate::guard::ProtectsNodes;
 use crate::sync::Ordering;

@@ -371,13 +371,14 @@ impl<'l> Dying<'l> {
         // plain integers, fine to free from any thread.
         unsafe impl Send for SendNode {}
         let p = SendNode(self.ptr);
+        let arrivals = crate::lightpin::arrivals();
         let free = move || {
             let p = p;
             // SAFETY: the closure holds the last reference to the node
             // (`Dying` is consumed and no new reader can reach it), and
             // crossbeam runs it after every guard that could see the node
             // is gone; the limbo then waits for the light readers.
-            unsafe { crate::lightpin::defer_free(p.0.cast(), free_erased) };
+            unsafe { arrivals.push(p.0.cast(), free_erased) };
         };
         // Unreachable for new readers (`into_dying`); `guard` is pinned on the
         // default collector, so readers still inside delay the free until
