@@ -111,6 +111,25 @@ impl Guard {
     }
 }
 
+/// A read-side section that keeps tree nodes allocated: the lock-free
+/// descents (`XArray::load_raw`, node handles) take one as the witness that
+/// the nodes they reach stay readable while it is borrowed. Implemented by
+/// [`Guard`] and by the light reader's pin (`LightPin` in the `lightpin` module),
+/// which protects nodes only, never items.
+///
+/// # Safety
+///
+/// An implementor promises that a tree node reachable from a live tree at
+/// any point while `&self` is borrowed is not freed before that borrow
+/// ends.
+pub(crate) unsafe trait ProtectsNodes {}
+
+// SAFETY: every node free is deferred through the default collector this
+// guard is pinned on (the module invariant), and then waits for the light
+// readers too (`Dying::retire`); the unprotected guard is only used on trees
+// nobody else can reach, whose frees run at once by the `&mut` owner.
+unsafe impl ProtectsNodes for Guard {}
+
 impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("Guard { .. }")

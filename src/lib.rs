@@ -93,6 +93,7 @@ pub mod fault;
 mod geometry;
 mod guard;
 mod item;
+mod lightpin;
 mod mark;
 mod node;
 mod rejected;

@@ -40,10 +40,49 @@ impl HookFlag {
 /// crossbeam-epoch, wrapped by the `guard` module (the only one naming it).
 pub(crate) use crossbeam_epoch as epoch;
 
+/// A process-wide static: a plain `static` (its initialiser must be
+/// `const`) normally, and under loom a lazily made one that loom rebuilds
+/// for every execution (loom's atomics and locks are not `const`). Used as
+/// `global! { static NAME: Type = init; }`, then `NAME.method()`.
+macro_rules! global {
+    ($(#[$m:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        $(#[$m])*
+        static $name: $t = $init;
+        #[cfg(loom)]
+        loom::lazy_static! {
+            $(#[$m])*
+            static ref $name: $t = $init;
+        }
+    };
+}
+pub(crate) use global;
+
+/// A const-initialised thread-local (`thread_local_const! { static NAME:
+/// Type = init; }`): std's `const { init }` form normally, so that a type
+/// without a destructor costs one thread-local load per access; loom's
+/// plain form under loom (its macro has no `const` form).
+macro_rules! thread_local_const {
+    ($(#[$m:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        std::thread_local! {
+            $(#[$m])*
+            static $name: $t = const { $init };
+        }
+        #[cfg(loom)]
+        loom::thread_local! {
+            $(#[$m])*
+            static $name: $t = $init;
+        }
+    };
+}
+pub(crate) use thread_local_const;
+
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+        Ordering,
     };
 
     /// A reader-writer lock around data (the page cache's folio data).
@@ -127,7 +166,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
 
     /// loom's reader-writer lock with parking_lot's shape (no poisoning).
@@ -252,6 +291,10 @@ mod imp {
             }
         }
     }
+
+    /// A lock loom does not model, for state that must stay usable after a
+    /// model's end (see `lightpin::limbo::Arrivals`).
+    pub(crate) type PlainLock<T> = std::sync::Mutex<T>;
 
     /// The writer lock, loom's mutex with parking_lot's shape (no poisoning).
     pub(crate) struct Mutex(loom::sync::Mutex<()>, loom::sync::atomic::AtomicBool);

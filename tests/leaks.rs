@@ -151,3 +151,47 @@ fn failed_adds_and_dropped_arrays_free_everything() {
     }
     assert!(big_gone.upgrade().is_none(), "the evicted folio was freed");
 }
+
+#[test]
+fn nodes_retired_through_shared_refs_are_freed_after_both_grace_periods() {
+    // Nodes emptied by `erase` through `&self` go through crossbeam's grace
+    // period and then the light readers' limbo (`load_value` takes light
+    // pins); driving the epoch as a running program does must give back
+    // every byte, so the limbo drains.
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let warm: XArray<Box<u64>> = XArray::new();
+    warm.store(1, Entry::Value(1)).unwrap();
+    assert_eq!(warm.load_value(1), Some(1)); // this thread's light reader
+                                             // Let garbage of earlier tests go first, so that its frees do not
+                                             // count against this test's allocations.
+    for _ in 0..1000 {
+        kxarray::pin().flush();
+    }
+    let before = live();
+    let xa: XArray<Box<u64>> = XArray::new();
+    let n = 64 * 64 * 3;
+    for i in 0..n {
+        xa.store(i, Entry::Value(i)).unwrap();
+    }
+    let nodes = xa.node_count();
+    assert!(nodes > 64, "{nodes}");
+    let grown = live() - before;
+    assert!(
+        grown >= (nodes * XArray::<Box<u64>>::NODE_BYTES) as isize,
+        "{grown} bytes for {nodes} nodes"
+    );
+    for i in 0..n {
+        assert_eq!(xa.load_value(i), Some(i));
+        assert!(xa.erase(i).is_some());
+    }
+    assert_eq!(xa.node_count(), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while live() != before && std::time::Instant::now() < deadline {
+        kxarray::pin().flush();
+    }
+    assert_eq!(
+        live(),
+        before,
+        "retired nodes still held after 20 s of flushes"
+    );
+}

@@ -24,8 +24,8 @@ mod maps;
 mod swap;
 
 use maps::{
-    kx_per_call, BTree, Chunked, ConcMap, Congee, Flat, HashNo, HashSip, Kx, Locked, Map, Papaya,
-    SccHash, SccTree, Skip,
+    kx_per_call, kx_pin_per_call, BTree, Chunked, ConcMap, Congee, Flat, HashNo, HashSip, Kx,
+    Locked, Map, Papaya, SccHash, SccTree, Skip,
 };
 use rand09::rngs::SmallRng;
 use rand09::seq::SliceRandom;
@@ -414,13 +414,13 @@ fn print_peers(all: &[(&'static str, Vec<Row>)]) {
 }
 
 /// kxarray's read and write paths on one shape: (shape, batched load,
-/// per-call load_value, locked store per call, one lock for the batch,
-/// &mut replace, ordered iteration).
-type KxPaths = (&'static str, f64, f64, f64, f64, f64);
+/// per-call load_value, per-call `pin()` + load, locked store per call,
+/// one lock for the batch, &mut replace).
+type KxPaths = (&'static str, f64, f64, f64, f64, f64, f64);
 
 fn kx_paths(cfg: &Cfg, shape: &Shape, probes: &[u64]) -> KxPaths {
     let (mut store, mut batch, mut repl) = (f64::MAX, f64::MAX, f64::MAX);
-    let (mut batched, mut per_call) = (f64::MAX, f64::MAX);
+    let (mut batched, mut per_call, mut pinned) = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..cfg.reps.min(2) {
         let xa: kxarray::XArray<Box<u64>> = kxarray::XArray::new();
         store = store.min(time_ns(shape.keys.len(), || {
@@ -458,23 +458,30 @@ fn kx_paths(cfg: &Cfg, shape: &Shape, probes: &[u64]) -> KxPaths {
                 assert_eq!(n, probes.len());
                 std::hint::black_box(s);
             }));
+            pinned = pinned.min(time_ns(probes.len(), || {
+                let (s, n) = kx_pin_per_call(&kx.0, probes);
+                assert_eq!(n, probes.len());
+                std::hint::black_box(s);
+            }));
         }
     }
-    (shape.name, batched, per_call, store, batch, repl)
+    (shape.name, batched, per_call, pinned, store, batch, repl)
 }
 
 fn print_kx_paths(v: &[KxPaths]) {
     println!(
         "\n#### kxarray's own paths (same run): reads and writes the issue's targets are about\n"
     );
-    println!("| shape | load, one guard per batch | load_value (guard per call) | per-call / batched | store (lock per call) | lock once, store all | &mut replace | store / replace |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for &(name, batched, per_call, store, batch, repl) in v {
+    println!("| shape | load, one guard per batch | load_value (light pin per call) | per-call / batched | pin() + load per call | pinned / batched | store (lock per call) | lock once, store all | &mut replace | store / replace |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &(name, batched, per_call, pinned, store, batch, repl) in v {
         println!(
-            "| {name} | {} | {} | {:.2}x | {} | {} | {} | {:.2}x |",
+            "| {name} | {} | {} | {:.2}x | {} | {:.2}x | {} | {} | {} | {:.2}x |",
             fmt_ns(batched),
             fmt_ns(per_call),
             per_call / batched,
+            fmt_ns(pinned),
+            pinned / batched,
             fmt_ns(store),
             fmt_ns(batch),
             fmt_ns(repl),

@@ -9,15 +9,22 @@
 //!
 //! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default shift), `lock` (one lock, every store under it),
 //! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
-//! guard), `load_value` (fill, then a guard per key), `seq` (lock, replace,
-//! lock, replace: a fresh tree each, timed, and its drop timed). Keys:
+//! guard), `load_value` (fill, then `load_value` per key: a light pin),
+//! `load_pin` (fill, then `kxarray::pin()` and `load` per key: the per-call
+//! path before the light pins), `seq` (lock, replace,
+//! lock, replace: a fresh tree each, timed, and its drop timed), `churn`
+//! (32 rounds of: store every key, erase every key through `&self`, so
+//! every node is retired through the epoch, then `pin().flush()`; timed per
+//! retired node, the frees included), `reads` (fill, then 15 rounds of
+//! batched `load`, `load_value` and `pin()` + `load` per key, interleaved,
+//! over the keys shuffled; prints each path's median and the ratios). Keys:
 //! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|lock|replace|load|load_value|seq> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq|churn|reads> <log2 n> <dense|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -69,6 +76,85 @@ fn main() {
         }
         return;
     }
+    if mode == "reads" {
+        let mut xa: XArray<Box<u64>> = XArray::new();
+        for &k in &keys {
+            xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+        }
+        // the keys in a random order (xorshift-driven Fisher-Yates)
+        let mut probes = keys.clone();
+        let mut y = 0x2545f4914f6cdd1du64;
+        for i in (1..probes.len()).rev() {
+            y ^= y << 13;
+            y ^= y >> 7;
+            y ^= y << 17;
+            probes.swap(i, (y % (i as u64 + 1)) as usize);
+        }
+        let time = |f: &dyn Fn() -> u64| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_nanos() as f64 / probes.len() as f64
+        };
+        let (mut b, mut v, mut p) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..15 {
+            b.push(time(&|| {
+                let g = kxarray::pin();
+                probes
+                    .iter()
+                    .map(|&k| xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0))
+                    .sum()
+            }));
+            v.push(time(&|| {
+                probes.iter().map(|&k| xa.load_value(k).unwrap_or(0)).sum()
+            }));
+            p.push(time(&|| {
+                probes
+                    .iter()
+                    .map(|&k| {
+                        let g = kxarray::pin();
+                        xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0)
+                    })
+                    .sum()
+            }));
+        }
+        let med = |x: &mut Vec<f64>| {
+            x.sort_by(f64::total_cmp);
+            x[x.len() / 2]
+        };
+        let (b, v, p) = (med(&mut b), med(&mut v), med(&mut p));
+        println!(
+            "reads (median of 15, ns/key): batched load {b:.1}, load_value {v:.1} ({:.2}x), pin()+load {p:.1} ({:.2}x)",
+            v / b,
+            p / b
+        );
+        return;
+    }
+    if mode == "churn" {
+        let xa: XArray<Box<u64>> = XArray::new();
+        let (mut retired, rounds) = (0usize, 32);
+        let t = std::time::Instant::now();
+        for _ in 0..rounds {
+            for &k in &keys {
+                xa.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            retired += xa.node_count();
+            for &k in &keys {
+                xa.erase(k);
+            }
+            kxarray::pin().flush();
+        }
+        // let the last rounds' frees run before stopping the clock
+        for _ in 0..256 {
+            kxarray::pin().flush();
+        }
+        let ns = t.elapsed().as_nanos() as f64;
+        println!(
+            "churn: {retired} nodes retired, {:.1} ns per retired node, {:.1} ns per store+erase",
+            ns / retired as f64,
+            ns / (rounds * n) as f64
+        );
+        return;
+    }
     let mut xa: XArray<Box<u64>> = XArray::new();
     let mut sum = 0u64;
     match mode {
@@ -102,6 +188,11 @@ fn main() {
             if mode == "load" {
                 let g = kxarray::pin();
                 for &k in &keys {
+                    sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
+                }
+            } else if mode == "load_pin" {
+                for &k in &keys {
+                    let g = kxarray::pin();
                     sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
                 }
             } else {

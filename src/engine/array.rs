@@ -8,7 +8,7 @@
 //! lock is the only writer.
 
 use crate::entry::{AtomicEntry, RawEntry};
-use crate::guard::Guard;
+use crate::guard::{Guard, ProtectsNodes};
 use crate::item::Item;
 use crate::mark::Mark;
 use crate::node::{NodeRef, Shared, CHUNK_MASK, CHUNK_SHIFT};
@@ -173,10 +173,10 @@ impl<T: Item> XArray<T> {
             .store(self.nodes.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
     }
 
-    /// The lock-free descent, under `guard` (the lock's guard, or the
-    /// unprotected one on the `&mut` paths).
+    /// The lock-free descent, under `guard` (a reader's or the lock's
+    /// guard, a light pin, or the unprotected guard on the `&mut` paths).
     #[inline(always)]
-    pub(crate) fn load_raw(&self, index: u64, guard: &Guard) -> RawEntry {
+    pub(crate) fn load_raw<P: ProtectsNodes>(&self, index: u64, guard: &P) -> RawEntry {
         loop {
             let head = self.head.load();
             if !head.is_node() {

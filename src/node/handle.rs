@@ -22,7 +22,7 @@
 
 use super::Node;
 use crate::entry::RawEntry;
-use crate::guard::Guard;
+use crate::guard::{Guard, ProtectsNodes};
 use crate::mark::Mark;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -159,17 +159,19 @@ impl<K> core::ops::Deref for NodeRef<'_, K> {
 }
 
 impl<'g> NodeRef<'g, Shared> {
-    /// A read handle for a node reached under `guard`.
+    /// A read handle for a node reached under `guard` (a crossbeam
+    /// [`Guard`] or a light pin).
     ///
     /// # Safety
     ///
     /// - `ptr` points to a node that was reachable from a live tree (its
-    ///   head or a slot of one of its nodes) while `guard` was pinned, or
+    ///   head or a slot of one of its nodes) while `guard` was borrowed, or
     ///   that the caller holds under the tree's lock: nodes are freed only
-    ///   through the epoch (into the default collector every `Guard` pins),
+    ///   after the grace periods of crossbeam's default collector (which
+    ///   every `Guard` pins) and of the light readers ([`ProtectsNodes`]),
     ///   so it stays allocated for `'g`.
     #[inline(always)]
-    pub(crate) unsafe fn new(ptr: NonNull<Node>, guard: &'g Guard) -> Self {
+    pub(crate) unsafe fn new<P: ProtectsNodes>(ptr: NonNull<Node>, guard: &'g P) -> Self {
         debug_assert!(ptr.is_aligned());
         let _ = guard;
         NodeRef {
@@ -188,7 +190,7 @@ impl<'g> NodeRef<'g, Shared> {
     /// - `e` is a node entry (`e.is_node()`), and its node satisfies
     ///   [`NodeRef::new`]'s contract for `guard`.
     #[inline(always)]
-    pub(crate) unsafe fn from_entry(e: RawEntry, guard: &'g Guard) -> Self {
+    pub(crate) unsafe fn from_entry<P: ProtectsNodes>(e: RawEntry, guard: &'g P) -> Self {
         debug_assert!(e.is_node());
         // SAFETY: a node word is a node pointer (never null) plus the tag.
         let ptr = unsafe { NonNull::new_unchecked(e.internal_raw_ptr::<Node>()) };
@@ -348,24 +350,46 @@ impl<'l> Dying<'l> {
     }
 
     /// Free the node once every reader pinned now has left: deferred
-    /// through `guard` (pinned on the default collector every reader pins,
-    /// or the unprotected guard of a tree nobody else can reach).
+    /// through `guard` (pinned on the default collector every reader pins),
+    /// then through the light limbo, which waits for the light readers
+    /// (`crate::lightpin`) too. On the unprotected guard of a tree nobody
+    /// else can reach it is freed at once.
     pub(crate) fn retire(self, guard: &Guard) {
+        if guard.is_unprotected() {
+            // SAFETY: `&mut` access to the tree (the unprotected guard's
+            // contract): no reader of either kind can hold the node, and
+            // `Dying` is consumed, so this is the last reference.
+            unsafe { Node::free(self.ptr) };
+            return;
+        }
+        /// The node's free for the light limbo.
+        ///
+        /// # Safety
+        /// `p` is a retired node nothing else frees, unreachable to every
+        /// reader (`lightpin::defer_free`'s contract).
+        unsafe fn free_erased(p: NonNull<u8>) {
+            debug_assert!(p.cast::<Node>().is_aligned());
+            // SAFETY: per the contract, the last reference to the node.
+            unsafe { Node::free(p.cast()) }
+        }
         /// A node pointer moved into the deferred free.
         struct SendNode(NonNull<Node>);
         // SAFETY: only moved into the deferred free; a node is atomics and
         // plain integers, fine to free from any thread.
         unsafe impl Send for SendNode {}
         let p = SendNode(self.ptr);
+        let arrivals = crate::lightpin::arrivals();
         let free = move || {
             let p = p;
             // SAFETY: the closure holds the last reference to the node
-            // (`Dying` is consumed and no new reader can reach it).
-            unsafe { Node::free(p.0) };
+            // (`Dying` is consumed and no new reader can reach it), and
+            // crossbeam runs it after every guard that could see the node
+            // is gone; the limbo then waits for the light readers.
+            unsafe { arrivals.push(p.0.cast(), free_erased) };
         };
         // Unreachable for new readers (`into_dying`); `guard` is pinned on the
-        // default collector (or is the unprotected guard of an exclusively
-        // held tree), so readers still inside delay the free until they leave.
+        // default collector, so readers still inside delay the free until
+        // they leave.
         // SAFETY: as above; the closure owns the last reference.
         unsafe { guard.defer_unchecked(free) }
     }

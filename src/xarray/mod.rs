@@ -116,9 +116,15 @@ impl<T: Item> XArray<T> {
     /// assert_eq!(xa.load_value(9), Some(90));
     /// assert_eq!(xa.load_value(8), None);
     /// ```
+    #[inline]
     pub fn load_value(&self, index: u64) -> Option<u64> {
-        let guard = pin();
-        self.load(index, &guard).and_then(|e| e.value())
+        // A light pin (no locked instruction): the descent reads nodes and
+        // the entry word only, never an item.
+        let value = |e: RawEntry| e.is_value().then(|| e.to_value());
+        crate::lightpin::read(|p| value(self.load_raw(index, p))).unwrap_or_else(|| {
+            let guard = pin(); // this thread's light reader is torn down
+            self.load(index, &guard).and_then(|e| e.value())
+        })
     }
 
     /// Whether the entry at `index` has `mark` (`xa_get_mark`), lock-free.

@@ -102,6 +102,20 @@ pub fn kx_per_call(xa: &XArray<Box<u64>>, probes: &[u64]) -> (u64, usize) {
     (s, n)
 }
 
+/// The per-call path as `load_value` was before the light pins: a
+/// crossbeam-pinned `kxarray::pin()` and `load` per key.
+pub fn kx_pin_per_call(xa: &XArray<Box<u64>>, probes: &[u64]) -> (u64, usize) {
+    let (mut s, mut n) = (0u64, 0usize);
+    for &k in probes {
+        let guard = kxarray::pin();
+        if let Some(v) = xa.load(k, &guard).and_then(|e| e.value()) {
+            s = s.wrapping_add(v);
+            n += 1;
+        }
+    }
+    (s, n)
+}
+
 pub struct Chunked(pub ChunkedXArray<Box<u64>>);
 impl Map for Chunked {
     const NAME: &'static str = "kx chunked";
