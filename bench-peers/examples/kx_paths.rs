@@ -7,7 +7,10 @@
 //! target/release/examples/kx_paths seq 20 s40
 //! ```
 //!
-//! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default shift), `lock` (one lock, every store under it),
+//! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default
+//! shift, flat directory sized to the largest key), `cload` (fill a
+//! `ChunkedXArray` as `cstore` does, then `ChunkedXArray::load` of every key
+//! under one guard), `lock` (one lock, every store under it),
 //! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
 //! guard), `load_value` (fill, then `load_value` per key: a light pin),
 //! `load_pin` (fill, then `kxarray::pin()` and `load` per key: the per-call
@@ -18,13 +21,14 @@
 //! retired node, the frees included), `reads` (fill, then 15 rounds of
 //! batched `load`, `load_value` and `pin()` + `load` per key, interleaved,
 //! over the keys shuffled; prints each path's median and the ratios). Keys:
-//! `dense` (0..2^n in order), `s40` / `s64` (xorshift, below 2^40 / any).
+//! `dense` (0..2^n in order), `s25` / `s40` / `s64` (xorshift, below 2^25
+//! (the swap table's 128 GiB device of 4 KiB slots) / 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|lock|replace|load|load_value|load_pin|seq|churn|reads> <log2 n> <dense|s40|s64>"
+            "usage: kx_paths <store|cstore|cload|lock|replace|load|load_value|load_pin|seq|churn|reads> <log2 n> <dense|s25|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -38,10 +42,10 @@ fn main() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                if s == "s40" {
-                    x & ((1 << 40) - 1)
-                } else {
-                    x
+                match s {
+                    "s25" => x & ((1 << 25) - 1),
+                    "s40" => x & ((1 << 40) - 1),
+                    _ => x,
                 }
             }
         })
@@ -158,12 +162,26 @@ fn main() {
     let mut xa: XArray<Box<u64>> = XArray::new();
     let mut sum = 0u64;
     match mode {
-        "cstore" => {
-            let cx: ChunkedXArray<Box<u64>> = ChunkedXArray::new();
+        "cstore" | "cload" => {
+            let max = keys.iter().copied().max().unwrap_or(0);
+            let cx: ChunkedXArray<Box<u64>> =
+                ChunkedXArray::with_capacity(kxarray::chunked::DEFAULT_SHIFT, max).unwrap();
             for &k in &keys {
                 cx.store(k, Entry::Value(k & 0xffff)).unwrap();
             }
-            println!("chunked: {} chunks", cx.chunk_count());
+            if mode == "cload" {
+                let t = std::time::Instant::now();
+                let g = kxarray::pin();
+                for &k in &keys {
+                    sum += cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
+                }
+                println!("{:.1} ns/load", t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            println!(
+                "chunked: {} chunks, height {}",
+                cx.chunk_count(),
+                cx.height()
+            );
         }
         "store" => {
             for &k in &keys {
@@ -186,10 +204,12 @@ fn main() {
                 xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
             }
             if mode == "load" {
+                let t = std::time::Instant::now();
                 let g = kxarray::pin();
                 for &k in &keys {
                     sum += xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
                 }
+                println!("{:.1} ns/load", t.elapsed().as_nanos() as f64 / n as f64);
             } else if mode == "load_pin" {
                 for &k in &keys {
                     let g = kxarray::pin();

@@ -8,13 +8,14 @@
 //! This module owns [`ChunkedXArray`], its directory and its chunks.
 //!
 //! - **Directory.** Chunk `c` (holding indices `c << shift ..= c << shift |
-//!   mask`) is found in a flat table of atomic pointers when `c` is below the
-//!   table's length (one load, the kernel's `swapper_spaces[]` array), and in
-//!   an `XArray` of boxed chunks keyed by `c` beyond it. Both are read
-//!   lock-free; both are changed only under the directory lock (the
-//!   overflow `XArray`'s own lock).
-//! - **Chunks are created lazily** by the first write that needs one, and
-//!   **dropped when a write leaves them empty**.
+//!   mask`) sits inline in a flat table when `c` is below the table's
+//!   length (its address is computed, not loaded: the kernel's
+//!   `swapper_spaces[]` array of address spaces), and in an `XArray` of
+//!   boxed chunks keyed by `c` beyond it. Both are read lock-free.
+//! - **Overflow chunks are created lazily** by the first write that needs
+//!   one, and **dropped when a write leaves them empty**; a direct chunk is
+//!   always there and counts as a chunk while it holds anything (empty, its
+//!   tree has no node).
 //!
 //! Invariants (the chunk life cycle is in the private `directory` module):
 //! - Chunk `c` holds only the offsets `0..=mask` of the indices
@@ -49,12 +50,13 @@ use iter::bounds;
 pub const DEFAULT_SHIFT: u32 = 14;
 
 /// Chunks the flat directory table covers by default (64 chunks: the first
-/// 2^20 indices at the default shift; a 512-byte table).
+/// 2^20 indices at the default shift; a 4 KiB table of 64-byte inline
+/// chunks).
 pub const DEFAULT_DIRECT_CHUNKS: usize = 64;
 
 /// The largest flat directory table [`ChunkedXArray::with_capacity`] makes
-/// (2^16 chunk pointers, 512 KiB); chunks beyond it go to the overflow
-/// `XArray`.
+/// (2^16 inline chunks of 64 bytes, 4 MiB); chunks beyond it go to the
+/// overflow `XArray`.
 pub const MAX_DIRECT_CHUNKS: usize = 1 << 16;
 
 /// An index over the whole `u64` key space made of many small [`XArray`]s,
@@ -697,10 +699,15 @@ impl<T: Item> ChunkedXArray<T> {
             + self.dir.table_bytes()
             + self.dir.overflow().memory_usage()
             - core::mem::size_of::<XArray<Box<Chunk<T>>>>();
-        // Each chunk's `XArray` counts its own struct, which `Chunk` holds.
-        self.dir.fold(fixed, |b, _, ch| {
-            b + core::mem::size_of::<Chunk<T>>() - core::mem::size_of::<XArray<T>>()
-                + ch.xa.memory_usage()
+        // Each chunk's `XArray` counts its own struct, which `Chunk` holds;
+        // a direct chunk's struct is already in the table's bytes.
+        self.dir.fold(fixed, |b, c, ch| {
+            let own = if self.dir.is_direct(c) {
+                0
+            } else {
+                core::mem::size_of::<Chunk<T>>()
+            };
+            b + own + ch.xa.memory_usage() - core::mem::size_of::<XArray<T>>()
         })
     }
 

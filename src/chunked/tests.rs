@@ -131,3 +131,38 @@ fn no_memory_leaves_no_chunk() {
     assert_eq!(xa.chunk_count(), 0);
     xa.check_invariants().unwrap();
 }
+
+#[test]
+fn an_emptied_direct_chunk_costs_only_its_table_entry() {
+    // Direct chunks sit inline in the table: emptying one frees its nodes
+    // and it stops counting as a chunk, while the table stays as it was.
+    let xa = Cx::with_capacity(12, (1 << 14) - 1).unwrap();
+    assert_eq!(xa.direct_chunks(), 4);
+    let empty_bytes = xa.memory_usage();
+    for i in (1u64 << 12..2 << 12).step_by(7) {
+        xa.store(i, Entry::Value(i)).unwrap();
+    }
+    assert_eq!(xa.chunk_count(), 1);
+    assert!(xa.node_count() > 1);
+    assert!(xa.memory_usage() > empty_bytes);
+    let guard = pin();
+    assert_eq!(
+        xa.load(1 << 12, &guard).and_then(|e| e.value()),
+        Some(1 << 12)
+    );
+    assert!(xa.load(0, &guard).is_none(), "chunk 0 is empty");
+    drop(guard);
+    xa.check_invariants().unwrap();
+    for i in (1u64 << 12..2 << 12).step_by(7) {
+        assert_eq!(xa.erase(i).and_then(|e| e.value()), Some(i));
+    }
+    assert_eq!(xa.chunk_count(), 0);
+    assert_eq!(xa.node_count(), 0);
+    assert_eq!(xa.memory_usage(), empty_bytes);
+    assert!(xa.is_empty());
+    xa.check_invariants().unwrap();
+    // A remove through `&mut` on an empty direct chunk finds nothing.
+    let mut xa = xa;
+    assert!(xa.remove(5 << 10).is_none());
+    assert_eq!(xa.chunk_count(), 0);
+}

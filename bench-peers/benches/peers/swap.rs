@@ -107,24 +107,48 @@ pub fn swap_table(cfg: &Cfg) {
     let mut ins = [f64::MAX; K];
     let mut look = [f64::MAX; K];
     let mut stats = Vec::new();
+    // Every lookup pass checks that it found every key (a lookup that
+    // misses would be cheaper and must not count).
+    let checked = |s: u64, hits: usize| {
+        assert_eq!(hits, probes.len(), "a lookup missed");
+        std::hint::black_box(s);
+    };
     let lookups_kx = |xa: &XArray<Box<u64>>| {
         time_ns(probes.len(), || {
             let g = kxarray::pin();
-            let mut s = 0u64;
+            let (mut s, mut hits) = (0u64, 0usize);
             for &k in &probes {
-                s = s.wrapping_add(xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
+                if let Some(v) = xa.load(k, &g).and_then(|e| e.value()) {
+                    s = s.wrapping_add(v);
+                    hits += 1;
+                }
             }
-            std::hint::black_box(s);
+            checked(s, hits);
         })
     };
     let lookups_cx = |cx: &ChunkedXArray<Box<u64>>| {
         time_ns(probes.len(), || {
             let g = kxarray::pin();
-            let mut s = 0u64;
+            let (mut s, mut hits) = (0u64, 0usize);
             for &k in &probes {
-                s = s.wrapping_add(cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0));
+                if let Some(v) = cx.load(k, &g).and_then(|e| e.value()) {
+                    s = s.wrapping_add(v);
+                    hits += 1;
+                }
             }
-            std::hint::black_box(s);
+            checked(s, hits);
+        })
+    };
+    let lookups_ft = |ft: &ClusterTable| {
+        time_ns(probes.len(), || {
+            let (mut s, mut hits) = (0u64, 0usize);
+            for &k in &probes {
+                if let Some(v) = ft.load(k) {
+                    s = s.wrapping_add(v);
+                    hits += 1;
+                }
+            }
+            checked(s, hits);
         })
     };
     for rep in 0..cfg.reps {
@@ -134,37 +158,48 @@ pub fn swap_table(cfg: &Cfg) {
             .map(|&sh| ChunkedXArray::with_capacity(sh, slots - 1).expect("shift"))
             .collect();
         let ft = ClusterTable::new(slots);
-        // Inserts, one structure after the other (each a fresh build).
-        ins[0] = ins[0].min(time_ns(keys.len(), || {
-            for &k in &keys {
-                xa.store(k, Entry::Value(k)).expect("store");
-            }
-        }));
-        for (j, cx) in cxs.iter().enumerate() {
-            ins[1 + j] = ins[1 + j].min(time_ns(keys.len(), || {
-                for &k in &keys {
-                    cx.store(k, Entry::Value(k)).expect("store");
+        // Structure `j` in the table's order: 0 the XArray, 1..K-1 the
+        // chunked ones, K-1 the flat table. The build order and the lookup
+        // order rotate from rep to rep (odd reps run backwards), so that no
+        // structure always gets the first (or last) pick of fresh memory
+        // or the first pass: in one process the figures depended on that
+        // order more than on the structure.
+        let order: Vec<usize> = (0..K)
+            .map(|j| {
+                let j = (j + rep) % K;
+                if rep % 2 == 1 {
+                    K - 1 - j
+                } else {
+                    j
                 }
-            }));
+            })
+            .collect();
+        // Inserts, one structure after the other (each a fresh build).
+        for &j in &order {
+            let ns = time_ns(keys.len(), || {
+                for &k in &keys {
+                    match j {
+                        0 => xa.store(k, Entry::Value(k)).map(drop).expect("store"),
+                        j if j == K - 1 => ft.store(k, k),
+                        j => cxs[j - 1]
+                            .store(k, Entry::Value(k))
+                            .map(drop)
+                            .expect("store"),
+                    }
+                }
+            });
+            ins[j] = ins[j].min(ns);
         }
-        ins[K - 1] = ins[K - 1].min(time_ns(keys.len(), || {
-            for &k in &keys {
-                ft.store(k, k);
-            }
-        }));
         // Lookups, interleaved.
         for _ in 0..2 {
-            look[0] = look[0].min(lookups_kx(&xa));
-            for (j, cx) in cxs.iter().enumerate() {
-                look[1 + j] = look[1 + j].min(lookups_cx(cx));
+            for &j in &order {
+                let ns = match j {
+                    0 => lookups_kx(&xa),
+                    j if j == K - 1 => lookups_ft(&ft),
+                    j => lookups_cx(&cxs[j - 1]),
+                };
+                look[j] = look[j].min(ns);
             }
-            look[K - 1] = look[K - 1].min(time_ns(probes.len(), || {
-                let mut s = 0u64;
-                for &k in &probes {
-                    s = s.wrapping_add(ft.load(k).unwrap_or(0));
-                }
-                std::hint::black_box(s);
-            }));
         }
         if rep == 0 {
             // Every structure holds every key with its value.
