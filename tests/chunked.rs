@@ -432,6 +432,12 @@ fn writers_on_separate_chunks_with_readers() {
                             assert_eq!(v >> 16, i, "value of another index");
                             seen += 1;
                         }
+                        // the per-call path: a light pin in direct chunks
+                        // (0..4 here), a crossbeam guard in overflow ones
+                        if let Some(v) = xa.load_value(i) {
+                            assert_eq!(v >> 16, i, "load_value: value of another index");
+                            seen += 1;
+                        }
                     }
                     let mut prev = None;
                     for (i, e) in xa.iter(&g) {

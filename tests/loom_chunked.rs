@@ -26,6 +26,9 @@
 //!     exactly the stored entry is there and chunk 1 counts once.
 //! (d) the same with chunk 5, whose erase retires it: the store must land
 //!     in a live chunk (never in the dead one).
+//! (e) `load_value` (a light pin in a flat-table chunk, a crossbeam guard
+//!     in an overflow one) against the erase that empties the chunk and
+//!     frees its tree's node: the reader sees the value or nothing.
 
 #[cfg(loom)]
 mod tests {
@@ -111,6 +114,37 @@ mod tests {
     #[test]
     fn b_reader_vs_retiring_overflow_chunk() {
         reader_vs_retire(41);
+    }
+
+    /// `load_value(index)` against the erase that empties its chunk.
+    fn value_reader_vs_retire(index: u64) {
+        builder().check(move || {
+            let cx = LArc::new(new_cx());
+            // two values, so the chunk's tree has a node to free
+            cx.store(index, Entry::Value(index)).unwrap();
+            cx.store(index + 1, Entry::Value(index + 1)).unwrap();
+            cx.store(2, item(2)).unwrap();
+            let r = {
+                let cx = cx.clone();
+                thread::spawn(move || cx.load_value(index))
+            };
+            assert_eq!(cx.erase(index).and_then(|o| o.value()), Some(index));
+            assert_eq!(cx.erase(index + 1).and_then(|o| o.value()), Some(index + 1));
+            let a = r.join().unwrap();
+            assert!(a == Some(index) || a.is_none(), "load_value saw {a:?}");
+            assert_eq!(cx.load_value(index), None);
+            cx.check_invariants().unwrap();
+        });
+    }
+
+    #[test]
+    fn e_value_reader_vs_emptying_flat_chunk() {
+        value_reader_vs_retire(9);
+    }
+
+    #[test]
+    fn e_value_reader_vs_retiring_overflow_chunk() {
+        value_reader_vs_retire(41);
     }
 
     /// A store of `other` against the erase of `index`, the only entry of

@@ -20,7 +20,8 @@
 //! every node is retired through the epoch, then `pin().flush()`; timed per
 //! retired node, the frees included), `reads` (fill, then 15 rounds of
 //! batched `load`, `load_value` and `pin()` + `load` per key, interleaved,
-//! over the keys shuffled; prints each path's median and the ratios). Keys:
+//! over the keys shuffled; prints each path's median and the ratios),
+//! `creads` (the same over a `ChunkedXArray` filled as `cstore` does). Keys:
 //! `dense` (0..2^n in order), `s25` / `s40` / `s64` (xorshift, below 2^25
 //! (the swap table's 128 GiB device of 4 KiB slots) / 2^40 / any).
 use kxarray::{ChunkedXArray, Entry, XArray};
@@ -28,7 +29,7 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|cload|lock|replace|load|load_value|load_pin|seq|churn|reads> <log2 n> <dense|s25|s40|s64>"
+            "usage: kx_paths <store|cstore|cload|lock|replace|load|load_value|load_pin|seq|churn|reads|creads> <log2 n> <dense|s25|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -80,11 +81,7 @@ fn main() {
         }
         return;
     }
-    if mode == "reads" {
-        let mut xa: XArray<Box<u64>> = XArray::new();
-        for &k in &keys {
-            xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
-        }
+    if mode == "reads" || mode == "creads" {
         // the keys in a random order (xorshift-driven Fisher-Yates)
         let mut probes = keys.clone();
         let mut y = 0x2545f4914f6cdd1du64;
@@ -94,43 +91,57 @@ fn main() {
             y ^= y << 17;
             probes.swap(i, (y % (i as u64 + 1)) as usize);
         }
-        let time = |f: &dyn Fn() -> u64| {
-            let t = std::time::Instant::now();
-            std::hint::black_box(f());
-            t.elapsed().as_nanos() as f64 / probes.len() as f64
-        };
-        let (mut b, mut v, mut p) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..15 {
-            b.push(time(&|| {
-                let g = kxarray::pin();
-                probes
-                    .iter()
-                    .map(|&k| xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0))
-                    .sum()
-            }));
-            v.push(time(&|| {
-                probes.iter().map(|&k| xa.load_value(k).unwrap_or(0)).sum()
-            }));
-            p.push(time(&|| {
-                probes
-                    .iter()
-                    .map(|&k| {
-                        let g = kxarray::pin();
-                        xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0)
-                    })
-                    .sum()
-            }));
+        if mode == "reads" {
+            let mut xa: XArray<Box<u64>> = XArray::new();
+            for &k in &keys {
+                xa.replace(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            compare_reads(
+                "reads",
+                &probes,
+                |ks| {
+                    let g = kxarray::pin();
+                    ks.iter()
+                        .map(|&k| xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0))
+                        .sum()
+                },
+                |ks| ks.iter().map(|&k| xa.load_value(k).unwrap_or(0)).sum(),
+                |ks| {
+                    ks.iter()
+                        .map(|&k| {
+                            let g = kxarray::pin();
+                            xa.load(k, &g).and_then(|e| e.value()).unwrap_or(0)
+                        })
+                        .sum()
+                },
+            );
+        } else {
+            let max = keys.iter().copied().max().unwrap_or(0);
+            let cx: ChunkedXArray<Box<u64>> =
+                ChunkedXArray::with_capacity(kxarray::chunked::DEFAULT_SHIFT, max).unwrap();
+            for &k in &keys {
+                cx.store(k, Entry::Value(k & 0xffff)).unwrap();
+            }
+            compare_reads(
+                "creads (ChunkedXArray)",
+                &probes,
+                |ks| {
+                    let g = kxarray::pin();
+                    ks.iter()
+                        .map(|&k| cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0))
+                        .sum()
+                },
+                |ks| ks.iter().map(|&k| cx.load_value(k).unwrap_or(0)).sum(),
+                |ks| {
+                    ks.iter()
+                        .map(|&k| {
+                            let g = kxarray::pin();
+                            cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0)
+                        })
+                        .sum()
+                },
+            );
         }
-        let med = |x: &mut Vec<f64>| {
-            x.sort_by(f64::total_cmp);
-            x[x.len() / 2]
-        };
-        let (b, v, p) = (med(&mut b), med(&mut v), med(&mut p));
-        println!(
-            "reads (median of 15, ns/key): batched load {b:.1}, load_value {v:.1} ({:.2}x), pin()+load {p:.1} ({:.2}x)",
-            v / b,
-            p / b
-        );
         return;
     }
     if mode == "churn" {
@@ -223,4 +234,36 @@ fn main() {
         }
     }
     println!("{mode} {} nodes {} sum {sum}", n, xa.node_count());
+}
+
+/// 15 interleaved rounds of the batched, `load_value` and `pin()` + `load`
+/// paths over `probes`; prints each path's median and the ratios.
+fn compare_reads(
+    name: &str,
+    probes: &[u64],
+    batched: impl Fn(&[u64]) -> u64,
+    value: impl Fn(&[u64]) -> u64,
+    pinned: impl Fn(&[u64]) -> u64,
+) {
+    let time = |f: &dyn Fn(&[u64]) -> u64| {
+        let t = std::time::Instant::now();
+        std::hint::black_box(f(probes));
+        t.elapsed().as_nanos() as f64 / probes.len() as f64
+    };
+    let (mut b, mut v, mut p) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..15 {
+        b.push(time(&batched));
+        v.push(time(&value));
+        p.push(time(&pinned));
+    }
+    let med = |x: &mut Vec<f64>| {
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let (b, v, p) = (med(&mut b), med(&mut v), med(&mut p));
+    println!(
+        "{name} (median of 15, ns/key): batched load {b:.1}, load_value {v:.1} ({:.2}x), pin()+load {p:.1} ({:.2}x)",
+        v / b,
+        p / b
+    );
 }

@@ -94,6 +94,14 @@ impl<T: Item> Directory<T> {
         core::mem::size_of_val(&*self.direct)
     }
 
+    /// Chunk `c` if it sits in the flat table. Such a chunk lives as long
+    /// as the directory (it is never unlinked or freed), so no guard is
+    /// needed to hold it; its tree's nodes still need one to be read.
+    #[inline(always)]
+    pub(super) fn direct(&self, c: u64) -> Option<&Chunk<T>> {
+        self.direct.get(usize::try_from(c).ok()?)
+    }
+
     /// The chunk numbered `c`, lock-free. A direct chunk is returned even
     /// when its tree is empty (a lookup in it finds nothing); an overflow
     /// chunk only while it is linked.

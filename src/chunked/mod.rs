@@ -206,7 +206,28 @@ impl<T: Item> ChunkedXArray<T> {
     }
 
     /// The value entry at `index`, if it holds one (no guard needed).
+    ///
+    /// Context: lock-free; takes no lock and never blocks. In a chunk of
+    /// the flat directory table this is [`XArray::load_value`] (a light
+    /// pin, no locked instruction): such a chunk is never freed while the
+    /// index lives. An overflow chunk can be unlinked and freed through the
+    /// epoch, so a lookup there holds a crossbeam guard.
+    ///
+    /// ```
+    /// use kxarray::{ChunkedXArray, Entry};
+    /// let cx: ChunkedXArray<Box<u32>> = ChunkedXArray::new();
+    /// cx.store(5, Entry::Value(50)).unwrap();
+    /// cx.store(1 << 40, Entry::Value(7)).unwrap(); // an overflow chunk
+    /// assert_eq!(cx.load_value(5), Some(50));
+    /// assert_eq!(cx.load_value(1 << 40), Some(7));
+    /// assert_eq!(cx.load_value(6), None);
+    /// ```
+    #[inline]
     pub fn load_value(&self, index: u64) -> Option<u64> {
+        let (c, off) = self.split(index);
+        if let Some(chunk) = self.dir.direct(c) {
+            return chunk.xa.load_value(off);
+        }
         let guard = pin();
         self.load(index, &guard).and_then(EntryRef::value)
     }

@@ -57,8 +57,10 @@
 //! a tree reached through `&mut` (the unprotected guard) are freed at once,
 //! which is fine since no reader, light or not, can hold `&XArray` then; an
 //! `XArray` itself must not be freed through the epoch while a light reader
-//! may hold `&` to it (the chunked index's chunks are, so its reads use
-//! crossbeam guards, which hold back a chunk's teardown).
+//! may hold `&` to it: the chunked index's overflow chunks are, so reads
+//! there use crossbeam guards, which hold back a chunk's teardown; its
+//! direct chunks live as long as the index, so `ChunkedXArray::load_value`
+//! takes a light pin for them.
 //!
 //! Sections never nest: the crate never starts one inside another, and a
 //! signal handler calling `load_value` while its thread is inside one is
