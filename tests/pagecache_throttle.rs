@@ -104,10 +104,15 @@ fn writers_stay_under_the_limit_plus_slack_and_pauses_are_capped() {
         "dirty {seen} > limit {limit} + slack {slack}"
     );
     assert!(s.throttled > 0 && s.pauses > 0, "{s:?}");
-    // The pause asked for is at most MAX_PAUSE; `max_pause_ns` is the sleep
-    // as measured, so allow the OS time to wake the sleeper on a loaded
-    // 2-core machine (a CI run saw 413 ms for a 200 ms pause). An uncapped
-    // pause computed from this backend's bandwidth would be seconds.
+    // The pause asked for is capped exactly.
+    assert!(
+        s.max_pause_asked_ns > 0 && s.max_pause_asked_ns <= MAX_PAUSE.as_nanos() as u64,
+        "{s:?}"
+    );
+    // `max_pause_ns` is the sleep as measured, so allow the OS time to
+    // wake the sleeper on a loaded 2-core machine (a CI run saw 413 ms for
+    // a 200 ms pause). An uncapped pause computed from this backend's
+    // bandwidth would be seconds.
     assert!(
         s.max_pause_ns <= (MAX_PAUSE + Duration::from_millis(500)).as_nanos() as u64,
         "{s:?}"

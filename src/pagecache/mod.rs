@@ -317,6 +317,7 @@ impl PageCache {
             pauses: t.pauses.load(Ordering::Relaxed),
             pause_ns: t.pause_ns.load(Ordering::Relaxed),
             max_pause_ns: t.max_pause_ns.load(Ordering::Relaxed),
+            max_pause_asked_ns: t.max_pause_asked_ns.load(Ordering::Relaxed),
             dirty_global_reads: t.global_reads.load(Ordering::Relaxed),
             background_kicks: t.background_kicks.load(Ordering::Relaxed),
             flusher_runs: c.flusher_runs.load(Ordering::Relaxed) as u64,

@@ -130,8 +130,12 @@ pub struct CacheStats {
     pub pauses: u64,
     /// Total time throttled writers slept, in nanoseconds.
     pub pause_ns: u64,
-    /// Longest single pause, in nanoseconds.
+    /// Longest single pause as slept (measured), in nanoseconds: at most
+    /// `max_pause_asked_ns` plus however late the OS woke the sleeper.
     pub max_pause_ns: u64,
+    /// Longest single pause asked for, in nanoseconds (never above
+    /// [`MAX_PAUSE`](super::MAX_PAUSE)).
+    pub max_pause_asked_ns: u64,
     /// Reads of the global dirty gauge by writers.
     pub dirty_global_reads: u64,
     /// Writer checks that found the dirty bytes above the background

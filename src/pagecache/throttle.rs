@@ -113,6 +113,7 @@ pub(crate) struct Throttle {
     pub(crate) pauses: AtomicU64,
     pub(crate) pause_ns: AtomicU64,
     pub(crate) max_pause_ns: AtomicU64,
+    pub(crate) max_pause_asked_ns: AtomicU64,
     pub(crate) global_reads: AtomicU64,
     /// Checks that found the dirty bytes above the background threshold.
     pub(crate) background_kicks: AtomicU64,
@@ -127,6 +128,7 @@ impl Throttle {
             pauses: AtomicU64::new(0),
             pause_ns: AtomicU64::new(0),
             max_pause_ns: AtomicU64::new(0),
+            max_pause_asked_ns: AtomicU64::new(0),
             global_reads: AtomicU64::new(0),
             background_kicks: AtomicU64::new(0),
         }
@@ -242,6 +244,9 @@ impl CacheInner {
             t.pauses.fetch_add(1, Ordering::Relaxed);
             t.pause_ns.fetch_add(ns, Ordering::Relaxed);
             t.max_pause_ns.fetch_max(ns, Ordering::Relaxed);
+            // at most 200 ms, so the cast is lossless
+            t.max_pause_asked_ns
+                .fetch_max(pause.as_nanos() as u64, Ordering::Relaxed);
             let now = self.counters.dirty_bytes.read();
             stuck = if now >= dirty { stuck + 1 } else { 0 };
             if stuck >= STUCK_PAUSES {
