@@ -10,7 +10,8 @@
 //! Modes: `store` (lock per call), `cstore` (`ChunkedXArray::store`, default
 //! shift, flat directory sized to the largest key), `cload` (fill a
 //! `ChunkedXArray` as `cstore` does, then `ChunkedXArray::load` of every key
-//! under one guard), `lock` (one lock, every store under it),
+//! under one guard), `cvalue` (the same with `ChunkedXArray::load_value`
+//! per key), `lock` (one lock, every store under it),
 //! `replace` (`&mut`), `load` (fill with `replace`, then every key under one
 //! guard), `load_value` (fill, then `load_value` per key: a light pin),
 //! `load_pin` (fill, then `kxarray::pin()` and `load` per key: the per-call
@@ -29,7 +30,7 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.len() < 4 {
         eprintln!(
-            "usage: kx_paths <store|cstore|cload|lock|replace|load|load_value|load_pin|seq|churn|reads|creads> <log2 n> <dense|s25|s40|s64>"
+            "usage: kx_paths <store|cstore|cload|cvalue|lock|replace|load|load_value|load_pin|seq|churn|reads|creads> <log2 n> <dense|s25|s40|s64>"
         );
         std::process::exit(2);
     }
@@ -173,7 +174,7 @@ fn main() {
     let mut xa: XArray<Box<u64>> = XArray::new();
     let mut sum = 0u64;
     match mode {
-        "cstore" | "cload" => {
+        "cstore" | "cload" | "cvalue" => {
             let max = keys.iter().copied().max().unwrap_or(0);
             let cx: ChunkedXArray<Box<u64>> =
                 ChunkedXArray::with_capacity(kxarray::chunked::DEFAULT_SHIFT, max).unwrap();
@@ -187,6 +188,13 @@ fn main() {
                     sum += cx.load(k, &g).and_then(|e| e.value()).unwrap_or(0);
                 }
                 println!("{:.1} ns/load", t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            if mode == "cvalue" {
+                let t = std::time::Instant::now();
+                for &k in &keys {
+                    sum += cx.load_value(k).unwrap_or(0);
+                }
+                println!("{:.1} ns/load_value", t.elapsed().as_nanos() as f64 / n as f64);
             }
             println!(
                 "chunked: {} chunks, height {}",
