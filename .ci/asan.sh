@@ -11,7 +11,7 @@ fi
 # Epoch garbage still queued at exit is freed by nobody: leak checking
 # would report it, so leaks are left to tests/leaks.rs.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
-RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
+RUSTFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" RUSTDOCFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" \
     timeout "${ASAN_SECONDS:-300}" cargo +nightly test \
     --target x86_64-unknown-linux-gnu --target-dir target/asan \
     --test model --test stress --test stress_writers --test smoke --test fuzz_replay

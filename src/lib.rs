@@ -104,6 +104,7 @@ mod xarray;
 pub mod backend;
 pub mod chunked;
 pub mod filemap;
+pub mod node_cache;
 pub mod pagecache;
 
 pub use chunked::ChunkedXArray;

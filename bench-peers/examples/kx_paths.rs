@@ -194,7 +194,10 @@ fn main() {
                 for &k in &keys {
                     sum += cx.load_value(k).unwrap_or(0);
                 }
-                println!("{:.1} ns/load_value", t.elapsed().as_nanos() as f64 / n as f64);
+                println!(
+                    "{:.1} ns/load_value",
+                    t.elapsed().as_nanos() as f64 / n as f64
+                );
             }
             println!(
                 "chunked: {} chunks, height {}",

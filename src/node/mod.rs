@@ -21,13 +21,18 @@
 //!   so a lock-free reader still inside it restarts instead of reading freed
 //!   memory.
 //! - Allocation goes through [`Node::alloc`], the one hook the fault
-//!   injector ([`crate::fault`]) can make fail.
+//!   injector ([`crate::fault`]) can make fail; nodes come from the node
+//!   cache ([`cache`]: 2 MiB regions, huge pages for large trees) and go
+//!   back to it, except under Miri, loom, fuzzing and AddressSanitizer,
+//!   where each node is its own global allocation.
 //! - Only this module writes a node: the mutators are private, reached from
 //!   outside through the handles of [`handle`] (a [`NodeRef<Locked>`]
 //!   made with a [`Writer`], an owned [`NodeBox`], a [`Dying`] node), so a
 //!   write path without the lock does not compile. Reading needs a handle
 //!   too; the only raw dereferences are in `handle`.
 
+#[cfg(not(loom))]
+pub(crate) mod cache;
 pub(crate) mod handle;
 
 pub(crate) use handle::{Dying, Locked, NodeRef, Shared, Writer};
@@ -53,8 +58,9 @@ impl RawEntry {
     }
 }
 
-/// A node of the radix tree.
-#[repr(C)]
+/// A node of the radix tree, aligned to a cache line so that its header
+/// (shift, counts, parent, occupancy and the first slots) is one line.
+#[repr(C, align(64))]
 pub(crate) struct Node {
     pub(crate) shift: u8,
     pub(crate) offset: u8,
@@ -92,6 +98,24 @@ const FULL: u64 = if CHUNK_SIZE == 64 {
     (1u64 << CHUNK_SIZE) - 1
 };
 
+#[cfg(any(loom, miri, fuzzing, kxarray_system_alloc))]
+crate::sync::thread_local_const! {
+    /// Nodes this thread allocated minus those it freed, when nodes come
+    /// from the global allocator (the node cache counts its own).
+    static SYSTEM_BALANCE: core::cell::Cell<isize> = core::cell::Cell::new(0);
+}
+
+/// Nodes this thread allocated minus those it freed, since it started.
+pub(crate) fn thread_balance() -> isize {
+    #[cfg(any(loom, miri, fuzzing, kxarray_system_alloc))]
+    return SYSTEM_BALANCE.try_with(|b| b.get()).unwrap_or(0);
+    #[cfg(not(any(loom, miri, fuzzing, kxarray_system_alloc)))]
+    return cache::thread_balance();
+}
+
+/// Whether nodes come from the node cache in this build.
+pub(crate) const CACHED: bool = cfg!(not(any(loom, miri, fuzzing, kxarray_system_alloc)));
+
 impl Node {
     /// Allocate an empty node, or `None` when the allocator (or the fault
     /// injector) says no.
@@ -108,17 +132,26 @@ impl Node {
         Some(NodeBox(node))
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri, fuzzing, kxarray_system_alloc)))]
+    #[inline]
+    fn alloc_zeroed() -> Option<NonNull<Node>> {
+        cache::alloc()
+    }
+
+    #[cfg(all(not(loom), any(miri, fuzzing, kxarray_system_alloc)))]
     fn alloc_zeroed() -> Option<NonNull<Node>> {
         let layout = std::alloc::Layout::new::<Node>();
         // SAFETY: Node has a non-zero size. All-zero bytes are a valid Node:
         // every field is an integer or an atomic integer.
         let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Node>();
-        NonNull::new(p)
+        let p = NonNull::new(p)?;
+        SYSTEM_BALANCE.with(|b| b.set(b.get() + 1));
+        Some(p)
     }
 
     #[cfg(loom)]
     fn alloc_zeroed() -> Option<NonNull<Node>> {
+        SYSTEM_BALANCE.with(|b| b.set(b.get() + 1));
         let n = Box::new(Node {
             shift: 0,
             offset: 0,
@@ -139,6 +172,9 @@ impl Node {
     /// - `node` came from `alloc` and no reference to it survives.
     unsafe fn free(node: NonNull<Node>) {
         debug_assert!(node.is_aligned());
+        #[cfg(any(loom, miri, fuzzing, kxarray_system_alloc))]
+        // `try_with`: a node freed during this thread's teardown.
+        let _ = SYSTEM_BALANCE.try_with(|b| b.set(b.get() - 1));
         #[cfg(loom)]
         {
             /// Release a node held by the quarantine.
@@ -159,7 +195,13 @@ impl Node {
                 n.freed.bury(node.as_ptr().expose_provenance(), release);
             }
         }
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, miri, fuzzing, kxarray_system_alloc)))]
+        // SAFETY: from `alloc_zeroed`, i.e. the node cache, and unused (the
+        // contract).
+        unsafe {
+            cache::free(node)
+        };
+        #[cfg(all(not(loom), any(miri, fuzzing, kxarray_system_alloc)))]
         // SAFETY: allocated by `alloc_zeroed` with the global allocator and
         // Node's layout, which is exactly what Box expects.
         drop(unsafe { Box::from_raw(node.as_ptr()) });
