@@ -17,12 +17,16 @@
 #
 # Usage: kxarray-nbd/scripts/nbd-bench.sh [ROUNDS] [SECONDS] [SIZE]
 #        (defaults 3 rounds, 3 s per job, 512M disk)
+# Rows can be narrowed (more rounds of fewer rows, to pin one down):
+#   TRANSPORTS="unix tcp" JOBS="1 2" RWS="write randwrite read randread"
+#   (the defaults), e.g. TRANSPORTS=tcp JOBS=1 RWS=write ... 9 3 512M
 # Needs fio (apt-get install -y fio); the nbdkit columns need nbdkit
 # (apt-get install -y nbdkit) and are skipped with a message without it.
 set -euo pipefail
 ROUNDS=${1:-3}
 RUNTIME=${2:-3}
 SIZE=${3:-512M}
+export TRANSPORTS=${TRANSPORTS:-unix tcp} JOBS=${JOBS:-1 2} RWS=${RWS:-write randwrite read randread}
 cd "$(dirname "$0")/../.."
 
 command -v fio >/dev/null || { echo "fio not found: apt-get install -y fio" >&2; exit 1; }
@@ -99,7 +103,7 @@ PY
 # the machine's drift falls on all of them alike.
 slot=0
 for round in $(seq "$ROUNDS"); do
-  for transport in unix tcp; do
+  for transport in $TRANSPORTS; do
     for store in "${store_list[@]}"; do
       start_server "$store" "$transport"
       # Fill the disk once, untimed, so every measured job sees allocated
@@ -107,8 +111,8 @@ for round in $(seq "$ROUNDS"); do
       fio --name=fill --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw=write --bs=1M \
         --iodepth=8 --size="$SIZE" >/dev/null 2>>"$WORK/fio.err"
     done
-    for jobs in 1 2; do
-      for rw in write randwrite read randread; do
+    for jobs in $JOBS; do
+      for rw in $RWS; do
         slot=$((slot + 1))
         for k in $(seq 0 $((n - 1))); do
           store=${store_list[$(( (k + slot) % n ))]}
@@ -126,7 +130,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 python3 - "$RESULTS" "$STORES" "$ROUNDS" "$RUNTIME" "$SIZE" <<'EOF'
-import sys, statistics, collections
+import os, sys, statistics, collections
 path, stores, rounds, runtime, size = sys.argv[1], sys.argv[2].split(), *sys.argv[3:]
 vals = collections.defaultdict(list)
 for line in open(path):
@@ -139,9 +143,9 @@ head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stor
 head += "".join(f" | xarray vs {s}" for s in others) + " |"
 print(head)
 print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
-for t in ("unix", "tcp"):
-    for j in ("1", "2"):
-        for rw in ("write", "randwrite", "read", "randread"):
+for t in os.environ["TRANSPORTS"].split():
+    for j in os.environ["JOBS"].split():
+        for rw in os.environ["RWS"].split():
             med = {s: statistics.median(vals[(t, j, rw, s)]) for s in stores}
             row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.1f}" for s in stores)
             for s in others:
