@@ -52,6 +52,11 @@ pub trait Map: Send + Sync + Sized {
     fn can_iterate(&self) -> bool {
         Self::ORDERED
     }
+    /// Bytes held in the structure's own slab, when it has one (kxarray's
+    /// node cache), instead of the counting allocator's figure.
+    fn own_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 pub struct Kx(pub XArray<Box<u64>>);
@@ -60,6 +65,9 @@ impl Map for Kx {
     const ORDERED: bool = true;
     fn with_keys(_: u64) -> Self {
         Kx(XArray::new())
+    }
+    fn own_bytes(&self) -> Option<usize> {
+        Some(self.0.memory_usage())
     }
     #[inline]
     fn insert(&mut self, k: u64, v: u64) {
@@ -122,6 +130,9 @@ impl Map for Chunked {
     const ORDERED: bool = true;
     fn with_keys(max_key: u64) -> Self {
         Chunked(ChunkedXArray::with_capacity(14, max_key).expect("shift"))
+    }
+    fn own_bytes(&self) -> Option<usize> {
+        Some(self.0.memory_usage())
     }
     #[inline]
     fn insert(&mut self, k: u64, v: u64) {
