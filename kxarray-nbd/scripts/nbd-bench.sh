@@ -13,13 +13,18 @@
 # then runs each of the eight jobs against every server back to back, in an
 # order rotated from job to job. The table shows the median KIOPS over the
 # rounds, the diff of xarray against each other store, and the range of the
-# per-round diffs.
+# per-round diffs. A second table gives each server's CPU time per I/O
+# (user + system, from /proc/PID/stat over the job): on a machine whose
+# cores the client and the servers share, it is what a server costs the
+# client's throughput, and it moves far less from round to round than KIOPS.
 #
 # Usage: kxarray-nbd/scripts/nbd-bench.sh [ROUNDS] [SECONDS] [SIZE]
 #        (defaults 3 rounds, 3 s per job, 512M disk)
 # Rows can be narrowed (more rounds of fewer rows, to pin one down):
 #   TRANSPORTS="unix tcp" JOBS="1 2" RWS="write randwrite read randread"
 #   (the defaults), e.g. TRANSPORTS=tcp JOBS=1 RWS=write ... 9 3 512M
+# THREADS sets kxarray-nbd's --threads (worker threads per connection;
+# unset: the server's default, 1 for the RAM disks).
 # Needs fio (apt-get install -y fio); the nbdkit columns need nbdkit
 # (apt-get install -y nbdkit) and are skipped with a message without it.
 set -euo pipefail
@@ -27,6 +32,7 @@ ROUNDS=${1:-3}
 RUNTIME=${2:-3}
 SIZE=${3:-512M}
 export TRANSPORTS=${TRANSPORTS:-unix tcp} JOBS=${JOBS:-1 2} RWS=${RWS:-write randwrite read randread}
+THREADS=${THREADS:-} # kxarray-nbd's worker threads per connection (empty: its default)
 cd "$(dirname "$0")/../.."
 
 command -v fio >/dev/null || { echo "fio not found: apt-get install -y fio" >&2; exit 1; }
@@ -62,7 +68,7 @@ start_server() { # store transport
   case $store in
     xarray|hashmap)
       if [ "$transport" = unix ]; then listen=(--unix "$sock"); else listen=(--listen "127.0.0.1:$port"); fi
-      RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" "${listen[@]}" 2>>"$WORK/server.log" &
+      RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" ${THREADS:+--threads "$THREADS"} "${listen[@]}" 2>>"$WORK/server.log" &
       ;;
     nbdkit-*)
       if [ "$transport" = unix ]; then listen=(-U "$sock"); else listen=(-i 127.0.0.1 -p "$port"); fi
@@ -88,13 +94,27 @@ uri() { # store transport
   if [ "$2" = unix ]; then echo "nbd+unix:///?socket=${SOCK[$1]}"; else echo "nbd://127.0.0.1:${PORT[$1]}/"; fi
 }
 
-kiops() { # json file -> KIOPS (read + write)
+kiops() { # json file -> "KIOPS IOS FIO_CPU_US_PER_IO" (read + write)
   python3 - "$1" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 j = json.loads(text[text.index('{'):])["jobs"][0]
-print("%.1f" % ((j["read"]["iops"] + j["write"]["iops"]) / 1000))
+ios = j["read"]["total_ios"] + j["write"]["total_ios"]
+# usr_cpu and sys_cpu: percent of one CPU, summed over the grouped jobs.
+fio_us = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] * 1000 / max(ios, 1)
+print("%.1f %d %.2f" % ((j["read"]["iops"] + j["write"]["iops"]) / 1000, ios, fio_us))
 PY
+}
+
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+cpu_ticks() { # pid -> user + system clock ticks of the whole process
+  # After the parenthesised command name, utime and stime are the 12th and
+  # 13th fields (14 and 15 of the whole line).
+  local stat
+  stat=$(<"/proc/$1/stat")
+  stat=${stat##*) }
+  read -r -a f <<<"$stat"
+  echo $((f[11] + f[12]))
 }
 
 # Every server of a transport runs at once (idle ones cost nothing), so each
@@ -116,12 +136,15 @@ for round in $(seq "$ROUNDS"); do
         slot=$((slot + 1))
         for k in $(seq 0 $((n - 1))); do
           store=${store_list[$(( (k + slot) % n ))]}
+          c0=$(cpu_ticks "${PID[$store]}")
           fio --name=bench --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw="$rw" --bs=4k \
             --iodepth=64 --numjobs="$jobs" --size="$SIZE" --time_based --runtime="$RUNTIME" \
             --group_reporting --output-format=json >"$WORK/out.json" 2>>"$WORK/fio.err"
-          k_iops=$(kiops "$WORK/out.json")
-          printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$transport" "$jobs" "$rw" "$store" "$k_iops" >>"$RESULTS"
-          echo "round $round $transport jobs=$jobs $rw $store: $k_iops KIOPS" >&2
+          c1=$(cpu_ticks "${PID[$store]}")
+          read -r k_iops ios fio_us <<<"$(kiops "$WORK/out.json")"
+          cpu_us=$(python3 -c "print('%.2f' % (($c1 - $c0) * $TICK_US / max($ios, 1)))")
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$transport" "$jobs" "$rw" "$store" "$k_iops" "$cpu_us" "$fio_us" >>"$RESULTS"
+          echo "round $round $transport jobs=$jobs $rw $store: $k_iops KIOPS, CPU per I/O: server $cpu_us us, fio $fio_us us" >&2
         done
       done
     done
@@ -133,9 +156,13 @@ python3 - "$RESULTS" "$STORES" "$ROUNDS" "$RUNTIME" "$SIZE" <<'EOF'
 import os, sys, statistics, collections
 path, stores, rounds, runtime, size = sys.argv[1], sys.argv[2].split(), *sys.argv[3:]
 vals = collections.defaultdict(list)
+cpu = collections.defaultdict(list)
+client = collections.defaultdict(list)
 for line in open(path):
-    r, t, j, rw, store, k = line.split("\t")
+    r, t, j, rw, store, k, c, f = line.split("\t")
     vals[(t, j, rw, store)].append(float(k))
+    cpu[(t, j, rw, store)].append(float(c))
+    client[(t, j, rw)].append(float(f))
 print(f"fio --ioengine=nbd, 4 KiB, iodepth 64, {runtime} s per job, {size} disk filled first; median KIOPS of {rounds} rounds; diff of the medians, and in brackets the range of the per-round diffs (all stores of a row run back to back)")
 print()
 others = [s for s in stores if s != "xarray"]
@@ -155,4 +182,20 @@ for t in os.environ["TRANSPORTS"].split():
                 cell = f"{d:+.1f}% ({min(pr):+.0f}..{max(pr):+.0f})" if pr else f"{d:+.1f}%"
                 row += " | " + cell.rjust(len("xarray vs " + s))
             print(row + " |")
+print()
+print(f"CPU (user + system) per I/O, microseconds, median of {rounds} rounds: each server's, the ratio of xarray's to each other store's (below 1: xarray costs less), and fio's own (median over all stores)")
+print()
+head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
+head += "".join(f" | xarray / {s}" for s in others) + " | fio |"
+print(head)
+print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
+for t in os.environ["TRANSPORTS"].split():
+    for j in os.environ["JOBS"].split():
+        for rw in os.environ["RWS"].split():
+            med = {s: statistics.median(cpu[(t, j, rw, s)]) for s in stores}
+            row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.2f}" for s in stores)
+            for s in others:
+                cell = f"{med['xarray'] / med[s]:.2f}x" if med[s] else "-"
+                row += " | " + cell.rjust(len("xarray / " + s))
+            print(row + f" | {statistics.median(client[(t, j, rw)]):.2f} |")
 EOF

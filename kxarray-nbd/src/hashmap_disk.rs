@@ -127,6 +127,9 @@ impl Backend for HashMapDisk {
         Ok(self.size)
     }
 
+    fn in_memory(&self) -> bool {
+        true
+    }
     fn set_len(&self, _len: u64) -> io::Result<()> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,

@@ -14,7 +14,8 @@
 //! use kxarray_nbd::{Export, HashMapDisk, Listener, Server};
 //!
 //! let export = Export::new("", Arc::new(HashMapDisk::new(1 << 30))).unwrap();
-//! let server = Server::new(export, kxarray_nbd::DEFAULT_WORKERS);
+//! let workers = kxarray_nbd::workers_for(&export); // 1: a RAM disk
+//! let server = Server::new(export, workers);
 //! server.serve(Listener::unix("/tmp/nbd.sock").unwrap()).unwrap();
 //! ```
 #![warn(missing_docs)]
@@ -30,6 +31,6 @@ pub mod transmission;
 
 pub use export::Export;
 pub use hashmap_disk::HashMapDisk;
-pub use server::{Server, ShutdownHandle, DEFAULT_WORKERS};
+pub use server::{workers_for, Server, ShutdownHandle, DEFAULT_WORKERS};
 pub use size::parse_size;
 pub use socket::{ListenAddr, Listener, Socket};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use clap::{Parser, ValueEnum};
 use kxarray::backend::{Backend, FileBackend, RamDisk};
 use kxarray::pagecache::{CacheConfig, PageCache};
-use kxarray_nbd::{parse_size, Export, HashMapDisk, Listener, Server, DEFAULT_WORKERS};
+use kxarray_nbd::{parse_size, workers_for, Export, HashMapDisk, Listener, Server};
 use tracing::{error, info};
 
 /// The backing store.
@@ -58,9 +58,11 @@ struct Args {
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
     export_name: String,
-    /// Worker threads per connection (requests handled at once).
-    #[arg(long, default_value_t = DEFAULT_WORKERS)]
-    threads: usize,
+    /// Worker threads per connection (requests handled at once). Default:
+    /// 1 for the RAM disks (xarray, hashmap), whose requests cost less
+    /// than a hand-off between threads; 4 for file and cached.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Refuse writes.
     #[arg(long)]
     read_only: bool,
@@ -116,7 +118,8 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|e| format!("backend: {e}"))?
         .with_description(format!("kxarray {:?} backend", args.backend));
     export.read_only = args.read_only;
-    let server = Server::new(export, args.threads);
+    let workers = args.threads.unwrap_or_else(|| workers_for(&export));
+    let server = Server::new(export, workers);
 
     let mut listeners = Vec::new();
     if let Some(addr) = &args.listen {

@@ -12,6 +12,10 @@
 //! concurrently and replies go out in completion order; no request is
 //! handed from thread to thread, and a pipelined client (fio at iodepth 64)
 //! costs one `read` and one `write` per batch rather than per request.
+//! With one worker (the server's choice for in-memory backends, see
+//! [`workers_for`](crate::server::workers_for)) the same loop runs on one
+//! thread: it never waits on the locks, and the requests that arrive while
+//! it executes a batch make up the next one.
 //!
 //! Invariants:
 //! - the server never reads more than a request declares: a `WRITE` whose
@@ -218,9 +222,14 @@ impl<'a> Transmission<'a> {
             NBD_CMD_WRITE => {
                 let start = payload.len();
                 // At most 32 MiB, so the cast is lossless.
-                payload.resize(start + req.length as usize, 0);
-                if let Err(e) = reader.read_exact(&mut payload[start..]) {
-                    debug!(error = %e, "client left inside a WRITE payload");
+                let len = req.length as usize;
+                payload.reserve(len);
+                // `read_to_end` fills the spare capacity without zeroing it
+                // first (as `resize` + `read_exact` would); `take` bounds it
+                // to the declared length.
+                let got = reader.take(u64::from(req.length)).read_to_end(payload);
+                if got.map_or(true, |n| n != len) {
+                    debug!("client left inside a WRITE payload");
                     self.close();
                     return None;
                 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{
     greet, info_or_go, is_closed, open, random_bytes, read_option_reply, send_option, start,
-    Client, Transport,
+    start_with_workers, Client, Transport,
 };
 use kxarray::backend::{Backend, FileBackend, RamDisk};
 use kxarray::pagecache::{CacheConfig, PageCache};
@@ -201,9 +201,24 @@ fn bad_requests_get_error_replies_and_the_connection_lives() {
     }
 }
 
+/// 64 writes, then 64 reads, sent before any reply is read: every one is
+/// answered once, with its cookie, by one worker (the RAM disk's default:
+/// batches, no hand-off) and by a pool of four (replies in completion
+/// order).
 #[test]
 fn pipelined_requests_are_all_answered_with_their_cookies() {
-    let server = start(Arc::new(RamDisk::new(SIZE)), "", Transport::Unix);
+    for workers in [1, 4] {
+        pipelined(workers);
+    }
+}
+
+fn pipelined(workers: usize) {
+    let server = start_with_workers(
+        Arc::new(RamDisk::new(SIZE)),
+        "",
+        Transport::Unix,
+        Some(workers),
+    );
     let mut c = Client::connect(&server.addr, true);
     let blocks: Vec<Vec<u8>> = (0..64).map(|_| random_bytes(4096)).collect();
     let mut sent = std::collections::HashMap::new();

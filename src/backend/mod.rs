@@ -72,6 +72,23 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// error of the medium.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
+    /// Whether every operation completes in memory, never waiting on a
+    /// device (a RAM disk: `true`; a file, or a cache over one: `false`,
+    /// the default).
+    ///
+    /// A server may use it to choose how many threads run one client's
+    /// requests: an in-memory request takes about a microsecond, less than
+    /// handing it to another thread costs, while a request that may wait
+    /// on a device is worth running beside others.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    /// assert!(RamDisk::new(1 << 20).in_memory());
+    /// ```
+    fn in_memory(&self) -> bool {
+        false
+    }
+
     /// Discard (TRIM) `len` bytes at `offset`: later reads of whole discarded
     /// blocks return zeros. The default writes zeros.
     ///
@@ -171,6 +188,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         (**self).set_len(len)
+    }
+    fn in_memory(&self) -> bool {
+        (**self).in_memory()
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).discard(offset, len)

@@ -272,6 +272,9 @@ impl Backend for RamDisk {
         Ok(self.size)
     }
 
+    fn in_memory(&self) -> bool {
+        true
+    }
     fn set_len(&self, len: u64) -> io::Result<()> {
         if len == self.size {
             return Ok(());

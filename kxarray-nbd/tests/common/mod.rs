@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 use kxarray::backend::Backend;
 use kxarray_nbd::proto::*;
-use kxarray_nbd::{Export, ListenAddr, Listener, Server, Socket};
+use kxarray_nbd::{workers_for, Export, ListenAddr, Listener, Server, Socket};
 
 /// A server running on its own thread.
 pub struct Running {
@@ -46,11 +46,25 @@ pub enum Transport {
     Unix,
 }
 
+/// A server with the workers the binary would choose for `backend`
+/// ([`workers_for`]: one per connection for the RAM disks, a pool for
+/// files).
 pub fn start(backend: Arc<dyn Backend>, name: &str, transport: Transport) -> Running {
+    start_with_workers(backend, name, transport, None)
+}
+
+/// A server with `workers` threads per connection (`None`: as [`start`]).
+pub fn start_with_workers(
+    backend: Arc<dyn Backend>,
+    name: &str,
+    transport: Transport,
+    workers: Option<usize>,
+) -> Running {
     let export = Export::new(name, backend)
         .unwrap()
         .with_description("test disk");
-    let server = Server::new(export, 4);
+    let workers = workers.unwrap_or_else(|| workers_for(&export));
+    let server = Server::new(export, workers);
     let (listener, dir) = match transport {
         Transport::Tcp => (Listener::tcp("127.0.0.1:0").unwrap(), None),
         Transport::Unix => {
