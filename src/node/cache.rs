@@ -507,7 +507,10 @@ mod tests {
         // that it is given back. So one attempt may see no reuse; a cache
         // that never reuses a slot freed by another thread fails them all.
         let reused: Vec<usize> = (0..8).map(|_| cross_thread_reuse()).collect();
-        assert!(reused.iter().any(|&r| r > 0), "reused per attempt: {reused:?}");
+        assert!(
+            reused.iter().any(|&r| r > 0),
+            "reused per attempt: {reused:?}"
+        );
     }
 
     /// Allocate 1000 nodes here, free them on another thread, allocate
