@@ -163,39 +163,38 @@ for line in open(path):
     vals[(t, j, rw, store)].append(float(k))
     cpu[(t, j, rw, store)].append(float(c))
     client[(t, j, rw)].append(float(f))
+others = [s for s in stores if s != "xarray"]
+
+def table(data, digits, label, cell, last=None):
+    """One row per (transport, jobs, rw): each store's median of `data`,
+    then `cell(key, store, medians)` for xarray against each other store,
+    then `last(key)` when given (a "fio" column)."""
+    head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
+    head += "".join(f" | xarray {label} {s}" for s in others) + (" | fio |" if last else " |")
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for t in os.environ["TRANSPORTS"].split():
+        for j in os.environ["JOBS"].split():
+            for rw in os.environ["RWS"].split():
+                key = (t, j, rw)
+                med = {s: statistics.median(data[key + (s,)]) for s in stores}
+                row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.{digits}f}" for s in stores)
+                for s in others:
+                    row += " | " + cell(key, s, med).rjust(len(f"xarray {label} {s}"))
+                print(row + (f" | {last(key)} |" if last else " |"))
+
+def kiops_diff(key, s, med):
+    d = (med["xarray"] / med[s] - 1) * 100 if med[s] else float("nan")
+    # the same round's paired ratios: their spread shows the noise
+    pr = [(a / b - 1) * 100 for a, b in zip(vals[key + ("xarray",)], vals[key + (s,)]) if b]
+    return f"{d:+.1f}% ({min(pr):+.0f}..{max(pr):+.0f})" if pr else f"{d:+.1f}%"
+
 print(f"fio --ioengine=nbd, 4 KiB, iodepth 64, {runtime} s per job, {size} disk filled first; median KIOPS of {rounds} rounds; diff of the medians, and in brackets the range of the per-round diffs (all stores of a row run back to back)")
 print()
-others = [s for s in stores if s != "xarray"]
-head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
-head += "".join(f" | xarray vs {s}" for s in others) + " |"
-print(head)
-print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
-for t in os.environ["TRANSPORTS"].split():
-    for j in os.environ["JOBS"].split():
-        for rw in os.environ["RWS"].split():
-            med = {s: statistics.median(vals[(t, j, rw, s)]) for s in stores}
-            row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.1f}" for s in stores)
-            for s in others:
-                d = (med["xarray"] / med[s] - 1) * 100 if med[s] else float("nan")
-                # the same round's paired ratios: their spread shows the noise
-                pr = [(a / b - 1) * 100 for a, b in zip(vals[(t, j, rw, "xarray")], vals[(t, j, rw, s)]) if b]
-                cell = f"{d:+.1f}% ({min(pr):+.0f}..{max(pr):+.0f})" if pr else f"{d:+.1f}%"
-                row += " | " + cell.rjust(len("xarray vs " + s))
-            print(row + " |")
+table(vals, 1, "vs", kiops_diff)
 print()
 print(f"CPU (user + system) per I/O, microseconds, median of {rounds} rounds: each server's, the ratio of xarray's to each other store's (below 1: xarray costs less), and fio's own (median over all stores)")
 print()
-head = "| transport | jobs | rw        | " + " | ".join(f"{s:>13}" for s in stores)
-head += "".join(f" | xarray / {s}" for s in others) + " | fio |"
-print(head)
-print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
-for t in os.environ["TRANSPORTS"].split():
-    for j in os.environ["JOBS"].split():
-        for rw in os.environ["RWS"].split():
-            med = {s: statistics.median(cpu[(t, j, rw, s)]) for s in stores}
-            row = f"| {t:9} | {j:4} | {rw:9} | " + " | ".join(f"{med[s]:13.2f}" for s in stores)
-            for s in others:
-                cell = f"{med['xarray'] / med[s]:.2f}x" if med[s] else "-"
-                row += " | " + cell.rjust(len("xarray / " + s))
-            print(row + f" | {statistics.median(client[(t, j, rw)]):.2f} |")
+table(cpu, 2, "/", lambda key, s, med: f"{med['xarray'] / med[s]:.2f}x" if med[s] else "-",
+      lambda key: f"{statistics.median(client[key]):.2f}")
 EOF
