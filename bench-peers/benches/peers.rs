@@ -152,9 +152,8 @@ struct Built {
     bytes: f64,
 }
 
-/// Build `M` over the shape's keys: the structure, ns per insert, and
-/// bytes per entry.
-fn build_once<M: Map + 'static>(shape: &Shape) -> Option<(M, f64, f64)> {
+/// Build `M` over the shape's keys, timing the inserts.
+fn build<M: Map + 'static>(shape: &Shape) -> Option<Built> {
     if M::DENSE_ONLY && !shape.dense {
         return None;
     }
@@ -174,17 +173,6 @@ fn build_once<M: Map + 'static>(shape: &Shape) -> Option<(M, f64, f64)> {
         Some(b) => b as f64,
         None => (LIVE.load(Ordering::Relaxed) - before) as f64,
     } / shape.keys.len() as f64;
-    Some((m, insert, bytes))
-}
-
-/// A build that is timed and dropped (the warm-up rounds of the insert
-/// figure).
-fn build_timed<M: Map + 'static>(shape: &Shape) -> Option<(&'static str, f64)> {
-    build_once::<M>(shape).map(|(_, insert, _)| (M::NAME, insert))
-}
-
-fn build<M: Map + 'static>(shape: &Shape) -> Option<Built> {
-    let (m, insert, bytes) = build_once::<M>(shape)?;
     let iterates = m.can_iterate();
     let m = Arc::new(m);
     let m2 = Arc::clone(&m);
@@ -289,50 +277,31 @@ fn peers_table(cfg: &Cfg) {
         // round in an order rotated from round to round, so that no
         // structure always pays the first touch of fresh memory; the last
         // round's builds are kept for the lookups.
-        type Timed = fn(&Shape) -> Option<(&'static str, f64)>;
-        let timed: Vec<Timed> = vec![
-            build_timed::<Kx>,
-            build_timed::<Chunked>,
-            build_timed::<BTree>,
-            build_timed::<HashSip>,
-            build_timed::<HashNo>,
-            build_timed::<Congee>,
-            build_timed::<SccTree>,
-            build_timed::<SccHash>,
-            build_timed::<Skip>,
-            build_timed::<Papaya>,
-            build_timed::<Flat>,
+        let makers: Vec<fn(&Shape) -> Option<Built>> = vec![
+            build::<Kx>,
+            build::<Chunked>,
+            build::<BTree>,
+            build::<HashSip>,
+            build::<HashNo>,
+            build::<Congee>,
+            build::<SccTree>,
+            build::<SccHash>,
+            build::<Skip>,
+            build::<Papaya>,
+            build::<Flat>,
             #[cfg(feature = "nightly-xarray")]
-            build_timed::<maps::Aster>,
+            build::<maps::Aster>,
         ];
         let mut best_insert: HashMap<&'static str, f64> = HashMap::new();
         for round in 1..cfg.reps.max(1) {
-            for i in 0..timed.len() {
-                let f = timed[(i + round) % timed.len()];
-                if let Some((name, ns)) = f(&shape) {
-                    let b = best_insert.entry(name).or_insert(f64::MAX);
-                    *b = b.min(ns);
+            for i in 0..makers.len() {
+                if let Some(b) = makers[(i + round) % makers.len()](&shape) {
+                    let best = best_insert.entry(b.name).or_insert(f64::MAX);
+                    *best = best.min(b.insert);
                 }
             }
         }
-        let mut built: Vec<Built> = [
-            build::<Kx>(&shape),
-            build::<Chunked>(&shape),
-            build::<BTree>(&shape),
-            build::<HashSip>(&shape),
-            build::<HashNo>(&shape),
-            build::<Congee>(&shape),
-            build::<SccTree>(&shape),
-            build::<SccHash>(&shape),
-            build::<Skip>(&shape),
-            build::<Papaya>(&shape),
-            build::<Flat>(&shape),
-            #[cfg(feature = "nightly-xarray")]
-            build::<maps::Aster>(&shape),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut built: Vec<Built> = makers.iter().filter_map(|make| make(&shape)).collect();
         let mut rows: Vec<Row> = built
             .iter()
             .map(|b| Row {
