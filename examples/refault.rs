@@ -304,7 +304,7 @@ impl Cache {
         for base in (0..pages & !511).step_by(512) {
             let f = Arc::new(Folio::new(base, 9).unwrap());
             file.read(&mut buf, base);
-            f.fill(buf.clone());
+            f.fill(&buf);
             self.space.add_folio(&f).unwrap();
             let e = self.clock.fetch_add(1, Ordering::Relaxed);
             assert!(self.space.remove_folio(&f, Some(shadow(e))));
@@ -353,7 +353,7 @@ impl Cache {
                     let mut page = vec![0u8; PAGE_SIZE];
                     file.read(&mut page, idx);
                     let f = Arc::new(Folio::new(idx, 0).unwrap());
-                    f.fill(page);
+                    f.fill(&page);
                     let mut st = AddStats::default();
                     let r = self.add(&f, &mut st);
                     t.stats += st;

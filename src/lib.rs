@@ -84,6 +84,7 @@
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("kxarray needs a 64-bit target (value entries are 63 bits)");
 
+mod bytewise;
 mod check;
 mod cursor;
 mod engine;

@@ -85,12 +85,10 @@ mod imp {
         Ordering,
     };
 
-    /// A reader-writer lock around data (the page cache's folio data).
-    pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
-    /// Its read guard.
-    pub(crate) type RwLockReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;
     /// A mutex around data (page-cache lists, per-file state).
     pub(crate) type Lock<T> = parking_lot::Mutex<T>;
+    /// Its guard.
+    pub(crate) type LockGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 
     /// A background thread's wake-up: a stop flag and a pending request,
     /// which it sleeps on with a timeout. A request made while the thread
@@ -169,30 +167,10 @@ mod imp {
         fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
 
-    /// loom's reader-writer lock with parking_lot's shape (no poisoning).
-    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
-    pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
-
-    impl<T> RwLock<T> {
-        pub(crate) fn new(t: T) -> Self {
-            RwLock(loom::sync::RwLock::new(t))
-        }
-        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
-            self.0.read().unwrap()
-        }
-        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
-            self.0.write().unwrap()
-        }
-        pub(crate) fn try_write(&self) -> Option<loom::sync::RwLockWriteGuard<'_, T>> {
-            self.0.try_write().ok()
-        }
-        pub(crate) fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
-            self.0.try_read().ok()
-        }
-    }
-
     /// loom's mutex around data, parking_lot's shape.
     pub(crate) struct Lock<T>(loom::sync::Mutex<T>);
+    /// Its guard.
+    pub(crate) type LockGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
     impl<T> Lock<T> {
         pub(crate) fn new(t: T) -> Self {

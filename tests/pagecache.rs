@@ -3,7 +3,8 @@
 //! folios, and bad input.
 
 use kxarray::backend::{Backend, RamDisk};
-use kxarray::pagecache::{CacheConfig, PageCache};
+use kxarray::pagecache::{CacheConfig, PageCache, MAX_FILE_SIZE};
+use std::io::ErrorKind;
 use std::sync::Arc;
 
 const PAGE: u64 = 4096;
@@ -47,9 +48,34 @@ fn short_read_at_end_and_zero_past_it() {
     assert_eq!(f.read_at(&mut buf, 2).unwrap(), 4);
     assert_eq!(&buf[..4], b"cdef");
     assert_eq!(f.read_at(&mut buf, 6).unwrap(), 0);
-    assert_eq!(f.read_at(&mut buf, u64::MAX).unwrap(), 0);
+    assert_eq!(f.read_at(&mut buf, 1 << 40).unwrap(), 0, "past the end");
     assert_eq!(f.read_at(&mut [], 0).unwrap(), 0);
-    assert!(f.write_at(b"x", u64::MAX).is_err(), "end overflows");
+    // Past the largest file size: invalid, as the kernel's EINVAL, and the
+    // docs say so.
+    for off in [MAX_FILE_SIZE + 1, u64::MAX - 4, u64::MAX] {
+        let e = f.read_at(&mut buf, off).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "read at {off}");
+    }
+    // Writes and truncation past it: EFBIG, naming the offset, the length
+    // and the limit, before the backend is touched.
+    for (off, len) in [
+        (u64::MAX, 1usize),
+        (MAX_FILE_SIZE, 1),
+        (MAX_FILE_SIZE - 3, 8),
+    ] {
+        let e = f.write_at(&vec![b'x'; len], off).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::FileTooLarge, "write at {off}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&off.to_string()) && msg.contains(&MAX_FILE_SIZE.to_string()),
+            "{msg}"
+        );
+    }
+    for len in [u64::MAX, MAX_FILE_SIZE + 1] {
+        let e = f.set_len(len).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::FileTooLarge, "set_len({len})");
+        assert!(e.to_string().contains(&len.to_string()), "{e}");
+    }
     assert_eq!(f.len(), 6);
     f.sync().unwrap();
     drop(f);

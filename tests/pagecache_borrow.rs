@@ -147,3 +147,169 @@ fn a_borrow_of_a_partly_written_folio_fills_it_first() {
         }
     }
 }
+
+/// Run `f` on a thread and fail (instead of hanging the suite) if it does
+/// not finish within 20 s: the calls below self-deadlocked before pins
+/// stopped holding a lock.
+fn completes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what} did not complete: it waits for a pin"))
+}
+
+/// The same thread holds a reference to a folio and writes, truncates and
+/// invalidates it: every call completes, the reference keeps the bytes it
+/// pinned, and later reads see the writes.
+#[test]
+fn a_pin_never_blocks_its_own_thread() {
+    use kxarray::backend::FileBackend;
+    completes("write/set_len/invalidate under a pin", || {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(64);
+        let f = c
+            .open(FileBackend::create(&dir.path().join("f")).unwrap())
+            .unwrap();
+        f.write_at(&[1u8; 4 * PAGE as usize], 0).unwrap();
+        let r = f.read_folio(1).unwrap();
+        let g = kxarray::pin();
+        let b = f.read_folio_in(1, &g).unwrap();
+        f.write_at(&[2u8; 100], PAGE + 10).unwrap();
+        assert!(
+            r.page(1).iter().all(|&x| x == 1),
+            "the reference keeps its bytes"
+        );
+        assert!(b.page(1).iter().all(|&x| x == 1), "so does the borrow");
+        let mut now = [0u8; 100];
+        f.read_at(&mut now, PAGE + 10).unwrap();
+        assert_eq!(now, [2u8; 100], "readers see the write");
+        assert_eq!(f.invalidate(0..4 * PAGE).unwrap(), 0, "dirty pages stay");
+        f.sync().unwrap();
+        assert!(f.invalidate(0..4 * PAGE).unwrap() > 0, "clean pages go");
+        f.set_len(PAGE / 2).unwrap();
+        assert!(
+            r.page(1).iter().all(|&x| x == 1),
+            "truncation leaves the pin"
+        );
+        assert!(b.page(1).iter().all(|&x| x == 1));
+        drop(b);
+        drop(g);
+        let mut tail = [9u8; 8];
+        assert_eq!(f.read_at(&mut tail, PAGE / 2 - 4).unwrap(), 4);
+        assert_eq!(&tail[..4], &[1u8; 4]);
+    });
+}
+
+/// A folio pinned by a reference is not evicted, even when a writer made
+/// its bytes move on (the reference keeps the folio, not just its bytes).
+#[test]
+fn a_pinned_folio_is_not_evicted_after_a_copy_on_write() {
+    let c = cache(4);
+    let f = c.open(stamped_disk(64)).unwrap();
+    let r = f.read_folio(5).unwrap();
+    f.write_at(&[0xAB; 16], 5 * PAGE).unwrap(); // the folio's bytes move on
+    for i in (0..64).filter(|&i| i != 5) {
+        let mut b = [0u8; 1];
+        f.read_at(&mut b, i * PAGE).unwrap();
+    }
+    assert!(c.stats().evictions > 0);
+    assert!(r.page(5).iter().all(|&b| b == 5), "the old bytes, kept");
+    let misses = c.stats().misses;
+    let mut b = [0u8; 16];
+    f.read_at(&mut b, 5 * PAGE).unwrap();
+    assert_eq!(b, [0xAB; 16]);
+    assert_eq!(c.stats().misses, misses, "page 5 stayed cached");
+}
+
+/// `try_read_folio` never reads the backend nor waits.
+#[test]
+fn try_read_folio_only_hits() {
+    let c = cache(16);
+    let f = c.open(stamped_disk(8)).unwrap();
+    assert!(f.try_read_folio(2).is_none(), "not cached");
+    assert!(f.try_read_folio(100).is_none(), "past the end");
+    assert_eq!(c.stats().misses, 0);
+    f.read_folio(2).unwrap();
+    let r = f.try_read_folio(2).expect("cached now");
+    assert!(r.page(2).iter().all(|&b| b == 2));
+}
+
+/// `write_begin`: the guard shows the file's bytes, readers see the old
+/// bytes until it ends and the new ones after, all at once; only the blocks
+/// whose bytes changed turn dirty; `abort` changes nothing.
+#[test]
+fn write_begin_edits_in_place_and_dirties_what_changed() {
+    use kxarray::pagecache::FileOptions;
+    let c = cache(64);
+    let f = c
+        .open_with(stamped_disk(8), FileOptions::default().block_size(512))
+        .unwrap();
+    let mut w = f.write_begin(3 * PAGE + 1000, 2000).unwrap();
+    assert_eq!(w.len(), 2000);
+    assert_eq!(w.pos(), 3 * PAGE + 1000);
+    assert!(w.iter().all(|&b| b == 3), "the file's bytes");
+    w[24..40].fill(0xCD); // bytes 1024..1040 of the page: one block
+    let mut seen = [0u8; 16];
+    f.read_at(&mut seen, 3 * PAGE + 1024).unwrap();
+    assert_eq!(seen, [3u8; 16], "not visible before write_end");
+    drop(w);
+    f.read_at(&mut seen, 3 * PAGE + 1024).unwrap();
+    assert_eq!(seen, [0xCD; 16]);
+    assert_eq!(c.stats().dirty_bytes, 512, "one block changed");
+    f.sync().unwrap();
+
+    let mut w = f.write_begin(2 * PAGE, 100).unwrap();
+    w.fill(0xEE);
+    w.abort();
+    f.read_at(&mut seen, 2 * PAGE).unwrap();
+    assert_eq!(seen, [2u8; 16]);
+    assert_eq!(c.stats().dirty_bytes, 0);
+
+    // Clipped at the end of the folio.
+    let w = f.write_begin(5 * PAGE - 10, 100).unwrap();
+    assert_eq!(w.len(), 10);
+    w.commit().unwrap();
+
+    // Past the end: the file grows to the end of the range.
+    let dir = tempfile::tempdir().unwrap();
+    let g = c
+        .open(kxarray::backend::FileBackend::create(&dir.path().join("g")).unwrap())
+        .unwrap();
+    let mut w = g.write_begin(PAGE + 5, 3).unwrap();
+    assert_eq!(&w[..], &[0, 0, 0], "a hole reads as zeros");
+    w.copy_from_slice(b"abc");
+    w.commit().unwrap();
+    assert_eq!(g.len(), PAGE + 8);
+    let mut b = [0u8; 3];
+    g.read_at(&mut b, PAGE + 5).unwrap();
+    assert_eq!(&b, b"abc");
+}
+
+/// `try_write_begin` refuses whatever would wait: an uncached folio, a
+/// growing file, a folio whose lock another guard holds.
+#[test]
+fn try_write_begin_never_waits() {
+    use std::io::ErrorKind::WouldBlock;
+    let c = cache(64);
+    let f = c.open(stamped_disk(8)).unwrap();
+    assert_eq!(f.try_write_begin(PAGE, 10).unwrap_err().kind(), WouldBlock);
+    f.read_folio(1).unwrap();
+    let held = f.try_write_begin(PAGE, 10).unwrap();
+    assert_eq!(
+        f.try_write_begin(PAGE + 20, 10).unwrap_err().kind(),
+        WouldBlock
+    );
+    drop(held);
+    assert_eq!(
+        f.try_write_begin(8 * PAGE - 4, 10).unwrap_err().kind(),
+        WouldBlock
+    );
+    let mut w = f.try_write_begin(PAGE + 20, 10).unwrap();
+    w.copy_from_slice(b"0123456789");
+    drop(w);
+    let mut b = [0u8; 10];
+    f.read_at(&mut b, PAGE + 20).unwrap();
+    assert_eq!(&b, b"0123456789");
+}

@@ -395,7 +395,7 @@ fn check_shadow(s: Shadow, i: u64) {
 /// A folio whose data starts with a checksum of its range.
 fn new_folio(index: u64, order: u32) -> Arc<Folio> {
     let f = Folio::new(index, order).unwrap();
-    f.fill(mix(index << 8 | order as u64).to_le_bytes().to_vec());
+    f.fill(&mix(index << 8 | order as u64).to_le_bytes());
     Arc::new(f)
 }
 

@@ -1,11 +1,14 @@
 //! Folios: a naturally aligned run of `2^order` pages with page-cache flags
-//! and a data buffer, shared as `Arc<Folio>`.
+//! and their bytes ([`FolioMem`]), shared as `Arc<Folio>`.
 //!
 //! Invariant: `index` is aligned to `order` (checked by [`Folio::new`]);
-//! the flags are atomic bits so lock-free readers may test them.
+//! the flags are atomic bits so lock-free readers may test them. The bytes
+//! follow [`FolioMem`]'s protocol: read without a lock, written under the
+//! folio's lock, pinned without blocking writers.
 
+use super::mem::FolioMem;
 use super::AddError;
-use crate::sync::{AtomicU32, Ordering, RwLock};
+use crate::sync::{AtomicU32, Ordering};
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
@@ -45,12 +48,12 @@ pub struct Folio {
     index: u64,
     order: u32,
     flags: AtomicU32,
-    data: RwLock<Vec<u8>>,
+    mem: FolioMem,
 }
 
 impl Folio {
-    /// A folio for `2^order` pages at `index`, with an empty data buffer
-    /// (call [`Folio::fill`] or [`Folio::write`] to give it contents).
+    /// A folio for `2^order` pages at `index`, without bytes yet (call
+    /// [`Folio::fill`] or [`Folio::write`] to give it contents).
     pub fn new(index: u64, order: u32) -> Result<Folio, AddError> {
         if order > MAX_FOLIO_ORDER {
             return Err(AddError::OrderTooLarge(order));
@@ -65,7 +68,7 @@ impl Folio {
             index,
             order,
             flags: AtomicU32::new(0),
-            data: RwLock::new(Vec::new()),
+            mem: FolioMem::new(),
         })
     }
     /// First page index.
@@ -102,15 +105,35 @@ impl Folio {
     pub fn clear(&self, f: FolioFlags) -> bool {
         self.flags.fetch_and(!f.0, Ordering::AcqRel) & f.0 != 0
     }
-    /// Replace the whole contents (marks the folio uptodate).
-    pub fn fill(&self, bytes: Vec<u8>) {
-        *self.data.write() = bytes;
+    /// Replace the whole contents with `bytes` (at most the folio's size,
+    /// [`nr_pages`](Folio::nr_pages) pages; longer input is cut) and mark
+    /// the folio uptodate. Returns the bytes stored.
+    ///
+    /// # Panics
+    /// If the memory for the bytes cannot be allocated (as `Vec` would).
+    pub fn fill(&self, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(self.max_bytes());
+        self.install(n, |b| b.copy_from_slice(&bytes[..n]));
         self.set(FolioFlags::UPTODATE);
+        n
     }
-    /// Copy `buf.len()` bytes at byte `offset` of the folio into `buf`;
-    /// returns how many were available.
+
+    /// Copy up to `buf.len()` bytes at byte `offset` of the folio into
+    /// `buf` (without blocking on writers unless one is at work on this
+    /// folio); returns how many the folio holds there (0 without bytes).
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> usize {
-        let d = self.data.read();
+        {
+            let guard = crate::pin();
+            for _ in 0..4 {
+                let len = self.mem.len(&guard);
+                let n = buf.len().min(len.saturating_sub(offset));
+                if self.mem.read(offset.min(len), &mut buf[..n], &guard) {
+                    return n;
+                }
+            }
+        }
+        let w = self.mem.lock();
+        let d = w.bytes();
         if offset >= d.len() {
             return 0;
         }
@@ -118,25 +141,72 @@ impl Folio {
         buf[..n].copy_from_slice(&d[offset..offset + n]);
         n
     }
-    /// Write bytes at `offset` (growing the buffer) and mark the folio dirty.
-    pub fn write(&self, offset: usize, bytes: &[u8]) {
-        let mut d = self.data.write();
-        if d.len() < offset + bytes.len() {
-            d.resize(offset + bytes.len(), 0);
+
+    /// Write `bytes` at byte `offset` (growing the contents up to the
+    /// folio's size) and mark the folio dirty. Returns the bytes written:
+    /// fewer than `bytes.len()` only where the folio ends.
+    ///
+    /// # Panics
+    /// If the memory for the bytes cannot be allocated (as `Vec` would).
+    pub fn write(&self, offset: usize, bytes: &[u8]) -> usize {
+        let max = self.max_bytes();
+        let n = bytes.len().min(max.saturating_sub(offset));
+        if n == 0 {
+            return 0;
         }
-        d[offset..offset + bytes.len()].copy_from_slice(bytes);
-        drop(d);
+        let end = offset + n;
+        let mut w = self.mem.lock();
+        if w.len() < end {
+            let old = w.bytes().to_vec();
+            w.install(end, |b| {
+                b[..old.len()].copy_from_slice(&old);
+                b[offset..end].copy_from_slice(&bytes[..n]);
+                Ok::<(), ()>(())
+            })
+            .unwrap_or_else(|_| alloc_failed(end));
+        } else {
+            let mut e = w.edit().unwrap_or_else(|e| alloc_failed(e.bytes));
+            e.write(offset, &bytes[..n]);
+        }
+        drop(w);
         self.set(FolioFlags::DIRTY);
+        n
     }
-    /// The data lock (the page cache holds it for writing while a folio is
-    /// read from the backend, which is how racing readers wait for it).
-    pub(crate) fn data(&self) -> &RwLock<Vec<u8>> {
-        &self.data
-    }
-    /// A copy of the data.
+
+    /// A copy of the contents.
     pub fn snapshot(&self) -> Vec<u8> {
-        self.data.read().clone()
+        self.mem.lock().bytes().to_vec()
     }
+
+    /// The folio's bytes and their protocol (the page cache reads, pins and
+    /// writes them through it).
+    #[inline]
+    pub(crate) fn mem(&self) -> &FolioMem {
+        &self.mem
+    }
+
+    /// The folio's size in bytes.
+    #[inline]
+    pub fn max_bytes(&self) -> usize {
+        (self.nr_pages() as usize).saturating_mul(PAGE_SIZE)
+    }
+
+    fn install(&self, len: usize, fill: impl FnOnce(&mut [u8])) {
+        self.mem
+            .lock()
+            .install(len, |b| {
+                fill(b);
+                Ok::<(), ()>(())
+            })
+            .unwrap_or_else(|_| alloc_failed(len));
+    }
+}
+
+#[cold]
+fn alloc_failed(bytes: usize) -> ! {
+    std::alloc::handle_alloc_error(
+        std::alloc::Layout::from_size_align(bytes.max(1), 1).expect("a byte layout"),
+    )
 }
 
 impl core::fmt::Debug for Folio {

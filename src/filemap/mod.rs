@@ -20,9 +20,12 @@
 
 mod folio;
 pub mod legacy;
+mod mem;
 mod shadow;
 
 pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
+pub use mem::AllocError;
+pub(crate) use mem::{BufPin, InstallError, MemWrite};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
 
 use crate::sync::{AtomicU64, Ordering};

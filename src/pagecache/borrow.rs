@@ -1,32 +1,28 @@
 //! [`FolioBorrow`], the zero-copy reference borrowed under a caller's epoch
-//! guard: the hit path with no reference count and no pin of its own.
+//! guard: the hit path with no reference count on the folio and no epoch
+//! pin of its own.
 //!
 //! Owns the rule that lets a folio be borrowed for the guard's lifetime
-//! `'g`: a folio loaded from a file's tree under a pinned [`Guard`](crate::Guard) is not
-//! freed before the guard is dropped (a removed folio's last `Arc` is
-//! dropped through the epoch), and its bytes change only under its data
-//! lock held for writing, so holding that lock shared makes them a stable
-//! `&[u8]`. The liveness test under the lock ([`is_live`]) turns away a
-//! folio that was detached or never filled.
+//! `'g`: a folio loaded from a file's tree under a pinned [`Guard`](crate::Guard)
+//! is not freed before the guard is dropped (a removed folio's last `Arc`
+//! is dropped through the epoch), and the buffer its bytes were in when
+//! borrowed is pinned ([`BufPin`]), so they stay put whatever writers do
+//! (they write a copy).
 
-use super::folio::is_live;
-use crate::filemap::{Folio, PAGE_SIZE};
-use crate::sync::RwLockReadGuard;
+use super::folio::page_of;
+use crate::filemap::{BufPin, Folio};
 
 /// A zero-copy reference to a cached folio's bytes, borrowed under an epoch
 /// [`Guard`](crate::Guard) the caller pinned
 /// ([`CachedFile::read_folio_in`](super::CachedFile::read_folio_in)).
 ///
 /// The same as [`FolioRef`](super::FolioRef) but cheaper: no reference
-/// count is taken and no epoch pin per lookup, so a caller that reads many
-/// pages pins once for the batch. While it lives it holds the folio's data
-/// lock shared: writers to this folio wait, reclaim passes it over. The
-/// guard it borrows from keeps every folio unlinked meanwhile unfreed, so
-/// do not hold the guard for long (see the crate docs on guards).
-///
-/// A thread holding a `FolioBorrow` must not write, truncate or read the
-/// same folio through its [`CachedFile`](super::CachedFile) until it drops
-/// it (a self-deadlock, never unsound), as with `FolioRef`.
+/// count on the folio and no epoch pin per lookup, so a caller that reads
+/// many pages pins once for the batch. Its bytes never change while it
+/// lives and it blocks no one (writers to the folio write a copy; reclaim
+/// passes the folio over). The guard it borrows from keeps every folio
+/// unlinked meanwhile unfreed, so do not hold the guard for long (see the
+/// crate docs on guards).
 ///
 /// ```
 /// use kxarray::backend::RamDisk;
@@ -44,25 +40,15 @@ use crate::sync::RwLockReadGuard;
 /// assert_eq!(sum, 7);
 /// ```
 pub struct FolioBorrow<'g> {
-    data: RwLockReadGuard<'g, Vec<u8>>,
+    pin: BufPin,
     folio: &'g Folio,
 }
 
 impl<'g> FolioBorrow<'g> {
-    /// Lock `folio` shared; `None` if it was detached or never filled (the
-    /// caller looks the index up again).
+    /// A borrow of `folio` keeping `pin`, a pin of its bytes.
     #[inline]
-    pub(crate) fn new(folio: &'g Folio) -> Option<FolioBorrow<'g>> {
-        let data = folio.data().read();
-        if !is_live(folio) {
-            return None;
-        }
-        Some(FolioBorrow { data, folio })
-    }
-
-    /// The folio itself.
-    pub(crate) fn folio(&self) -> &'g Folio {
-        self.folio
+    pub(crate) fn new(folio: &'g Folio, pin: BufPin) -> FolioBorrow<'g> {
+        FolioBorrow { pin, folio }
     }
 
     /// The folio's first page index.
@@ -79,18 +65,15 @@ impl<'g> FolioBorrow<'g> {
     /// outside gives an empty slice).
     #[inline]
     pub fn page(&self, index: u64) -> &[u8] {
-        if !self.folio.contains(index) {
-            return &[];
-        }
-        let at = (index - self.folio.index()) as usize * PAGE_SIZE;
-        &self.data[at..at + PAGE_SIZE]
+        page_of(self.folio, self.pin.bytes(), index)
     }
 }
 
 impl std::ops::Deref for FolioBorrow<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        &self.data
+        self.pin.bytes()
     }
 }
 

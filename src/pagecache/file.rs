@@ -1,47 +1,50 @@
-//! One cached file: [`CachedFile`], the handle, and `FileShared`, the state
-//! its clones share (address space, backend, size, writeback lock, error
-//! sequence, readahead state, per-block state).
+//! The file operations: [`CachedFile`], the handle, and the read, write,
+//! truncate and invalidate paths over a file's shared state
+//! (`FileShared`, in `inode`), with the miss path that fills a folio from
+//! the backend.
 //!
-//! Owns the per-file read, write, truncate and invalidate paths and the
-//! miss path that fills a folio from the backend.
+//! Sits above everything else in the page cache: it uses the file's state,
+//! writeback, dirty throttling, reclaim and the counters; none of them use
+//! it.
 //!
 //! Invariants:
-//! - a folio is filled while its data lock is held for writing, from
-//!   before it is published with `add_folio` until `UPTODATE` is set, so a
-//!   reader that finds it waits on the lock (`folio_wait_locked`); a failed
-//!   fill removes the folio again (restoring the shadow) and caches nothing;
-//!   a write miss publishes a folio whose blocks are all not uptodate
-//!   (`UPTODATE` then means "published", the blocks say what holds data);
-//! - bytes are copied out only from uptodate blocks: readers check the
-//!   blocks they read ([`BlockMap::is_uptodate`]) and fill the missing ones
-//!   under the data lock held for writing first, `read_folio` fills the
-//!   whole folio, and a write reads the blocks it overwrites in part (all
-//!   it does not overwrite, in whole-folio mode) before marking them
-//!   uptodate and dirty;
-//! - every path that removes a folio from the address space holds its data
-//!   lock for writing and sets `DETACHED` first, and every reader or writer
-//!   re-checks `DETACHED` and `UPTODATE` after taking the lock and looks
-//!   the index up again if either says so, so no write lands in a folio
-//!   that is no longer cached;
+//! - a folio is filled while its lock is held, from before it is published
+//!   with `add_folio` until `UPTODATE` is set, so a reader that finds it
+//!   not yet uptodate takes the lock and so waits for the fill; a failed
+//!   fill removes the folio again (restoring the shadow) and caches
+//!   nothing; a write miss publishes a folio whose blocks are all not
+//!   uptodate (`UPTODATE` then means "published", the blocks say what holds
+//!   data);
+//! - the hit path of a read takes no lock and writes nothing shared but the
+//!   counters: it copies optimistically and keeps the copy only if the
+//!   folio's version did not move ([`FolioMem`](crate::filemap) protocol),
+//!   and only from blocks that are uptodate ([`BlockMap::is_uptodate`](super::blocks));
+//!   anything else (a miss, a folio being filled or written, missing
+//!   blocks) goes to the locked path;
+//! - bytes are copied out only from uptodate blocks; a write reads the
+//!   blocks it overwrites in part (all it does not overwrite, in whole-folio
+//!   mode) before marking them uptodate and dirty;
+//! - every path that removes a folio holds its lock and sets `DETACHED`
+//!   first ([`FileShared::detach`]), and every locked reader or writer
+//!   re-checks `DETACHED` and `UPTODATE` after taking the lock and looks the
+//!   index up again if either says so, so no write lands in a folio that is
+//!   no longer cached;
 //! - bytes of cached folios at or past the file's size are zero (the miss
 //!   path zero-fills, truncation zeroes the cut folio's tail), so extending
 //!   the file exposes zeros;
-//! - `set_len` and writeback of one file are serialized by its writeback
-//!   lock, so writeback never writes past a size that truncation removed.
+//! - offsets and lengths are checked against [`MAX_FILE_SIZE`] before
+//!   anything changes, so an out-of-range request is refused whole.
 
-use super::blocks::BlockMap;
 use super::borrow::FolioBorrow;
-use super::errseq::ErrSeq;
 use super::folio::{self, FolioRef};
-use super::options::{FileOptions, OpenError};
-use super::readahead::Readahead;
+use super::folio_write::FolioWrite;
+use super::inode::{oom, FileShared};
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
-use super::CacheInner;
 use crate::backend::{checked_end, Backend};
-use crate::filemap::{AddError, AddressSpace, Folio, FolioFlags, Shadow, PAGE_SIZE};
+use crate::filemap::{AddError, Folio, FolioFlags, InstallError, MemWrite, PAGE_SIZE};
 use crate::pin;
-use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::sync::Ordering;
 use crate::{EntryRef, Guard};
 use std::io;
 use std::ops::Range;
@@ -49,34 +52,17 @@ use std::sync::Arc;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
-/// The state shared by every handle of one file.
-pub(crate) struct FileShared {
-    pub(crate) id: u64,
-    pub(crate) cache: Arc<CacheInner>,
-    pub(crate) mapping: AddressSpace,
-    pub(crate) backend: Box<dyn Backend>,
-    pub(crate) size: AtomicU64,
-    size_lock: Lock<()>,
-    pub(crate) wb_lock: Lock<()>,
-    pub(crate) errseq: ErrSeq,
-    /// When the file first became dirty since its last writeback
-    /// ([`CacheInner::now_ms`]), 0 when clean.
-    pub(crate) dirtied_at: AtomicU64,
-    ra: Readahead,
-    /// Per-block uptodate and dirty state.
-    pub(crate) blocks: BlockMap,
-    /// Dirty and read-modify-write whole folios (the baseline mode).
-    pub(crate) whole_folio: bool,
-    /// Order of the folios a write allocates on a miss.
-    write_order: u32,
-}
+/// The largest size a cached file may have, and so the end of the largest
+/// offset range it accepts: `i64::MAX`, the kernel's `MAX_LFS_FILESIZE` on
+/// 64-bit machines (and the largest `off_t` a file backend can be given).
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 /// How a miss fills a new folio: wholly from the backend (readahead may
 /// make it large), or not at all (a write: a folio of the file's write
 /// folio size whose blocks are all not uptodate; the write then reads only
 /// the blocks it overwrites in part, and readers fill the others).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Fill {
+pub(crate) enum Fill {
     Read,
     Write,
 }
@@ -85,41 +71,26 @@ fn io_add_error(e: AddError) -> io::Error {
     io::Error::new(io::ErrorKind::OutOfMemory, e)
 }
 
+/// `offset + len`, checked against [`MAX_FILE_SIZE`] (the kernel's
+/// `EFBIG` for writes and truncation).
+pub(crate) fn check_size(what: &str, offset: u64, len: u64) -> io::Result<u64> {
+    match offset.checked_add(len) {
+        Some(end) if end <= MAX_FILE_SIZE => Ok(end),
+        _ => Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "{what} of {len} bytes at offset {offset} ends past the largest file size, {MAX_FILE_SIZE} bytes"
+            ),
+        )),
+    }
+}
+
 impl FileShared {
-    pub(crate) fn new(
-        id: u64,
-        cache: Arc<CacheInner>,
-        backend: Box<dyn Backend>,
-        len: u64,
-        opts: FileOptions,
-    ) -> Result<Self, OpenError> {
-        let (shift, write_order) = opts.validate()?;
-        Ok(FileShared {
-            id,
-            cache,
-            mapping: AddressSpace::new(),
-            backend,
-            size: AtomicU64::new(len),
-            size_lock: Lock::new(()),
-            wb_lock: Lock::new(()),
-            errseq: ErrSeq::new(),
-            dirtied_at: AtomicU64::new(0),
-            ra: Readahead::new(),
-            blocks: BlockMap::new(shift),
-            whole_folio: opts.whole_folio,
-            write_order,
-        })
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self.size.load(Ordering::Acquire)
-    }
-
     /// The folio covering `index`, from the cache or (a miss) filled from
     /// the backend or, for [`Fill::Write`], empty. The caller must lock it,
     /// re-check `DETACHED`/`UPTODATE`, and check the blocks it uses are
-    /// uptodate ([`BlockMap::is_uptodate`]).
-    fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
+    /// uptodate ([`BlockMap::is_uptodate`](super::blocks)).
+    pub(crate) fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
             if let Some(f) = self.mapping.lookup(index) {
@@ -137,7 +108,7 @@ impl FileShared {
             };
             let base = index & !((1u64 << order) - 1);
             let folio = Arc::new(Folio::new(base, order).map_err(io_add_error)?);
-            let mut data = folio.data().write();
+            let mut w = folio.mem().lock();
             let shadow = match self.mapping.add_folio(&folio) {
                 Ok(s) => s,
                 Err(AddError::Exists) => {
@@ -154,149 +125,196 @@ impl FileShared {
             if order > 0 {
                 bump(&self.cache.counters.readahead_pages, nr - 1);
             }
-            let mut buf = vec![0u8; nr as usize * PAGE_SIZE];
-            match fill {
-                Fill::Read => {
-                    if let Err(e) = self.read_backend(&mut buf, base * PAGE, size) {
-                        folio.set(FolioFlags::DETACHED);
-                        self.mapping.remove_folio(&folio, shadow);
-                        drop_gauge(&self.cache.nr_cached, nr);
-                        return Err(e);
-                    }
-                }
-                Fill::Write => self.blocks.new_empty(&folio),
+            let len = folio.max_bytes();
+            let filled = match fill {
+                Fill::Read => w.install(len, |buf| self.read_backend(buf, base * PAGE, size)),
+                Fill::Write => w.install(len, |_| Ok(())),
+            };
+            if let Err(e) = filled {
+                folio.set(FolioFlags::DETACHED);
+                self.mapping.remove_folio(&folio, shadow);
+                drop_gauge(&self.cache.nr_cached, nr);
+                return Err(match e {
+                    InstallError::Alloc(a) => oom(a),
+                    InstallError::Fill(e) => e,
+                });
             }
-            *data = buf;
+            if fill == Fill::Write {
+                self.blocks.new_empty(&folio);
+            }
             folio.set(FolioFlags::UPTODATE);
-            drop(data);
+            drop(w);
             self.cache.insert_new(self, &folio, shadow);
             return Ok(folio);
         }
     }
 
-    /// Fill `buf` from the backend at `pos`, reading no further than
-    /// `size`; the rest stays zero. Short reads and `EINTR` are retried.
-    fn read_backend(&self, buf: &mut [u8], pos: u64, size: u64) -> io::Result<()> {
-        let want = size.saturating_sub(pos).min(buf.len() as u64) as usize;
-        let mut done = 0;
-        while done < want {
-            match self
-                .backend
-                .read_at(&mut buf[done..want], pos + done as u64)
-            {
-                Ok(0) => break,
-                Ok(n) => done += n.min(want - done),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        bump(&self.cache.counters.backend_read_bytes, done as u64);
-        Ok(())
-    }
-
     fn read_at(self: &Arc<Self>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
+        let end = checked_end(offset, buf.len() as u64)?;
+        if offset > MAX_FILE_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "read at offset {offset} past the largest file size, {MAX_FILE_SIZE} bytes"
+                ),
+            ));
         }
         let size = self.len();
-        if offset >= size {
+        if buf.is_empty() || offset >= size {
             return Ok(0);
         }
-        let end = checked_end(offset, buf.len() as u64)?.min(size);
+        let end = end.min(size);
         let mut pos = offset;
         while pos < end {
-            if let Some(n) = self.read_hit(pos, end, &mut buf[(pos - offset) as usize..]) {
-                pos += n as u64;
-                continue;
+            {
+                // The hit path, under one guard for every page it copies.
+                let guard = pin();
+                while pos < end {
+                    match self.read_hit(pos, end, &mut buf[(pos - offset) as usize..], &guard) {
+                        Some(n) => pos += n as u64,
+                        None => break,
+                    }
+                }
             }
-            let f = self.get_folio(pos / PAGE, Fill::Read)?;
-            let data = f.data().read();
-            if !folio::is_live(&f) {
-                continue;
+            if pos < end {
+                pos += self.read_locked(pos, end, &mut buf[(pos - offset) as usize..])? as u64;
             }
-            let at = (pos - f.index() * PAGE) as usize;
-            let n = ((end - pos) as usize).min(data.len() - at);
-            if !self.blocks.is_uptodate(&f, at, at + n) {
-                drop(data);
-                self.fill_blocks(&f, at, at + n)?;
-                continue;
-            }
-            let out = (pos - offset) as usize;
-            buf[out..out + n].copy_from_slice(&data[at..at + n]);
-            pos += n as u64;
         }
         Ok((end - offset) as usize)
     }
 
-    /// The hit path of `read_at`: under one epoch guard, load the folio,
-    /// try its data lock shared, copy, and count the hit; no reference
-    /// count is taken (the guard keeps the folio alive, and a folio removed
-    /// meanwhile is `DETACHED` once its lock is ours). `None` sends the
-    /// caller to the miss path (not cached, being filled, or detached).
+    /// The hit path of `read_at`: load the folio under the caller's guard,
+    /// copy optimistically, and count the hit; no lock, no reference count.
+    /// `None` sends the caller to the locked path (not cached, being filled
+    /// or written, blocks missing, or detached).
     #[inline]
-    fn read_hit(&self, pos: u64, end: u64, out: &mut [u8]) -> Option<usize> {
-        let guard = pin();
-        let Some(EntryRef::Item(r)) = self.mapping.pages().load(pos / PAGE, &guard) else {
+    fn read_hit(&self, pos: u64, end: u64, out: &mut [u8], guard: &Guard) -> Option<usize> {
+        let Some(EntryRef::Item(r)) = self.mapping.pages().load(pos / PAGE, guard) else {
             return None;
         };
         let f: &Folio = r.get();
-        let data = f.data().try_read()?;
         if !folio::is_live(f) {
             return None;
         }
         let at = (pos - f.index() * PAGE) as usize;
-        let n = ((end - pos) as usize).min(data.len() - at);
-        if !self.blocks.is_uptodate(f, at, at + n) {
+        let n = ((end - pos) as usize).min(f.max_bytes().saturating_sub(at));
+        if n == 0
+            || !self.blocks.is_uptodate(f, at, at + n)
+            || !f.mem().read(at, &mut out[..n], guard)
+        {
             return None;
         }
-        out[..n].copy_from_slice(&data[at..at + n]);
-        drop(data);
         self.cache.counters.hits.add(1);
         folio::mark_accessed(f);
         Some(n)
     }
 
-    /// The hit path of `read_folio`: a reference taken under the epoch
-    /// guard (no re-check of the slot: `FolioRef::new` refuses a folio that
-    /// was detached meanwhile).
+    /// The locked path of `read_at` for the page at `pos`: find or fill the
+    /// folio, lock it, fill missing blocks, copy. Returns the bytes copied.
+    #[cold]
+    fn read_locked(self: &Arc<Self>, pos: u64, end: u64, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let f = self.get_folio(pos / PAGE, Fill::Read)?;
+            let mut w = f.mem().lock();
+            if !folio::is_live(&f) {
+                continue;
+            }
+            let at = (pos - f.index() * PAGE) as usize;
+            let n = ((end - pos) as usize).min(w.len() - at);
+            if !self.blocks.is_uptodate(&f, at, at + n) {
+                self.fill_blocks(&f, &mut w, at, at + n)?;
+            }
+            out[..n].copy_from_slice(&w.bytes()[at..at + n]);
+            return Ok(n);
+        }
+    }
+
+    /// The hit path of `read_folio`: a reference and a pin taken under the
+    /// epoch guard. `None` sends the caller to the miss path.
     #[inline]
     fn folio_hit(&self, index: u64) -> Option<FolioRef> {
-        let f = {
-            let guard = pin();
-            match self.mapping.pages().load(index, &guard)? {
-                EntryRef::Item(r) => r.to_owned(),
-                EntryRef::Value(_) => return None,
-            }
+        let guard = pin();
+        let EntryRef::Item(r) = self.mapping.pages().load(index, &guard)? else {
+            return None;
         };
-        let r = FolioRef::new(f, index)?;
+        let f = r.get();
+        if !folio::is_live(f) {
+            return None;
+        }
+        let pin = f.mem().pin(&guard)?;
+        let r = FolioRef::new(r.to_owned(), pin);
         self.cache.counters.hits.add(1);
         folio::mark_accessed(r.folio());
         Some(r)
     }
 
     /// The hit path of `read_folio_in`: load under the caller's guard and
-    /// lock the folio's data shared; no reference count, no pin.
+    /// pin the folio's bytes; no reference count on the folio.
     #[inline]
     fn folio_hit_in<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<FolioBorrow<'g>> {
         let EntryRef::Item(r) = self.mapping.pages().load(index, guard)? else {
             return None;
         };
-        let b = FolioBorrow::new(r.get())?;
-        // A folio a write allocated may have blocks never read: the miss
-        // path fills them first (one relaxed load when no folio is partial).
-        if !self.blocks.is_uptodate(b.folio(), 0, b.len()) {
+        let f = r.get();
+        if !folio::is_live(f) {
             return None;
         }
+        // A folio a write allocated may have blocks never read: the miss
+        // path fills them first (one relaxed load when no folio is partial).
+        if !self.blocks.is_uptodate(f, 0, f.max_bytes()) {
+            return None;
+        }
+        let b = FolioBorrow::new(f, f.mem().pin(guard)?);
         self.cache.counters.hits.add(1);
-        folio::mark_accessed(b.folio());
+        folio::mark_accessed(f);
         Some(b)
     }
 
+    /// The locked path of `read_folio`: the folio (read in on a miss) with
+    /// every block filled, pinned. `None`: it was detached meanwhile.
+    fn folio_locked(self: &Arc<Self>, index: u64) -> io::Result<Option<FolioRef>> {
+        let f = self.get_folio(index, Fill::Read)?;
+        let mut w = f.mem().lock();
+        if !folio::is_live(&f) {
+            return Ok(None);
+        }
+        let len = w.len();
+        if !self.blocks.is_uptodate(&f, 0, len) {
+            self.fill_blocks(&f, &mut w, 0, len)?;
+        }
+        let Some(pin) = w.pin() else {
+            return Ok(None);
+        };
+        drop(w);
+        Ok(Some(FolioRef::new(f, pin)))
+    }
+
     fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let end = check_size("write", offset, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(0);
         }
-        let end = checked_end(offset, buf.len() as u64)?;
+        self.extend_to(end)?;
+        let mut pos = offset;
+        while pos < end {
+            let f = self.get_folio(pos / PAGE, Fill::Write)?;
+            let mut w = f.mem().lock();
+            if !folio::is_live(&f) {
+                continue;
+            }
+            let at = (pos - f.index() * PAGE) as usize;
+            let n = ((end - pos) as usize).min(w.len() - at);
+            let src = (pos - offset) as usize;
+            let newly = self.write_locked(&f, &mut w, at, &buf[src..src + n])?;
+            drop(w);
+            pos += n as u64;
+            self.cache.balance_dirty_pages(newly);
+        }
+        Ok(buf.len())
+    }
+
+    /// Grow the file to `end` bytes if it is shorter (the backend first).
+    pub(crate) fn extend_to(&self, end: u64) -> io::Result<()> {
         if end > self.len() {
             let _g = self.size_lock.lock();
             if end > self.len() {
@@ -304,80 +322,60 @@ impl FileShared {
                 self.size.store(end, Ordering::Release);
             }
         }
-        let mut pos = offset;
-        while pos < end {
-            let f = self.get_folio(pos / PAGE, Fill::Write)?;
-            let mut data = f.data().write();
-            if !folio::is_live(&f) {
-                continue;
-            }
-            let base = f.index() * PAGE;
-            let at = (pos - base) as usize;
-            let n = ((end - pos) as usize).min(data.len() - at);
-            // Read-modify-write: the blocks this write overwrites in part
-            // (or, whole-folio, every block it does not overwrite) that
-            // are not uptodate are read first.
-            let need = if self.whole_folio {
-                (0, data.len())
-            } else {
-                (at, at + n)
-            };
-            for (a, b) in self.blocks.missing(&f, need.0, need.1, (at, at + n)) {
-                self.read_backend(&mut data[a..b], base + a as u64, self.len())?;
-            }
-            self.blocks.set_uptodate(&f, need.0, need.1);
-            let src = (pos - offset) as usize;
-            data[at..at + n].copy_from_slice(&buf[src..src + n]);
-            let newly = self.blocks.mark_dirty(&f, need.0, need.1);
-            self.mark_dirty(&f, newly);
-            drop(data);
-            pos += n as u64;
-            self.cache.balance_dirty_pages(newly);
-        }
-        Ok(buf.len())
-    }
-
-    /// Fill the blocks touching bytes `from..to` of `f` that are not
-    /// uptodate from the backend (one read per run of such blocks).
-    fn fill_blocks(&self, f: &Folio, from: usize, to: usize) -> io::Result<()> {
-        let mut data = f.data().write();
-        if !folio::is_live(f) {
-            return Ok(()); // the caller looks it up again
-        }
-        let base = f.index() * PAGE;
-        for (a, b) in self.blocks.missing(f, from, to, (0, 0)) {
-            self.read_backend(&mut data[a..b], base + a as u64, self.len())?;
-        }
-        self.blocks.set_uptodate(f, from, to);
         Ok(())
     }
 
-    /// Book `newly` dirty bytes of a folio (flag, tag, gauge, file age).
-    /// The caller holds its data lock for writing.
-    fn mark_dirty(&self, f: &Folio, newly: u64) {
-        self.cache.counters.dirty_bytes.add(newly);
-        if !f.set(FolioFlags::DIRTY) {
-            self.mapping.mark_dirty(f.index());
-            let _ = self.dirtied_at.compare_exchange(
-                0,
-                self.cache.now_ms(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+    /// Write `src` at byte `at` of a live folio whose lock the caller
+    /// holds: read the blocks the write overwrites in part (or, whole-folio,
+    /// every block it does not overwrite) that are not uptodate, copy,
+    /// mark the blocks uptodate and dirty. Returns the bytes newly dirty.
+    pub(crate) fn write_locked(
+        &self,
+        f: &Folio,
+        w: &mut MemWrite<'_>,
+        at: usize,
+        src: &[u8],
+    ) -> io::Result<u64> {
+        let to = at + src.len();
+        let need = self.dirty_span(w, at, to);
+        let base = f.index() * PAGE;
+        let mut reads = Vec::new();
+        for (a, b) in self.blocks.missing(f, need.0, need.1, (at, to)) {
+            let mut tmp = vec![0u8; b - a];
+            self.read_backend(&mut tmp, base + a as u64, self.len())?;
+            reads.push((a, tmp));
         }
+        {
+            let mut e = w.edit().map_err(oom)?;
+            for (a, tmp) in &reads {
+                e.write(*a, tmp);
+            }
+            e.write(at, src);
+        }
+        self.blocks.set_uptodate(f, need.0, need.1);
+        let newly = self.blocks.mark_dirty(f, need.0, need.1);
+        self.mark_dirty(f, newly);
+        Ok(newly)
     }
 
-    /// Remove a folio whose data lock the caller holds for writing,
-    /// leaving `shadow`, and free its data.
-    pub(crate) fn detach(&self, f: &Arc<Folio>, data: &mut Vec<u8>, shadow: Option<Shadow>) {
-        f.set(FolioFlags::DETACHED);
-        self.cache.lru.lock().forget(f);
-        if self.mapping.remove_folio(f, shadow) {
-            drop_gauge(&self.cache.nr_cached, f.nr_pages());
+    /// Fill the blocks touching bytes `from..to` of a live folio whose lock
+    /// the caller holds that are not uptodate, from the backend (one read
+    /// per run of such blocks).
+    pub(crate) fn fill_blocks(
+        &self,
+        f: &Folio,
+        w: &mut MemWrite<'_>,
+        from: usize,
+        to: usize,
+    ) -> io::Result<()> {
+        let base = f.index() * PAGE;
+        for (a, b) in self.blocks.missing(f, from, to, (0, 0)) {
+            let mut tmp = vec![0u8; b - a];
+            self.read_backend(&mut tmp, base + a as u64, self.len())?;
+            w.edit().map_err(oom)?.write(a, &tmp);
         }
-        f.clear(FolioFlags::DIRTY);
-        self.cache.counters.dirty_bytes.sub(self.blocks.forget(f));
-        *data = Vec::new();
+        self.blocks.set_uptodate(f, from, to);
+        Ok(())
     }
 
     /// Every folio in pages `start..=end`, found lock-free.
@@ -395,6 +393,7 @@ impl FileShared {
     }
 
     fn set_len(&self, new: u64) -> io::Result<()> {
+        check_size("truncate", 0, new)?;
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
         let old = self.len();
@@ -406,17 +405,18 @@ impl FileShared {
             let first_gone = new.div_ceil(PAGE);
             let (folios, shadows) = self.folios_in(new / PAGE, u64::MAX);
             for f in folios {
-                let mut data = f.data().write();
+                let mut w = f.mem().lock();
                 if f.test(FolioFlags::DETACHED) {
                     continue;
                 }
                 if f.index() >= first_gone {
-                    self.detach(&f, &mut data, None);
+                    self.detach(&f, &mut w, None);
                 } else {
                     // The cut folio: zero its tail past the new end.
                     let at = (new - f.index() * PAGE) as usize;
-                    if at < data.len() {
-                        data[at..].fill(0);
+                    if at < w.len() {
+                        let n = w.len() - at;
+                        w.edit().map_err(oom)?.fill(at, n, 0);
                     }
                 }
             }
@@ -445,31 +445,32 @@ impl FileShared {
             if f.index() < first || f.index() + f.nr_pages() > last_excl {
                 continue; // only partly inside the range
             }
-            let mut data = f.data().write();
+            let mut w = f.mem().lock();
             if f.test(FolioFlags::DETACHED)
                 || f.test(FolioFlags::DIRTY)
                 || f.test(FolioFlags::WRITEBACK)
             {
                 continue;
             }
-            self.detach(&f, &mut data, None);
+            self.detach(&f, &mut w, None);
             dropped += f.nr_pages();
         }
         dropped
     }
 }
 
+/// The last handle of a file is gone: write back what is dirty (errors have
+/// no one to go to) and release every folio. Here rather than in `inode`,
+/// which sits below writeback.
 impl Drop for FileShared {
     fn drop(&mut self) {
-        // Best effort: write back what is dirty (errors have no one to go
-        // to), then release every folio.
         let _ = writeback::writeback(self, 0, u64::MAX, Mode::Wait);
         let _ = self.backend.flush();
         let (folios, _) = self.folios_in(0, u64::MAX);
         for f in folios {
-            let mut data = f.data().write();
+            let mut w = f.mem().lock();
             if !f.test(FolioFlags::DETACHED) {
-                self.detach(&f, &mut data, None);
+                self.detach(&f, &mut w, None);
             }
         }
     }
@@ -480,19 +481,38 @@ impl Drop for FileShared {
 /// error once from its own `sync` (the kernel's per-`struct file`
 /// `errseq_t` cursor).
 ///
+/// Reads that hit take no lock: they copy optimistically and check the
+/// folio did not change meanwhile, so readers on many cores share nothing
+/// but the folios' bytes. Writers serialize per folio and never wait for
+/// readers or for zero-copy references ([`FolioRef`], [`FolioBorrow`]),
+/// which keep the bytes they pinned.
+///
 /// Dropping the last handle writes back dirty data (errors are lost then:
 /// call [`sync`](CachedFile::sync) first to see them) and releases the
 /// file's folios.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().capacity(1 << 20));
+/// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+/// file.write_at(b"hello", 10).unwrap();
+/// let mut buf = [0u8; 5];
+/// assert_eq!(file.read_at(&mut buf, 10).unwrap(), 5);
+/// assert_eq!(&buf, b"hello");
+/// file.sync().unwrap();
+/// ```
 pub struct CachedFile {
     shared: Arc<FileShared>,
-    since: Lock<u64>,
+    since: crate::sync::Lock<u64>,
 }
 
 impl Clone for CachedFile {
     fn clone(&self) -> Self {
         CachedFile {
             shared: Arc::clone(&self.shared),
-            since: Lock::new(*self.since.lock()),
+            since: crate::sync::Lock::new(*self.since.lock()),
         }
     }
 }
@@ -511,7 +531,7 @@ impl CachedFile {
         let since = shared.errseq.sample();
         CachedFile {
             shared,
-            since: Lock::new(since),
+            since: crate::sync::Lock::new(since),
         }
     }
 
@@ -519,10 +539,24 @@ impl CachedFile {
     /// of the file and 0 at or past it (or for an empty `buf`).
     ///
     /// # Errors
-    /// The backend's read error for a page not cached (nothing is cached
-    /// for it); [`io::ErrorKind::InvalidInput`] when `offset + buf.len()`
-    /// overflows `u64`; [`io::ErrorKind::OutOfMemory`] if the index could
-    /// not grow.
+    /// [`io::ErrorKind::InvalidInput`] when `offset` is past
+    /// [`MAX_FILE_SIZE`] or `offset + buf.len()` overflows `u64` (the
+    /// kernel's `EINVAL`); the backend's read error for a page not cached
+    /// (nothing is cached for it); [`io::ErrorKind::OutOfMemory`] if the
+    /// index or a buffer could not grow.
+    ///
+    /// ```
+    /// # use kxarray::backend::RamDisk;
+    /// # use kxarray::pagecache::{CacheConfig, PageCache, MAX_FILE_SIZE};
+    /// # let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(8192)).unwrap();
+    /// let mut buf = [0u8; 16];
+    /// assert_eq!(file.read_at(&mut buf, 8190).unwrap(), 2); // the end of the file
+    /// assert_eq!(file.read_at(&mut buf, 1 << 20).unwrap(), 0); // past it
+    /// let e = file.read_at(&mut buf, MAX_FILE_SIZE + 1).unwrap_err();
+    /// assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
+    #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.shared.read_at(buf, offset)
     }
@@ -532,11 +566,13 @@ impl CachedFile {
     /// written back ([`sync`](CachedFile::sync) or the flusher).
     ///
     /// # Errors
-    /// [`io::ErrorKind::InvalidInput`] when `offset + buf.len()` overflows;
-    /// the backend's error when the file must grow and cannot (a
+    /// [`io::ErrorKind::FileTooLarge`] when `offset + buf.len()` is past
+    /// [`MAX_FILE_SIZE`] (the kernel's `EFBIG`; nothing is written); the
+    /// backend's error when the file must grow and cannot (a
     /// [`RamDisk`](crate::backend::RamDisk) has a fixed size), in which case
     /// nothing was written; a read error of a partly overwritten page not
-    /// cached (the bytes before it were written).
+    /// cached, or [`io::ErrorKind::OutOfMemory`] (the bytes before that page
+    /// were written).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.shared.write_at(buf, offset)
     }
@@ -553,10 +589,12 @@ impl CachedFile {
 
     /// Truncate or extend. Cached pages past the new end and their shadows
     /// are dropped (dirty ones too: their bytes are gone), the cut page's
-    /// tail is zeroed, and an extension reads as zeros.
+    /// tail is zeroed, and an extension reads as zeros. Zero-copy references
+    /// to dropped pages keep the bytes they pinned.
     ///
     /// # Errors
-    /// The backend's error (e.g. [`io::ErrorKind::Unsupported`] for a RAM
+    /// [`io::ErrorKind::FileTooLarge`] when `len` is past [`MAX_FILE_SIZE`];
+    /// the backend's error (e.g. [`io::ErrorKind::Unsupported`] for a RAM
     /// disk); the file is unchanged then.
     pub fn set_len(&self, len: u64) -> io::Result<()> {
         self.shared.set_len(len)
@@ -578,7 +616,40 @@ impl CachedFile {
     /// # Errors
     /// As [`sync`](CachedFile::sync).
     pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
+        let written = self.write_back(range);
+        let flushed = self.shared.backend.flush();
+        written.and(flushed)
+    }
+
+    /// Write back the dirty pages overlapping `range` to the backend and
+    /// wait for it, without flushing the backend (`sync_file_range` with
+    /// `SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER`): the bytes
+    /// reach the backend, a buffered file's kernel page cache for instance,
+    /// and survive this process, but not a power failure.
+    ///
+    /// # Errors
+    /// A writeback error recorded since this handle last reported one (by
+    /// this call, a [`sync`](CachedFile::sync) or the flusher), once: the
+    /// pages that failed stay dirty, and every other handle of the file
+    /// reports the error once too.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::sync::Arc;
+    ///
+    /// let disk = Arc::new(RamDisk::new(1 << 16));
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(Arc::clone(&disk)).unwrap();
+    /// file.write_at(b"journal", 4096).unwrap();
+    /// file.write_back(4096..4103).unwrap();
+    /// let mut b = [0u8; 7];
+    /// disk.read_exact_at(&mut b, 4096).unwrap();
+    /// assert_eq!(&b, b"journal");
+    /// ```
+    pub fn write_back(&self, range: Range<u64>) -> io::Result<()> {
         if range.end > range.start {
+            // Its error is in the error sequence, checked just below.
             let _ = writeback::writeback(
                 &self.shared,
                 range.start / PAGE,
@@ -586,11 +657,7 @@ impl CachedFile {
                 Mode::Wait,
             );
         }
-        let flushed = self.shared.backend.flush();
-        self.shared
-            .errseq
-            .check_and_advance(&mut self.since.lock())?;
-        flushed
+        self.shared.errseq.check_and_advance(&mut self.since.lock())
     }
 
     /// Drop the clean, idle cached folios lying wholly inside `range`
@@ -604,7 +671,8 @@ impl CachedFile {
     }
 
     /// A zero-copy reference to the folio holding page `index` (reading it
-    /// from the backend on a miss). See [`FolioRef`] for what it pins.
+    /// from the backend on a miss). It pins the folio's bytes: see
+    /// [`FolioRef`] for what that keeps and what it never blocks.
     ///
     /// # Errors
     /// [`io::ErrorKind::UnexpectedEof`] when the page starts at or past the
@@ -618,33 +686,51 @@ impl CachedFile {
             ));
         }
         loop {
-            let r = match s.folio_hit(index) {
-                Some(r) => r,
-                None => match FolioRef::new(s.get_folio(index, Fill::Read)?, index) {
-                    Some(r) => r,
-                    None => continue,
-                },
-            };
-            if s.blocks.is_uptodate(r.folio(), 0, r.len()) {
+            if let Some(r) = s.folio_hit(index) {
+                if s.blocks.is_uptodate(r.folio(), 0, r.len()) {
+                    return Ok(r);
+                }
+            }
+            if let Some(r) = s.folio_locked(index)? {
                 return Ok(r);
             }
-            // Part of the folio was never read (a write allocated it):
-            // fill the rest before handing out all its bytes.
-            let f = r.folio_arc();
-            let len = r.len();
-            drop(r);
-            s.fill_blocks(&f, 0, len)?;
         }
+    }
+
+    /// [`read_folio`](CachedFile::read_folio) if the page is cached and
+    /// wholly read now, without reading the backend or waiting for a lock:
+    /// `None` otherwise (a miss, a fill or a write in progress). Never
+    /// blocks.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// assert!(file.try_read_folio(3).is_none()); // not cached
+    /// file.write_at(&[5; 4096], 3 * 4096).unwrap();
+    /// assert_eq!(file.try_read_folio(3).unwrap().page(3)[0], 5);
+    /// ```
+    pub fn try_read_folio(&self, index: u64) -> Option<FolioRef> {
+        let s = &self.shared;
+        if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
+            return None;
+        }
+        s.folio_hit(index)
+            .filter(|r| s.blocks.is_uptodate(r.folio(), 0, r.len()))
     }
 
     /// [`read_folio`](CachedFile::read_folio) borrowing under an epoch
     /// guard the caller pinned: the cheapest zero-copy read, with no
-    /// reference count taken and no pin per call, for engines that parse
-    /// many pages in place (pin once per batch with [`crate::pin`]).
+    /// reference count on the folio and no epoch pin per call, for engines
+    /// that parse many pages in place (pin once per batch with
+    /// [`crate::pin`]).
     ///
-    /// The reference lives as long as the guard; while it lives the folio
-    /// cannot change (writers wait) and reclaim skips it, and while the
-    /// guard lives nothing unlinked meanwhile is freed, so keep both short.
+    /// The borrow pins the folio's bytes as a [`FolioRef`] does: writers do
+    /// not wait for it (they write a copy), reclaim passes the folio over.
+    /// It lives as long as the guard, and while the guard lives nothing
+    /// unlinked meanwhile is freed, so keep both short.
     ///
     /// # Errors
     /// As [`read_folio`](CachedFile::read_folio):
@@ -685,16 +771,82 @@ impl CachedFile {
     ) -> io::Result<FolioBorrow<'g>> {
         loop {
             // `read_folio` reads the folio in (and fills any blocks a write
-            // left unread, checking the end of the file); then borrow it
-            // from the tree under the caller's guard (the reference it
-            // returns cannot lend for `'g`). Evicted or partly invalidated
-            // in between: again. (The fill counted a miss; the borrow counts
-            // a hit as well.)
-            drop(self.read_folio(index)?);
+            // left unread, checking the end of the file) and pins it; then
+            // borrow it from the tree under the caller's guard (the
+            // reference it returns cannot lend for `'g`). Evicted or partly
+            // invalidated in between: again. (The fill counted a miss; the
+            // borrow counts a hit as well.)
+            let held = self.read_folio(index)?;
             if let Some(b) = self.shared.folio_hit_in(index, guard) {
                 return Ok(b);
             }
+            drop(held);
         }
+    }
+
+    /// Begin a write of up to `len` bytes at `pos` into the cached folio
+    /// holding `pos` (the kernel's `write_begin`): the returned guard
+    /// dereferences to the current bytes of `pos..pos + n`, where `n` is
+    /// `len` clipped at the end of that folio (the guard's `len()`); edit
+    /// them in place, and when the guard is dropped (or
+    /// [`commit`](FolioWrite::commit)ted) they become visible to readers
+    /// all at once and only the blocks they touch are marked dirty
+    /// (`write_end`). The file grows to `pos + n` if it is shorter.
+    ///
+    /// While the guard lives it holds the folio's lock: other writers to
+    /// this folio wait, readers do not (they see the bytes as they were),
+    /// and the thread holding it must not write, truncate or zero-copy read
+    /// the same folio (that would wait for itself).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::FileTooLarge`] past [`MAX_FILE_SIZE`]; the
+    /// backend's errors growing the file or reading the blocks the range
+    /// covers in part; [`io::ErrorKind::OutOfMemory`].
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().block_size(512);
+    /// let file = cache.open_with(RamDisk::new(1 << 16), opts).unwrap();
+    /// {
+    ///     let mut w = file.write_begin(4096 + 100, 8).unwrap();
+    ///     w.copy_from_slice(b"in place");
+    /// } // write_end: one 512-byte block dirty
+    /// assert_eq!(cache.stats().dirty_bytes, 512);
+    /// let mut b = [0u8; 8];
+    /// file.read_at(&mut b, 4096 + 100).unwrap();
+    /// assert_eq!(&b, b"in place");
+    /// ```
+    pub fn write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        let end = check_size("write", pos, len as u64)?;
+        let s = &self.shared;
+        loop {
+            let f = s.get_folio(pos / PAGE, Fill::Write)?;
+            if let Some(w) = FolioWrite::begin(s, f, pos, end, true)? {
+                return Ok(w);
+            }
+        }
+    }
+
+    /// [`write_begin`](CachedFile::write_begin) without waiting: only when
+    /// the folio holding `pos` is cached, no one holds its lock, the file
+    /// need not grow and no block must be read from the backend first;
+    /// otherwise [`io::ErrorKind::WouldBlock`].
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::WouldBlock`] as above; [`io::ErrorKind::FileTooLarge`]
+    /// past [`MAX_FILE_SIZE`]; [`io::ErrorKind::OutOfMemory`].
+    pub fn try_write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        let end = check_size("write", pos, len as u64)?;
+        let s = &self.shared;
+        let would_block = || io::Error::from(io::ErrorKind::WouldBlock);
+        if end > s.len() {
+            return Err(would_block());
+        }
+        let f = s.mapping.lookup(pos / PAGE).ok_or_else(would_block)?;
+        FolioWrite::begin(s, f, pos, end, false)?.ok_or_else(would_block)
     }
 
     /// Pages of this file in the cache now.

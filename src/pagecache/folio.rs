@@ -1,15 +1,15 @@
 //! The cache's view of a folio: the access bit the hit path sets, the
-//! liveness test every reader and writer repeats under the data lock, and
-//! [`FolioRef`], the zero-copy reference.
+//! liveness test every locked reader and writer repeats, and [`FolioRef`],
+//! the zero-copy reference.
 //!
-//! Owns the rule that makes a cached folio's bytes safe to borrow: they
-//! change only under the folio's data lock held for writing, so a shared
-//! read guard is a stable `&[u8]`. A `FolioRef` holds that guard (and the
-//! folio it borrows from); writers to the folio and reclaim of it wait
-//! (reclaim skips it) until the reference is dropped.
+//! Owns the rule that makes a cached folio's bytes safe to hand out: a
+//! reference pins the buffer that held the folio's bytes when it was taken
+//! ([`BufPin`]), and a pinned buffer never changes: a writer to the folio
+//! writes a copy and makes that current instead (copy-on-write), reclaim
+//! passes a pinned folio over, and truncation leaves the pinned bytes to
+//! the pin. So a reference never blocks anyone and never sees a byte move.
 
-use crate::filemap::{Folio, FolioFlags, PAGE_SIZE};
-use crate::sync::RwLockReadGuard;
+use crate::filemap::{BufPin, Folio, FolioFlags, PAGE_SIZE};
 use std::sync::Arc;
 
 /// Record an access for reclaim (`folio_mark_accessed`): set `REFERENCED`,
@@ -21,26 +21,28 @@ pub(crate) fn mark_accessed(f: &Folio) {
     }
 }
 
-/// Whether a folio whose data lock the caller holds is still the cached,
-/// filled one (not detached, read finished).
+/// Whether a folio is still the cached, filled one (not detached, fill
+/// finished).
 #[inline]
 pub(crate) fn is_live(f: &Folio) -> bool {
     f.test(FolioFlags::UPTODATE) && !f.test(FolioFlags::DETACHED)
 }
 
-/// A zero-copy reference to a cached folio's bytes.
+/// A zero-copy reference to a cached folio's bytes
+/// ([`CachedFile::read_folio`](super::CachedFile::read_folio)).
 ///
 /// Dereferences to the whole folio (`2^order` pages; bytes past the end of
-/// the file read as zeros). It holds the folio's data lock shared, so the
-/// bytes cannot change while it lives: writers to this folio wait, and
-/// reclaim passes it over. Keep it briefly (parse, then drop), as one would
-/// a kernel `kmap_local_folio` mapping.
+/// the file read as zeros), as they were when the reference was taken: they
+/// never change while it lives, and it never makes anyone wait. A write to
+/// the folio, from any thread including the holder's, completes at once
+/// and is seen by every later read; this reference keeps the bytes it
+/// pinned (the writer wrote a copy). Truncation and invalidation drop the
+/// folio from the cache but not the pinned bytes. While the reference
+/// lives, reclaim leaves the folio cached.
 ///
-/// A thread holding a `FolioRef` must not write, truncate or read the same
-/// folio through its [`CachedFile`](super::CachedFile) until it drops the
-/// reference: the write waits for the reference (a self-deadlock), and a
-/// read queued behind a waiting writer waits too. It is never unsound,
-/// only a hang, like re-locking any reader-writer lock.
+/// It is `'static`, `Send` and `Sync`: hold it as long as needed (SQLite
+/// holds the pages it fetches for a whole statement); the bytes it pins
+/// count against no cache's capacity once the folio has moved on.
 ///
 /// ```
 /// use kxarray::backend::RamDisk;
@@ -50,40 +52,25 @@ pub(crate) fn is_live(f: &Folio) -> bool {
 /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
 /// file.write_at(&[7u8; 4096], 8192).unwrap();
 /// let page = file.read_folio(2).unwrap();
-/// assert_eq!(page.page(2), &[7u8; 4096][..]);
+/// file.write_at(&[8u8; 4096], 8192).unwrap(); // does not wait
+/// assert_eq!(page.page(2), &[7u8; 4096][..]); // the pinned bytes
+/// assert_eq!(file.read_folio(2).unwrap().page(2), &[8u8; 4096][..]);
 /// ```
 pub struct FolioRef {
-    // Field order matters: the guard borrows from `folio` and is dropped
-    // first.
-    guard: RwLockReadGuard<'static, Vec<u8>>,
+    pin: BufPin,
     folio: Arc<Folio>,
 }
 
 impl FolioRef {
-    /// Lock `folio` shared; `None` if it was detached or never filled (the
-    /// caller looks the index up again).
-    pub(crate) fn new(folio: Arc<Folio>, index: u64) -> Option<FolioRef> {
-        debug_assert!(folio.contains(index));
-        // SAFETY: the `Folio` lives in the `Arc`'s heap allocation, which
-        // does not move and stays alive while `folio` (stored next to the
-        // guard in the returned value) holds a reference; the guard field
-        // is declared first, so it is dropped before that reference.
-        let lock: &'static Folio = unsafe { &*Arc::as_ptr(&folio) };
-        let guard = lock.data().read();
-        if !is_live(&folio) {
-            return None;
-        }
-        Some(FolioRef { guard, folio })
+    /// A reference to `folio` keeping `pin`, a pin of its bytes.
+    pub(crate) fn new(folio: Arc<Folio>, pin: BufPin) -> FolioRef {
+        debug_assert_eq!(pin.bytes().len(), folio.max_bytes());
+        FolioRef { pin, folio }
     }
 
     /// The folio itself.
     pub(crate) fn folio(&self) -> &Folio {
         &self.folio
-    }
-
-    /// Another reference to the folio itself.
-    pub(crate) fn folio_arc(&self) -> Arc<Folio> {
-        Arc::clone(&self.folio)
     }
 
     /// The folio's first page index.
@@ -99,18 +86,35 @@ impl FolioRef {
     /// The bytes of page `index` (which must lie in this folio; an index
     /// outside gives an empty slice).
     pub fn page(&self, index: u64) -> &[u8] {
-        if !self.folio.contains(index) {
-            return &[];
-        }
-        let at = (index - self.folio.index()) as usize * PAGE_SIZE;
-        &self.guard[at..at + PAGE_SIZE]
+        page_of(&self.folio, self.pin.bytes(), index)
     }
+}
+
+/// The bytes of page `index` of a folio whose bytes are `bytes`.
+#[inline]
+pub(crate) fn page_of<'a>(f: &Folio, bytes: &'a [u8], index: u64) -> &'a [u8] {
+    if !f.contains(index) {
+        return &[];
+    }
+    let at = (index - f.index()) as usize * PAGE_SIZE;
+    bytes.get(at..at + PAGE_SIZE).unwrap_or(&[])
 }
 
 impl std::ops::Deref for FolioRef {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        &self.guard
+        self.pin.bytes()
+    }
+}
+
+impl Clone for FolioRef {
+    /// Another reference to the same pinned bytes.
+    fn clone(&self) -> FolioRef {
+        FolioRef {
+            pin: self.pin.clone(),
+            folio: Arc::clone(&self.folio),
+        }
     }
 }
 

@@ -15,7 +15,7 @@
 //!   invalidate or a dropped file) are stale and are dropped when the scan
 //!   reaches them, so removal elsewhere is O(1).
 
-use super::file::FileShared;
+use super::inode::FileShared;
 use crate::filemap::{Folio, FolioFlags};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};

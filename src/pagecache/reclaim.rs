@@ -10,7 +10,7 @@
 //! scan runs once more. Invariant: the LRU lock is never held across I/O
 //! or while blocking on a folio's data lock.
 
-use super::file::FileShared;
+use super::inode::FileShared;
 use super::lru::{LruEntry, Scan};
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
@@ -123,7 +123,7 @@ impl CacheInner {
     /// whether it was evicted.
     fn evict(&self, lru: &mut super::lru::Lru, file: &Arc<FileShared>, e: LruEntry) -> bool {
         let folio = Arc::clone(&e.folio);
-        let Some(mut data) = folio.data().try_write() else {
+        let Some(mut w) = folio.mem().try_lock() else {
             lru.rotate(e);
             return false;
         };
@@ -138,6 +138,7 @@ impl CacheInner {
         if folio.test(FolioFlags::DIRTY)
             || folio.test(FolioFlags::WRITEBACK)
             || Arc::strong_count(&folio) > 3
+            || w.is_pinned()
         {
             lru.rotate(e);
             return false;
@@ -154,7 +155,7 @@ impl CacheInner {
             drop_gauge(&self.nr_cached, nr);
             self.workingset.note_shadow(file.id, &e.file, folio.index());
         }
-        *data = Vec::new();
+        w.release();
         bump(&self.counters.evictions, 1);
         true
     }

@@ -1,13 +1,15 @@
 //! The page cache's counters: [`CacheStats`] (what a user reads) and the
 //! sharded counters behind it.
 //!
-//! Owns every event counter of a cache. Hot counters (hits, misses) are
+//! Owns every event counter and gauge of a cache: the dirty gauge
+//! ([`DirtyGauge`]: bytes of dirty blocks over every file of a cache, one
+//! padded slot per thread shard, so dirtying never bounces one shared line)
+//! among them. Hot counters (hits, misses) are
 //! sharded over cache-line-padded slots picked per thread, so the hit path
 //! never bounces one shared line between cores; a snapshot sums the shards.
 //! Invariant: counters only grow, except the gauges (`dirty_bytes`,
 //! `writeback_bytes`), which the cache raises and lowers in pairs.
 
-use super::throttle::DirtyGauge;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 const SHARDS: usize = 16;
@@ -51,6 +53,42 @@ impl Sharded {
     }
     pub(crate) fn sum(&self) -> u64 {
         self.0.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A gauge split over padded per-thread-shard slots. A slot may go
+/// "negative" (wrapping) when a thread cleans bytes another dirtied; the
+/// wrapping sum is exact.
+pub(crate) struct DirtyGauge([Slot; SHARDS]);
+
+impl DirtyGauge {
+    pub(crate) fn new() -> Self {
+        DirtyGauge(std::array::from_fn(|_| Slot(AtomicU64::new(0))))
+    }
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n > 0 {
+            self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    #[inline]
+    pub(crate) fn sub(&self, n: u64) {
+        if n > 0 {
+            self.0[shard()].0.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+    /// The global read: every shard. Transiently negative sums (a clean
+    /// booked before its dirtying was seen) read as 0.
+    pub(crate) fn read(&self) -> u64 {
+        let s = self
+            .0
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0.load(Ordering::Relaxed)));
+        if (s as i64) < 0 {
+            0
+        } else {
+            s
+        }
     }
 }
 
@@ -167,5 +205,19 @@ impl CacheStats {
         } else {
             self.hits as f64 / total as f64
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gauge_sums_across_threads() {
+        let g = std::sync::Arc::new(DirtyGauge::new());
+        g.add(10_000);
+        let g2 = std::sync::Arc::clone(&g);
+        std::thread::spawn(move || g2.sub(4_000)).join().unwrap();
+        assert_eq!(g.read(), 6_000);
     }
 }

@@ -1,9 +1,8 @@
-//! Dirty throttling (`balance_dirty_pages`): the cache-wide dirty gauge,
-//! kept in sharded counters, and the check writers make after dirtying.
+//! Dirty throttling (`balance_dirty_pages`): the check writers make after
+//! dirtying, against the cache-wide dirty gauge
+//! ([`DirtyGauge`](super::stats::DirtyGauge), kept in sharded counters).
 //!
-//! Owns [`DirtyGauge`] (bytes of dirty blocks over every file of a cache,
-//! one padded slot per thread shard, so dirtying never bounces one shared
-//! line), [`ThrottleMode`], the writeback bandwidth estimate, and the pause.
+//! Owns [`ThrottleMode`], the writeback bandwidth estimate, and the pause.
 //!
 //! A writer adds what it dirtied to a per-thread count and reads the whole
 //! gauge (the sum of its shards) only when that count reaches
@@ -42,51 +41,6 @@ const EXCEEDED_RATELIMIT: u64 = 8;
 /// Consecutive pauses without the dirty bytes falling after which a
 /// writer gives up waiting (writeback is failing; `sync` reports why).
 const STUCK_PAUSES: u32 = 10;
-
-const SHARDS: usize = 16;
-
-#[repr(align(128))]
-struct Slot(AtomicU64);
-
-/// A gauge split over padded per-thread-shard slots. A slot may go
-/// "negative" (wrapping) when a thread cleans bytes another dirtied; the
-/// wrapping sum is exact.
-pub(crate) struct DirtyGauge([Slot; SHARDS]);
-
-impl DirtyGauge {
-    pub(crate) fn new() -> Self {
-        DirtyGauge(std::array::from_fn(|_| Slot(AtomicU64::new(0))))
-    }
-    #[inline]
-    pub(crate) fn add(&self, n: u64) {
-        if n > 0 {
-            self.0[super::stats::shard()]
-                .0
-                .fetch_add(n, Ordering::Relaxed);
-        }
-    }
-    #[inline]
-    pub(crate) fn sub(&self, n: u64) {
-        if n > 0 {
-            self.0[super::stats::shard()]
-                .0
-                .fetch_sub(n, Ordering::Relaxed);
-        }
-    }
-    /// The global read: every shard. Transiently negative sums (a clean
-    /// booked before its dirtying was seen) read as 0.
-    pub(crate) fn read(&self) -> u64 {
-        let s = self
-            .0
-            .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0.load(Ordering::Relaxed)));
-        if (s as i64) < 0 {
-            0
-        } else {
-            s
-        }
-    }
-}
 
 /// How writers learn the cache's dirty bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,12 +216,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gauge_sums_across_threads_and_pause_is_capped() {
-        let g = std::sync::Arc::new(DirtyGauge::new());
-        g.add(10_000);
-        let g2 = std::sync::Arc::clone(&g);
-        std::thread::spawn(move || g2.sub(4_000)).join().unwrap();
-        assert_eq!(g.read(), 6_000);
+    fn pause_is_capped() {
         let t = Throttle::new();
         assert_eq!(t.pause_for(1 << 20), Duration::from_millis(10));
         t.note_writeback(1 << 20, Duration::from_secs(1)); // 1 MiB/s

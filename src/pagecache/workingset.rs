@@ -22,7 +22,7 @@
 //! kernel's `count_shadow_nodes` bound) are dropped oldest first, and a node
 //! that still holds a folio is never touched.
 
-use super::file::FileShared;
+use super::inode::FileShared;
 use crate::filemap::{AddressSpace, Shadow, ShadowFields, EVICTION_BITS};
 use crate::sync::{AtomicU64, Lock, Ordering};
 use crate::{pin, EntryRef, CHUNK_SHIFT, CHUNK_SIZE};

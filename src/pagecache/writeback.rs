@@ -21,7 +21,7 @@
 //!   clean), and the error is recorded in the file's error sequence
 //!   (`mapping_set_error`).
 
-use super::file::FileShared;
+use super::inode::FileShared;
 use super::stats::{bump, drop_gauge};
 use crate::filemap::{Folio, FolioFlags, Tag, PAGE_SIZE};
 use crate::sync::Ordering;
@@ -83,7 +83,8 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     };
     let bs = file.blocks.block_size();
     for folio in file.mapping.folios_tagged(start, end, Tag::Towrite) {
-        let data = folio.data().read();
+        let w = folio.mem().lock();
+        let data = w.bytes();
         if folio.test(FolioFlags::DETACHED) || !folio.test(FolioFlags::DIRTY) {
             continue;
         }
@@ -104,7 +105,7 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         let nspans = spans.len();
         if nspans == 0 {
             // Wholly past the end of the file: nothing to write.
-            drop(data);
+            drop(w);
             file.mapping.end_writeback(folio.index());
             continue;
         }

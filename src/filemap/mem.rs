@@ -1,0 +1,712 @@
+//! A folio's bytes ([`FolioMem`]): the buffer that holds them, the version
+//! lock-free readers validate a copy against, the lock writers take, and the
+//! pins ([`BufPin`]) that keep one buffer's bytes readable without blocking
+//! anyone.
+//!
+//! Owns buffers (`Buf`: a header with a reference count and the length, and
+//! the bytes, page-aligned once they are a page or more, so `O_DIRECT` I/O
+//! needs no bounce buffer) and the protocol over them:
+//!
+//! - **References.** A folio holds one reference to its current buffer,
+//!   each [`BufPin`] one more. A buffer whose count drops to zero is freed
+//!   after an epoch grace period (an optimistic reader may still be copying
+//!   from it under its guard). A count that reached zero is never raised
+//!   again (a pin raises it only from a non-zero value).
+//! - **Who writes what.** Only the holder of the folio's lock ([`MemWrite`])
+//!   changes anything: which buffer is current, and the bytes of the current
+//!   buffer. It writes the current buffer's bytes in place only while the
+//!   folio's reference is the only one (nothing pinned); otherwise it writes
+//!   a copy and publishes that (copy-on-write), so a pinned buffer's bytes
+//!   never change and a [`BufPin`] may lend them as `&[u8]`. Bytes written in
+//!   place are written byte-wise atomically ([`bytewise`]), because an
+//!   optimistic reader may be copying them at that moment; a buffer not yet
+//!   published is written with plain stores (no one else can reach it).
+//! - **The version** (`seq`). Even while the bytes are stable. The writer
+//!   makes it odd before it writes in place and even again (two higher)
+//!   after, and moves it on by two whenever it replaces or drops the buffer.
+//!   An optimistic reader ([`FolioMem::read`]) copies between two loads of
+//!   the version and keeps the copy only if both are equal and even: it
+//!   writes nothing shared, so readers on many cores never pass a cache line
+//!   between them.
+//! - **Writer against pinner**, a Dekker handshake through `SeqCst` fences:
+//!   the writer stores the odd version, then reads the count; a pinner
+//!   raises the count, then reads the version again. Either the writer sees
+//!   the pin (and copies instead of writing in place) or the pinner sees the
+//!   version move (and drops its pin before lending a byte).
+//!
+//! This is what lets a borrower hold a folio's bytes for as long as it likes
+//! (SQLite's `xFetch` pages, a parser walking a page in place) while writes
+//! to the same folio, from any thread including its own, complete at once:
+//! the borrower keeps the bytes it pinned, readers after the write see the
+//! new ones, the kernel's coherent `mmap` is not the model (Rust's `&[u8]`
+//! promises the bytes do not change under it).
+
+use crate::bytewise;
+use crate::guard::Guard;
+use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
+use core::alloc::Layout;
+use core::fmt;
+use core::ptr::NonNull;
+
+const PAGE: usize = 4096;
+
+/// A buffer could not be allocated (`ENOMEM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocError {
+    /// Bytes asked for.
+    pub bytes: usize,
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot allocate a folio buffer of {} bytes", self.bytes)
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// One buffer: its header, and its bytes in a separate allocation.
+struct Buf {
+    /// The folio's reference (while current) plus one per pin.
+    refs: AtomicUsize,
+    /// Bytes at `data`; never changes.
+    len: usize,
+    /// The bytes; never changes.
+    data: NonNull<u8>,
+}
+
+fn layout(len: usize) -> Option<Layout> {
+    let align = if len >= PAGE { PAGE } else { 64 };
+    Layout::from_size_align(len.max(1), align).ok()
+}
+
+impl Buf {
+    /// A buffer of `len` zero bytes holding one reference (its creator's).
+    fn alloc_zeroed(len: usize) -> Result<NonNull<Buf>, AllocError> {
+        let err = AllocError { bytes: len };
+        let l = layout(len).ok_or(err)?;
+        // SAFETY: `l` has a non-zero size (`layout` asks for at least one
+        // byte).
+        let data = NonNull::new(unsafe { std::alloc::alloc_zeroed(l) }).ok_or(err)?;
+        let b = Box::new(Buf {
+            refs: AtomicUsize::new(1),
+            len,
+            data,
+        });
+        Ok(NonNull::from(Box::leak(b)))
+    }
+
+    /// Free the header and the bytes.
+    ///
+    /// # Safety
+    /// - `b` came from [`Buf::alloc_zeroed`] and is freed once;
+    /// - no one can reach it any more: its count is zero and every reader
+    ///   that loaded it from a folio has finished (a grace period passed),
+    ///   or it was never published.
+    unsafe fn free(b: NonNull<Buf>) {
+        // SAFETY: `b` is a live box from `alloc_zeroed`, reachable by no one
+        // else (the contract), so it may be taken back.
+        let bx = unsafe { Box::from_raw(b.as_ptr()) };
+        debug_assert!(bx.refs.load(Ordering::Relaxed) <= 1);
+        let l = layout(bx.len).expect("layout was valid when allocated");
+        // SAFETY: `data` was allocated with this layout and is freed once,
+        // with its header.
+        unsafe { std::alloc::dealloc(bx.data.as_ptr(), l) };
+    }
+
+    /// Drop one reference; the last one frees the buffer after a grace
+    /// period.
+    ///
+    /// # Safety
+    /// - The caller owns one reference of `b` and gives it up here.
+    unsafe fn unref(b: NonNull<Buf>) {
+        // SAFETY: a reference is owned, so the buffer is allocated.
+        let refs = unsafe { &b.as_ref().refs };
+        debug_assert!(refs.load(Ordering::Relaxed) > 0);
+        if refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            Buf::retire(b);
+        }
+    }
+
+    /// Free a buffer whose count reached zero once every reader pinned now
+    /// has left.
+    fn retire(b: NonNull<Buf>) {
+        struct Send(NonNull<Buf>);
+        // SAFETY: the pointer is only freed by the deferred call, on
+        // whichever thread runs it; the buffer holds plain bytes.
+        unsafe impl core::marker::Send for Send {}
+        let p = Send(b);
+        let free = move || {
+            let p = p;
+            // SAFETY: run once, after the grace period (below).
+            unsafe { Buf::free(p.0) }
+        };
+        let guard = crate::pin();
+        // SAFETY: the count is zero: no folio points to the buffer any more
+        // (a folio drops its reference only after unpublishing it) and no
+        // pin holds it, and a zero count is never raised again, so after
+        // the grace period nobody can reach it; readers that loaded it
+        // before it was unpublished hold guards pinned before this call,
+        // which the deferral waits for.
+        unsafe { guard.defer_unchecked(free) };
+    }
+}
+
+/// A folio's bytes: see the module docs for the protocol.
+pub(crate) struct FolioMem {
+    /// The version: even when stable, odd during an in-place write.
+    seq: AtomicU64,
+    /// The current buffer (null: none yet, or dropped).
+    buf: AtomicPtr<Buf>,
+    /// Writers, fills, writeback and removal serialize on it.
+    lock: Lock<()>,
+}
+
+impl FolioMem {
+    /// No buffer yet.
+    pub(crate) fn new() -> FolioMem {
+        FolioMem {
+            seq: AtomicU64::new(0),
+            buf: AtomicPtr::new(core::ptr::null_mut()),
+            lock: Lock::new(()),
+        }
+    }
+
+    /// Copy bytes `at..at + out.len()` of the current buffer into `out`
+    /// without taking the lock or writing anything shared. Returns `false`
+    /// (and `out` holds garbage) if there is no buffer, the range does not
+    /// fit in it, or a writer changed it meanwhile: the caller then takes
+    /// the lock ([`FolioMem::lock`]) and reads under it.
+    #[inline]
+    pub(crate) fn read(&self, at: usize, out: &mut [u8], _guard: &Guard) -> bool {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            return false;
+        }
+        let b = self.buf.load(Ordering::Acquire);
+        // SAFETY: a non-null `b` was current when loaded under `_guard`,
+        // and a buffer is freed only after a grace period that began after
+        // it stopped being current, so it stays allocated while the guard
+        // lives; `len` and `data` never change.
+        let Some(b) = (unsafe { b.as_ref() }) else {
+            return false;
+        };
+        if at > b.len || b.len - at < out.len() {
+            return false;
+        }
+        // SAFETY: `at..at + out.len()` lies inside the live allocation (just
+        // checked); every concurrent write to it is an in-place write of
+        // the lock holder, made through `bytewise::store`/`fill`.
+        unsafe { bytewise::load(out, b.data.as_ptr().wrapping_add(at)) };
+        // Order the copy's loads before the second load of the version (the
+        // writer orders its odd version before its first byte store).
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == s
+    }
+
+    /// The current buffer's length (0 without one), without the lock: a
+    /// hint, since a writer may replace the buffer right after.
+    #[inline]
+    pub(crate) fn len(&self, _guard: &Guard) -> usize {
+        // SAFETY: as in `read`, a buffer loaded under the guard stays
+        // allocated while it lives; `len` never changes.
+        unsafe { self.buf.load(Ordering::Acquire).as_ref() }.map_or(0, |b| b.len)
+    }
+
+    /// Pin the current buffer without the lock: its bytes stay readable and
+    /// unchanged until the pin is dropped, and no writer waits for it.
+    /// `None` if there is no buffer or a writer is at work (the caller
+    /// retries, or takes the lock and pins with [`MemWrite::pin`]).
+    #[inline]
+    pub(crate) fn pin(&self, _guard: &Guard) -> Option<BufPin> {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            return None;
+        }
+        let p = NonNull::new(self.buf.load(Ordering::Acquire))?;
+        // SAFETY: as in `read`, a buffer loaded under the guard stays
+        // allocated while it lives.
+        let refs = unsafe { &p.as_ref().refs };
+        let mut n = refs.load(Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                return None; // no longer current, being retired
+            }
+            match refs.compare_exchange_weak(n, n + 1, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(m) => n = m,
+            }
+        }
+        let pin = BufPin(p);
+        // The pinner's half of the handshake: count raised, then version
+        // read again.
+        fence(Ordering::SeqCst);
+        if self.seq.load(Ordering::Relaxed) != s {
+            return None; // `pin` drops the reference again
+        }
+        Some(pin)
+    }
+
+    /// Take the lock (waiting for the writer that holds it).
+    #[inline]
+    pub(crate) fn lock(&self) -> MemWrite<'_> {
+        MemWrite {
+            mem: self,
+            _lock: self.lock.lock(),
+        }
+    }
+
+    /// Take the lock if no one holds it.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<MemWrite<'_>> {
+        Some(MemWrite {
+            mem: self,
+            _lock: self.lock.try_lock()?,
+        })
+    }
+}
+
+impl Drop for FolioMem {
+    fn drop(&mut self) {
+        let Some(b) = NonNull::new(self.buf.load(Ordering::Relaxed)) else {
+            return;
+        };
+        // SAFETY: the folio owns one reference of its current buffer. No
+        // optimistic reader can be copying from it now: readers reach a
+        // buffer only through a live `&Folio` (borrowed under a guard that
+        // keeps the folio itself alive, or through an `Arc`), and the folio
+        // is being dropped; pins hold references of their own.
+        let last = unsafe { b.as_ref() }.refs.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            // SAFETY: count zero, unreachable (see above).
+            unsafe { Buf::free(b) };
+        }
+    }
+}
+
+impl fmt::Debug for FolioMem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FolioMem")
+            .field("seq", &self.seq.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A counted reference to one buffer: its bytes stay readable and unchanged
+/// while it lives, whatever writers and reclaim do to the folio meanwhile.
+pub(crate) struct BufPin(NonNull<Buf>);
+
+// SAFETY: a pinned buffer's bytes never change (module invariant) and its
+// header is only touched atomically, so the pin may move to and be shared
+// with any thread.
+unsafe impl Send for BufPin {}
+// SAFETY: as above.
+unsafe impl Sync for BufPin {}
+
+impl BufPin {
+    /// The pinned bytes.
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: the pin's reference keeps the header allocated.
+        let b = unsafe { self.0.as_ref() };
+        // SAFETY: the bytes live as long as the header, and while the pin is
+        // counted no writer changes them (a writer writes in place only
+        // with the count at one, the folio's own).
+        unsafe { core::slice::from_raw_parts(b.data.as_ptr(), b.len) }
+    }
+}
+
+impl Clone for BufPin {
+    fn clone(&self) -> BufPin {
+        // SAFETY: this pin's reference keeps the buffer allocated.
+        unsafe { self.0.as_ref() }
+            .refs
+            .fetch_add(1, Ordering::Relaxed);
+        BufPin(self.0)
+    }
+}
+
+impl Drop for BufPin {
+    fn drop(&mut self) {
+        // SAFETY: the pin owns one reference.
+        unsafe { Buf::unref(self.0) }
+    }
+}
+
+impl fmt::Debug for BufPin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufPin")
+            .field("len", &self.bytes().len())
+            .finish()
+    }
+}
+
+/// The folio's lock, held: the only way to change its buffer or bytes.
+pub(crate) struct MemWrite<'a> {
+    mem: &'a FolioMem,
+    _lock: LockGuard<'a, ()>,
+}
+
+impl MemWrite<'_> {
+    /// The current buffer (the lock holder is its only writer).
+    fn cur(&self) -> Option<&Buf> {
+        let b = self.mem.buf.load(Ordering::Acquire);
+        // SAFETY: the folio's reference keeps its current buffer allocated,
+        // and only the lock holder (this guard) replaces or drops it.
+        unsafe { b.as_ref() }
+    }
+
+    /// The current buffer's length (0 without one).
+    pub(crate) fn len(&self) -> usize {
+        self.cur().map_or(0, |b| b.len)
+    }
+
+    /// The current buffer's bytes (empty without one), to read.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self.cur() {
+            // SAFETY: the bytes are allocated while the buffer is current,
+            // which it stays while this guard is borrowed (only `&mut self`
+            // methods replace it); they change only through `&mut self`
+            // methods of this, the only, writer, which the shared borrow
+            // excludes; other threads only read them.
+            Some(b) => unsafe { core::slice::from_raw_parts(b.data.as_ptr(), b.len) },
+            None => &[],
+        }
+    }
+
+    /// Whether a pin holds the current buffer (reclaim leaves such folios).
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.cur()
+            .is_some_and(|b| b.refs.load(Ordering::Acquire) > 1)
+    }
+
+    /// Pin the current buffer (no writer can be at work: this is it).
+    pub(crate) fn pin(&self) -> Option<BufPin> {
+        let b = self.cur()?;
+        // The count is at least one (the folio's), so raising it is safe;
+        // writers see it once they take the lock after this guard.
+        b.refs.fetch_add(1, Ordering::SeqCst);
+        Some(BufPin(NonNull::from(b)))
+    }
+
+    /// Make a new buffer of `len` zero bytes, let `fill` write it (it is
+    /// private until published), and make it current, dropping the old
+    /// one. When `fill` fails nothing changes and its error is returned.
+    ///
+    /// # Errors
+    /// [`InstallError::Alloc`] when the buffer cannot be allocated,
+    /// [`InstallError::Fill`] with `fill`'s error.
+    pub(crate) fn install<E>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), InstallError<E>> {
+        let new = Buf::alloc_zeroed(len).map_err(InstallError::Alloc)?;
+        // SAFETY: just allocated, owned here.
+        let data = unsafe { new.as_ref() }.data;
+        // SAFETY: the new buffer is private: nothing else can reach it
+        // until it is published below, so a unique borrow of its `len`
+        // bytes is sound.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(data.as_ptr(), len) };
+        if let Err(e) = fill(bytes) {
+            // SAFETY: never published, so no one else can reach it.
+            unsafe { Buf::free(new) };
+            return Err(InstallError::Fill(e));
+        }
+        self.publish(Some(new));
+        Ok(())
+    }
+
+    /// Drop the current buffer (the folio leaves the cache).
+    pub(crate) fn release(&mut self) {
+        self.publish(None);
+    }
+
+    /// Make `new` current, move the version on, and drop the folio's
+    /// reference to the old buffer.
+    fn publish(&mut self, new: Option<NonNull<Buf>>) {
+        let old = self.mem.buf.swap(
+            new.map_or(core::ptr::null_mut(), NonNull::as_ptr),
+            Ordering::AcqRel,
+        );
+        let s = self.mem.seq.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 0);
+        self.mem.seq.store(s.wrapping_add(2), Ordering::Release);
+        if let Some(old) = NonNull::new(old) {
+            // SAFETY: the folio owned one reference of its current buffer,
+            // which it no longer points to (unpublished above).
+            unsafe { Buf::unref(old) };
+        }
+    }
+
+    /// Begin changing the current buffer's bytes: in place when nothing
+    /// pins the buffer, else into a copy that becomes current when the
+    /// returned [`Edit`] is dropped.
+    ///
+    /// # Errors
+    /// [`AllocError`] when a copy is needed and cannot be allocated (nothing
+    /// changed). Without a buffer the edit has length 0.
+    pub(crate) fn edit(&mut self) -> Result<Edit<'_>, AllocError> {
+        let Some(b) = self.cur() else {
+            return Ok(Edit {
+                mem: self.mem,
+                data: NonNull::dangling(),
+                len: 0,
+                how: How::Nothing,
+            });
+        };
+        let (data, len) = (b.data, b.len);
+        let s = self.mem.seq.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 0);
+        // The writer's half of the handshake: odd version, then the count.
+        self.mem.seq.store(s + 1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if b.refs.load(Ordering::Relaxed) == 1 {
+            return Ok(Edit {
+                mem: self.mem,
+                data,
+                len,
+                how: How::InPlace { seq: s },
+            });
+        }
+        // Pinned: nothing was written, so the version may go back to the
+        // even value readers may have copied under (their copies are good).
+        self.mem.seq.store(s, Ordering::Release);
+        let new = Buf::alloc_zeroed(len)?;
+        // SAFETY: just allocated, owned here.
+        let copy = unsafe { new.as_ref() }.data;
+        // SAFETY: `new` is private until published and `len` bytes long, as
+        // the old buffer is; the old bytes are read with plain loads, which
+        // only race with other reads (this guard is the only writer).
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), copy.as_ptr(), len) };
+        Ok(Edit {
+            mem: self.mem,
+            data: copy,
+            len,
+            how: How::Copy { new },
+        })
+    }
+}
+
+impl fmt::Debug for MemWrite<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemWrite")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Why [`MemWrite::install`] failed.
+#[derive(Debug)]
+pub(crate) enum InstallError<E> {
+    /// The buffer could not be allocated.
+    Alloc(AllocError),
+    /// The fill function failed.
+    Fill(E),
+}
+
+enum How {
+    /// No buffer: nothing to change.
+    Nothing,
+    /// Writing the current buffer in place; the version is `seq + 1` (odd).
+    InPlace { seq: u64 },
+    /// Writing a private copy, published when the edit ends.
+    Copy { new: NonNull<Buf> },
+}
+
+/// Changes to a folio's bytes under its lock ([`MemWrite::edit`]). They
+/// become visible as one: readers validating against the version never
+/// keep a copy taken while an edit ran.
+pub(crate) struct Edit<'w> {
+    mem: &'w FolioMem,
+    data: NonNull<u8>,
+    len: usize,
+    how: How,
+}
+
+impl Edit<'_> {
+    fn check(&self, at: usize, n: usize) {
+        assert!(
+            at.checked_add(n).is_some_and(|e| e <= self.len),
+            "folio edit of {n} bytes at {at} outside its {} bytes",
+            self.len
+        );
+    }
+
+    /// Write `src` at byte `at`.
+    ///
+    /// # Panics
+    /// If `at + src.len()` exceeds the buffer's length (a bug of the caller).
+    pub(crate) fn write(&mut self, at: usize, src: &[u8]) {
+        self.check(at, src.len());
+        let dst = self.data.as_ptr().wrapping_add(at);
+        match self.how {
+            // SAFETY: in bounds (checked); readers copy with
+            // `bytewise::load`, and this is the only writer.
+            How::InPlace { .. } => unsafe { bytewise::store(dst, src) },
+            // SAFETY: in bounds (checked) of a buffer private until the edit
+            // ends.
+            How::Copy { .. } => unsafe {
+                core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
+            },
+            How::Nothing => {}
+        }
+    }
+
+    /// Set `n` bytes at `at` to `byte`.
+    ///
+    /// # Panics
+    /// If `at + n` exceeds the buffer's length.
+    pub(crate) fn fill(&mut self, at: usize, n: usize, byte: u8) {
+        self.check(at, n);
+        let dst = self.data.as_ptr().wrapping_add(at);
+        match self.how {
+            // SAFETY: as in `write`.
+            How::InPlace { .. } => unsafe { bytewise::fill(dst, n, byte) },
+            // SAFETY: as in `write`.
+            How::Copy { .. } => unsafe { core::ptr::write_bytes(dst, byte, n) },
+            How::Nothing => {}
+        }
+    }
+}
+
+impl Drop for Edit<'_> {
+    fn drop(&mut self) {
+        match self.how {
+            How::Nothing => {}
+            How::InPlace { seq } => self.mem.seq.store(seq + 2, Ordering::Release),
+            How::Copy { new } => {
+                let old = self.mem.buf.swap(new.as_ptr(), Ordering::AcqRel);
+                let s = self.mem.seq.load(Ordering::Relaxed);
+                self.mem.seq.store(s.wrapping_add(2), Ordering::Release);
+                if let Some(old) = NonNull::new(old) {
+                    // SAFETY: the folio's reference to the old buffer, no
+                    // longer current.
+                    unsafe { Buf::unref(old) };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn filled(len: usize, byte: u8) -> FolioMem {
+        let m = FolioMem::new();
+        m.lock()
+            .install(len, |b| {
+                b.fill(byte);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        m
+    }
+
+    #[test]
+    fn optimistic_read_and_in_place_write() {
+        let m = filled(8192, 1);
+        let g = crate::pin();
+        let mut out = [0u8; 16];
+        assert!(m.read(4090, &mut out, &g));
+        assert_eq!(out, [1; 16]);
+        assert!(!m.read(8190, &mut out, &g), "past the end");
+        m.lock().edit().unwrap().write(4096, &[9; 4]);
+        assert!(m.read(4090, &mut out, &g));
+        assert_eq!(&out[..6], &[1; 6]);
+        assert_eq!(&out[6..10], &[9; 4]);
+    }
+
+    #[test]
+    fn a_pin_keeps_its_bytes_and_never_blocks_the_writer() {
+        let m = filled(4096, 7);
+        let g = crate::pin();
+        let pin = m.pin(&g).expect("no writer");
+        {
+            let mut w = m.lock();
+            assert!(w.is_pinned());
+            let mut e = w.edit().unwrap();
+            e.write(0, &[8; 100]);
+        }
+        assert!(pin.bytes().iter().all(|&b| b == 7), "pinned bytes kept");
+        let mut out = [0u8; 100];
+        assert!(m.read(0, &mut out, &g));
+        assert_eq!(out, [8; 100], "readers see the new bytes");
+        let again = m.pin(&g).unwrap();
+        assert_eq!(&again.bytes()[..100], &[8; 100]);
+        drop(pin);
+        assert!(m.lock().is_pinned(), "the second pin still holds it");
+        drop(again);
+        assert!(!m.lock().is_pinned());
+    }
+
+    #[test]
+    fn release_leaves_pins_readable() {
+        let m = filled(4096, 3);
+        let g = crate::pin();
+        let pin = m.pin(&g).unwrap();
+        m.lock().release();
+        let mut out = [0u8; 1];
+        assert!(!m.read(0, &mut out, &g), "no buffer");
+        assert!(m.pin(&g).is_none());
+        assert!(pin.bytes().iter().all(|&b| b == 3));
+    }
+
+    #[test]
+    fn failed_install_changes_nothing() {
+        let m = filled(64, 5);
+        let r = m.lock().install(64, |b| {
+            b.fill(6);
+            Err("backend error")
+        });
+        assert!(matches!(r, Err(InstallError::Fill("backend error"))));
+        assert!(m.lock().bytes().iter().all(|&b| b == 5));
+    }
+
+    /// Writers rewrite the whole buffer with one byte value; optimistic
+    /// readers and pinners on other threads never keep a torn copy.
+    #[test]
+    fn concurrent_readers_never_keep_a_torn_copy() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let m = std::sync::Arc::new(filled(4096, 0));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (m, stop) = (m.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut v = 0u8;
+                while !stop.load(Ordering::Relaxed) {
+                    v = v.wrapping_add(1);
+                    m.lock().edit().unwrap().fill(0, 4096, v);
+                    // Leave readers a window now and then (a seqlock's
+                    // readers starve under a writer that never pauses; the
+                    // page cache's readers then take the lock instead).
+                    if v.is_multiple_of(4) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let (mut kept, mut pinned) = (0, 0);
+        let mut out = vec![0u8; 4096];
+        for i in 0..if cfg!(miri) { 50 } else { 20_000 } {
+            let g = crate::pin();
+            if i % 2 == 0 {
+                if m.read(0, &mut out, &g) {
+                    assert!(out.iter().all(|&b| b == out[0]), "torn copy kept");
+                    kept += 1;
+                }
+            } else if let Some(p) = m.pin(&g) {
+                let first = p.bytes()[0];
+                std::thread::yield_now();
+                assert!(p.bytes().iter().all(|&b| b == first), "pinned bytes moved");
+                pinned += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        if !cfg!(miri) {
+            assert!(kept > 0 && pinned > 0, "kept {kept}, pinned {pinned}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A cached file's shared state, `FileShared` (the kernel's
+//! `struct address_space` with the parts of its inode a page cache uses):
+//! the address space, the backend, the size, the writeback lock, the error
+//! sequence, the readahead window and the per-block state, and the one
+//! operation every other part needs: taking a folio out of the file.
+//!
+//! Sits below the file operations (`file`), writeback (`writeback`),
+//! reclaim and the LRU, which all work on it; it imports none of them.
+//!
+//! Invariants:
+//! - `size` changes only under `size_lock` (and, when shrinking, under
+//!   `wb_lock` too, so writeback never writes past a size truncation
+//!   removed);
+//! - a folio leaves the address space only through [`FileShared::detach`],
+//!   under its lock, after `DETACHED` is set; its block state and its dirty
+//!   bytes go with it.
+
+use super::blocks::BlockMap;
+use super::errseq::ErrSeq;
+use super::options::{FileOptions, OpenError};
+use super::readahead::Readahead;
+use super::stats::{bump, drop_gauge};
+use super::CacheInner;
+use crate::backend::Backend;
+use crate::filemap::{AddressSpace, Folio, FolioFlags, MemWrite, Shadow};
+use crate::sync::{AtomicU64, Lock, Ordering};
+use std::io;
+use std::sync::Arc;
+
+/// A folio buffer that could not be allocated, as an I/O error (`ENOMEM`).
+pub(crate) fn oom(e: crate::filemap::AllocError) -> io::Error {
+    io::Error::new(io::ErrorKind::OutOfMemory, e)
+}
+
+/// The state shared by every handle of one file.
+pub(crate) struct FileShared {
+    pub(crate) id: u64,
+    pub(crate) cache: Arc<CacheInner>,
+    pub(crate) mapping: AddressSpace,
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) size: AtomicU64,
+    pub(crate) size_lock: Lock<()>,
+    pub(crate) wb_lock: Lock<()>,
+    pub(crate) errseq: ErrSeq,
+    /// When the file first became dirty since its last writeback
+    /// ([`CacheInner::now_ms`]), 0 when clean.
+    pub(crate) dirtied_at: AtomicU64,
+    pub(crate) ra: Readahead,
+    /// Per-block uptodate and dirty state.
+    pub(crate) blocks: BlockMap,
+    /// Dirty and read-modify-write whole folios (the baseline mode).
+    pub(crate) whole_folio: bool,
+    /// Order of the folios a write allocates on a miss.
+    pub(crate) write_order: u32,
+}
+
+impl FileShared {
+    pub(crate) fn new(
+        id: u64,
+        cache: Arc<CacheInner>,
+        backend: Box<dyn Backend>,
+        len: u64,
+        opts: FileOptions,
+    ) -> Result<Self, OpenError> {
+        let (shift, write_order) = opts.validate()?;
+        Ok(FileShared {
+            id,
+            cache,
+            mapping: AddressSpace::new(),
+            backend,
+            size: AtomicU64::new(len),
+            size_lock: Lock::new(()),
+            wb_lock: Lock::new(()),
+            errseq: ErrSeq::new(),
+            dirtied_at: AtomicU64::new(0),
+            ra: Readahead::new(),
+            blocks: BlockMap::new(shift),
+            whole_folio: opts.whole_folio,
+            write_order,
+        })
+    }
+
+    /// The file's size in bytes.
+    #[inline]
+    pub(crate) fn len(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Fill `buf` from the backend at `pos`, reading no further than
+    /// `size`; the rest stays as it is (zero in a new buffer). Short reads
+    /// and `EINTR` are retried.
+    pub(crate) fn read_backend(&self, buf: &mut [u8], pos: u64, size: u64) -> io::Result<()> {
+        let want = size.saturating_sub(pos).min(buf.len() as u64) as usize;
+        let mut done = 0;
+        while done < want {
+            match self
+                .backend
+                .read_at(&mut buf[done..want], pos + done as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => done += n.min(want - done),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        bump(&self.cache.counters.backend_read_bytes, done as u64);
+        Ok(())
+    }
+
+    /// Book `newly` dirty bytes of a folio (flag, tag, gauge, file age).
+    /// The caller holds its lock.
+    pub(crate) fn mark_dirty(&self, f: &Folio, newly: u64) {
+        self.cache.counters.dirty_bytes.add(newly);
+        if !f.set(FolioFlags::DIRTY) {
+            self.mapping.mark_dirty(f.index());
+            let _ = self.dirtied_at.compare_exchange(
+                0,
+                self.cache.now_ms(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// The bytes of a locked folio a change of `from..to` dirties: those,
+    /// or in whole-folio mode the whole folio.
+    #[inline]
+    pub(crate) fn dirty_span(&self, w: &MemWrite<'_>, from: usize, to: usize) -> (usize, usize) {
+        if self.whole_folio {
+            (0, w.len())
+        } else {
+            (from, to)
+        }
+    }
+
+    /// Remove a folio whose lock the caller holds (`w`), leaving `shadow`,
+    /// and drop its bytes (pins keep theirs).
+    pub(crate) fn detach(&self, f: &Arc<Folio>, w: &mut MemWrite<'_>, shadow: Option<Shadow>) {
+        f.set(FolioFlags::DETACHED);
+        self.cache.lru.lock().forget(f);
+        if self.mapping.remove_folio(f, shadow) {
+            drop_gauge(&self.cache.nr_cached, f.nr_pages());
+        }
+        f.clear(FolioFlags::DIRTY);
+        self.cache.counters.dirty_bytes.sub(self.blocks.forget(f));
+        w.release();
+    }
+}
