@@ -147,3 +147,56 @@ fn short_transfers_and_eintr_are_retried() {
     f.sync().unwrap();
     assert!(b.contents()[100..9100].iter().all(|&x| x == 9));
 }
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// The background flusher (short `dirty_expire`) hits a failing backend:
+/// nothing is marked clean while the writes fail (the dirty bytes stay, the
+/// backend has none of them, invalidation cannot drop them); once the
+/// backend recovers the flusher writes everything; and the error reaches
+/// the next `sync` of every handle of the file exactly once (errseq).
+#[test]
+fn flusher_errors_reach_every_handle_once_and_nothing_unwritten_is_cleaned() {
+    use std::time::Duration;
+    let cache = PageCache::new(
+        CacheConfig::default()
+            .capacity(64 << 20)
+            .dirty_expire(Duration::from_millis(10)),
+    );
+    let b = Arc::new(MemBackend::new());
+    b.set_len_direct(16 * 4096);
+    let f = cache.open(Arc::clone(&b)).unwrap();
+    let g = f.clone();
+    b.fail_all.store(true, Ordering::Relaxed);
+    f.write_at(&[7u8; 4 * 4096], 4096).unwrap();
+    wait_until("a failed background writeback", || {
+        cache.stats().writeback_errors >= 2
+    });
+    for _ in 0..20 {
+        let s = cache.stats();
+        assert_eq!(s.dirty_bytes + s.writeback_bytes, 4 * 4096, "{s:?}");
+        assert!(b.contents().iter().all(|&x| x == 0), "nothing reached it");
+        assert_eq!(f.invalidate(0..16 * 4096).unwrap(), 0, "dirty pages stay");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    b.fail_all.store(false, Ordering::Relaxed);
+    wait_until("the flusher to write the data", || {
+        cache.stats().dirty_bytes == 0 && cache.stats().writeback_bytes == 0
+    });
+    assert_eq!(&b.contents()[4096..5 * 4096], &[7u8; 4 * 4096][..]);
+    assert!(f.sync().is_err(), "the flusher's error, once");
+    assert!(f.sync().is_ok());
+    assert!(g.sync().is_err(), "and once to the other handle");
+    assert!(g.sync().is_ok());
+    let late = g.clone();
+    assert!(late.sync().is_ok(), "a handle made after it was reported");
+}

@@ -358,3 +358,79 @@ fn a_background_request_made_during_a_flusher_pass_is_not_lost() {
         file.sync().unwrap();
     }
 }
+
+/// Issue 24's case: a slow backend, a 1 MiB dirty limit and three writers.
+/// The bytes not yet on the backend (dirty plus under writeback) never
+/// pass the limit plus the slack, although writeback takes up to 1 MiB at
+/// a time out of the dirty count.
+#[test]
+fn a_slow_backend_never_holds_more_than_the_limit_unwritten() {
+    const WRITERS: u64 = 3;
+    const EACH: u64 = 2 << 20;
+    let cache = PageCache::new(
+        CacheConfig::default()
+            .capacity(64 << 20)
+            .dirty_bytes(1 << 20)
+            .dirty_background_bytes(512 << 10)
+            .ratelimit_pages(RATELIMIT),
+    );
+    let limit = cache.config().dirty_bytes;
+    let inner = Arc::new(MemBackend::new());
+    *inner.data.lock().unwrap() = vec![0; (WRITERS * EACH) as usize];
+    let file = cache
+        .open(Slow {
+            inner: Arc::clone(&inner),
+            bytes_per_sec: 8 << 20,
+        })
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let (max_unwritten, max_writeback) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let monitor = {
+        let (cache, done) = (cache.clone(), Arc::clone(&done));
+        let (mu, mw) = (Arc::clone(&max_unwritten), Arc::clone(&max_writeback));
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let s = cache.stats();
+                mu.fetch_max(s.dirty_bytes + s.writeback_bytes, Ordering::Relaxed);
+                mw.fetch_max(s.writeback_bytes, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                let buf = vec![w as u8 + 1; 4096];
+                for i in 0..EACH / 4096 {
+                    file.write_at(&buf, w * EACH + i * 4096).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    monitor.join().unwrap();
+    file.sync().unwrap();
+    let slack = WRITERS * (RATELIMIT * 4096 + 4096);
+    let seen = max_unwritten.load(Ordering::Relaxed);
+    assert!(
+        max_writeback.load(Ordering::Relaxed) > 0,
+        "writeback was never seen in flight"
+    );
+    assert!(
+        seen > limit / 2,
+        "the test never got near the limit: {seen}"
+    );
+    assert!(
+        seen <= limit + slack,
+        "dirty + writeback reached {seen} > limit {limit} + slack {slack}"
+    );
+    let data = inner.contents();
+    for w in 0..WRITERS {
+        let r = (w * EACH) as usize..((w + 1) * EACH) as usize;
+        assert!(data[r].iter().all(|&b| b == w as u8 + 1), "writer {w}");
+    }
+}

@@ -158,13 +158,35 @@ impl Bounce {
     }
 }
 
+/// The largest offset a file can have: `off_t`'s maximum.
+const MAX_OFFSET: u64 = i64::MAX as u64;
+
+/// Refuse a range past [`MAX_OFFSET`] with an error naming it (`EFBIG` for
+/// writes and sizes, `EINVAL` for reads, as the kernel answers), rather than
+/// the standard library's "out of range integral type conversion".
+fn check_range(what: &str, offset: u64, len: u64) -> io::Result<()> {
+    let end = checked_end(offset, len)?;
+    if end <= MAX_OFFSET {
+        return Ok(());
+    }
+    let kind = if what == "read" {
+        io::ErrorKind::InvalidInput
+    } else {
+        io::ErrorKind::FileTooLarge
+    };
+    Err(io::Error::new(
+        kind,
+        format!("{what} of {len} bytes at offset {offset} ends past the largest file offset, {MAX_OFFSET}"),
+    ))
+}
+
 fn aligned(p: *const u8) -> bool {
     p.align_offset(DIRECT_ALIGN) == 0
 }
 
 impl Backend for FileBackend {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        checked_end(offset, buf.len() as u64)?;
+        check_range("read", offset, buf.len() as u64)?;
         match self.direct_for(offset, buf.len()) {
             Some(d) if aligned(buf.as_ptr()) => d.read_at(buf, offset),
             Some(d) => {
@@ -178,7 +200,7 @@ impl Backend for FileBackend {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        checked_end(offset, buf.len() as u64)?;
+        check_range("write", offset, buf.len() as u64)?;
         match self.direct_for(offset, buf.len()) {
             Some(d) if aligned(buf.as_ptr()) => d.write_at(buf, offset),
             Some(d) => {
@@ -199,6 +221,7 @@ impl Backend for FileBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        check_range("set_len", 0, len)?;
         self.file.set_len(len)
     }
 }
@@ -232,6 +255,16 @@ mod tests {
             f.write_at(b"x", u64::MAX).unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
+        // Past off_t: a named limit, not a failed integer conversion.
+        for e in [
+            f.set_len(u64::MAX).unwrap_err(),
+            f.write_at(b"xy", i64::MAX as u64).unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+            assert!(e.to_string().contains(&i64::MAX.to_string()), "{e}");
+        }
+        let e = f.read_at(&mut b[..2], i64::MAX as u64).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
         f.write_zeroes(0, 5).unwrap();
         f.flush().unwrap();
         std::fs::remove_file(&p).unwrap();

@@ -325,6 +325,7 @@ impl PageCache {
             background_kicks: t.background_kicks.load(Ordering::Relaxed),
             flusher_runs: c.flusher_runs.load(Ordering::Relaxed) as u64,
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
+            writeback_errors: c.writeback_errors.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages: self.inner.nr_cached.load(Ordering::Relaxed),

@@ -102,6 +102,7 @@ pub(crate) struct Counters {
     pub(crate) shadow_nodes_reclaimed: AtomicU64,
     pub(crate) dirty_bytes: DirtyGauge,
     pub(crate) writeback_bytes: AtomicU64,
+    pub(crate) writeback_errors: AtomicU64,
     pub(crate) backend_read_bytes: AtomicU64,
     pub(crate) backend_written_bytes: AtomicU64,
     pub(crate) readahead_pages: AtomicU64,
@@ -119,6 +120,7 @@ impl Counters {
             shadow_nodes_reclaimed: AtomicU64::new(0),
             dirty_bytes: DirtyGauge::new(),
             writeback_bytes: AtomicU64::new(0),
+            writeback_errors: AtomicU64::new(0),
             backend_read_bytes: AtomicU64::new(0),
             backend_written_bytes: AtomicU64::new(0),
             readahead_pages: AtomicU64::new(0),
@@ -184,8 +186,13 @@ pub struct CacheStats {
     /// wake-up runs passes until the dirty bytes are at or below the
     /// background threshold or a pass writes nothing.
     pub flusher_runs: u64,
-    /// Bytes under writeback now.
+    /// Bytes under writeback now (taken from dirty blocks, not yet
+    /// written to the backend). Dirty throttling counts `dirty_bytes +
+    /// writeback_bytes`.
     pub writeback_bytes: u64,
+    /// Backend writes that failed during writeback (the blocks stayed
+    /// dirty; the error went to each file's error sequence).
+    pub writeback_errors: u64,
     /// Bytes read from backends.
     pub backend_read_bytes: u64,
     /// Bytes written to backends.

@@ -4,6 +4,12 @@
 //!
 //! Owns [`ThrottleMode`], the writeback bandwidth estimate, and the pause.
 //!
+//! What is throttled is the bytes not yet on the backend: dirty plus under
+//! writeback (the kernel's `NR_FILE_DIRTY + NR_WRITEBACK`), so a slow
+//! backend cannot let writers fill memory with bytes that writeback has
+//! taken but not yet written. The background threshold looks at the dirty
+//! bytes alone, as `wb_over_bg_thresh` does.
+//!
 //! A writer adds what it dirtied to a per-thread count and reads the whole
 //! gauge (the sum of its shards) only when that count reaches
 //! `ratelimit_pages` pages (the kernel's `ratelimit_pages`; 8 pages while
@@ -13,15 +19,18 @@
 //! from the measured writeback bandwidth and capped at [`MAX_PAUSE`], until
 //! the gauge is at or below the limit again. With no flusher thread, a
 //! throttled writer writes back itself instead. A writer stops waiting
-//! when writeback makes no progress ([`STUCK_PAUSES`] pauses, or one
-//! failed pass of its own): a failing backend must not hang writers, and
-//! its error reaches the next `sync`.
+//! when writeback fails ([`STUCK_PAUSES`] pauses without a byte reaching
+//! the backend while writes failed or nothing was in flight, or one failed
+//! pass of its own): a failing backend must not hang writers, and its
+//! error reaches the next `sync`; a slow one makes them wait.
 //!
 //! Invariants: the gauge's shards sum (wrapping) to the dirty bytes, since
-//! every dirtying and cleaning is booked exactly once; so, with `W` writer
-//! threads, the dirty bytes stay below `limit + W × (ratelimit_pages pages +
-//! one folio)` (each thread's dirtying since its last check, which saw the
-//! gauge at or below the limit); no single pause exceeds [`MAX_PAUSE`].
+//! every dirtying and cleaning is booked exactly once, and writeback books
+//! bytes as under writeback before it lowers the dirty gauge; so, with `W`
+//! writer threads, the bytes not on the backend (dirty plus under
+//! writeback) stay below `limit + W × (ratelimit_pages pages + one folio)`
+//! (each thread's dirtying since its last check, which saw them at or below
+//! the limit) while writeback works; no single pause exceeds [`MAX_PAUSE`].
 //! The per-thread count is shared by all caches a thread writes to.
 
 use super::writeback::{self, Mode};
@@ -113,6 +122,11 @@ impl Throttle {
 }
 
 impl CacheInner {
+    /// Bytes not yet on the backend: dirty, and under writeback.
+    fn unwritten(&self) -> u64 {
+        self.counters.dirty_bytes.read() + self.counters.writeback_bytes.load(Ordering::Relaxed)
+    }
+
     /// `balance_dirty_pages_ratelimited`: book that this thread dirtied
     /// `newly` bytes, and check the global dirty bytes when the ratelimit
     /// (or, in [`ThrottleMode::GlobalRead`], every page) says so.
@@ -128,7 +142,7 @@ impl CacheInner {
                 let pages = newly.div_ceil(PAGE_SIZE as u64);
                 let mut d = 0;
                 for _ in 0..pages {
-                    d = self.counters.dirty_bytes.read();
+                    d = self.unwritten();
                 }
                 self.throttle
                     .global_reads
@@ -157,10 +171,10 @@ impl CacheInner {
                     return;
                 }
                 self.throttle.global_reads.fetch_add(1, Ordering::Relaxed);
-                self.counters.dirty_bytes.read()
+                self.unwritten()
             }
         };
-        if dirty > cfg.dirty_background_bytes {
+        if self.counters.dirty_bytes.read() > cfg.dirty_background_bytes {
             self.throttle
                 .background_kicks
                 .fetch_add(1, Ordering::Relaxed);
@@ -182,13 +196,16 @@ impl CacheInner {
                 for f in self.files() {
                     let _ = writeback::writeback(&f, 0, u64::MAX, Mode::Background);
                 }
-                let now = self.counters.dirty_bytes.read();
+                let now = self.unwritten();
                 if now >= dirty {
                     return; // failing writeback: errors go to `sync`
                 }
                 dirty = now;
                 continue;
             }
+            let c = &self.counters;
+            let written = c.backend_written_bytes.load(Ordering::Relaxed);
+            let errors = c.writeback_errors.load(Ordering::Relaxed);
             self.kick_flusher();
             let pause = self.throttle.pause_for(dirty - cfg.dirty_bytes);
             let t0 = Instant::now();
@@ -201,10 +218,17 @@ impl CacheInner {
             // at most 200 ms, so the cast is lossless
             t.max_pause_asked_ns
                 .fetch_max(pause.as_nanos() as u64, Ordering::Relaxed);
-            let now = self.counters.dirty_bytes.read();
-            stuck = if now >= dirty { stuck + 1 } else { 0 };
+            let now = self.unwritten();
+            let progress = c.backend_written_bytes.load(Ordering::Relaxed) > written;
+            let failing = c.writeback_errors.load(Ordering::Relaxed) > errors
+                || c.writeback_bytes.load(Ordering::Relaxed) == 0;
+            stuck = if now < dirty || progress || !failing {
+                0
+            } else {
+                stuck + 1
+            };
             if stuck >= STUCK_PAUSES {
-                return; // writeback makes no progress (failing backend)
+                return; // writeback fails (or nothing moves): errors go to `sync`
             }
             dirty = now;
         }

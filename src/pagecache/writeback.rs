@@ -92,7 +92,6 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         let taken = file.blocks.take_dirty(&folio);
         let c = &file.cache.counters;
         let taken_bytes: usize = taken.iter().map(|(_, n)| n * bs).sum();
-        c.dirty_bytes.sub(taken_bytes as u64);
         // Read the size under the folio's lock: a write that extended the
         // file stored the new size before it took the lock, so its bytes
         // are inside the span.
@@ -103,6 +102,16 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
             .filter(|&(b, _)| b * bs < in_file)
             .collect();
         let nspans = spans.len();
+        // The bytes move from dirty to under writeback, the new count
+        // booked before the old one is lowered, so dirty plus writeback
+        // (what throttling counts) never dips below what is not on disk.
+        let span_bytes =
+            |&(first, count): &(usize, usize)| ((first + count) * bs).min(in_file) - first * bs;
+        bump(
+            &c.writeback_bytes,
+            spans.iter().map(span_bytes).sum::<usize>() as u64,
+        );
+        c.dirty_bytes.sub(taken_bytes as u64);
         if nspans == 0 {
             // Wholly past the end of the file: nothing to write.
             drop(w);
@@ -121,7 +130,6 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
                 run.offset = pos;
             }
             run.buf.extend_from_slice(&data[from..to]);
-            bump(&c.writeback_bytes, (to - from) as u64);
             run.parts.push(Part {
                 folio: Arc::clone(&folio),
                 first,
@@ -159,7 +167,10 @@ fn finish(file: &FileShared, run: &mut Run, result: &mut io::Result<()>) {
     }
     match &res {
         Ok(()) => bump(&c.backend_written_bytes, run.buf.len() as u64),
-        Err(e) => file.errseq.set(e),
+        Err(e) => {
+            bump(&c.writeback_errors, 1);
+            file.errseq.set(e)
+        }
     }
     for p in run.parts.drain(..) {
         if res.is_err() {
