@@ -68,7 +68,7 @@ impl Folio {
             index,
             order,
             flags: AtomicU32::new(0),
-            mem: FolioMem::new(),
+            mem: FolioMem::new((1usize << order) * PAGE_SIZE),
         })
     }
     /// First page index.
@@ -105,65 +105,70 @@ impl Folio {
     pub fn clear(&self, f: FolioFlags) -> bool {
         self.flags.fetch_and(!f.0, Ordering::AcqRel) & f.0 != 0
     }
-    /// Replace the whole contents with `bytes` (at most the folio's size,
-    /// [`nr_pages`](Folio::nr_pages) pages; longer input is cut) and mark
-    /// the folio uptodate. Returns the bytes stored.
+    /// Replace the contents with `bytes` followed by zeros (the folio's
+    /// bytes are its whole size, [`max_bytes`](Folio::max_bytes); longer
+    /// input is cut) and mark the folio uptodate. Returns the bytes stored.
     ///
     /// # Panics
     /// If the memory for the bytes cannot be allocated (as `Vec` would).
     pub fn fill(&self, bytes: &[u8]) -> usize {
         let n = bytes.len().min(self.max_bytes());
-        self.install(n, |b| b.copy_from_slice(&bytes[..n]));
+        self.mem
+            .lock()
+            .install(|b| {
+                b[..n].copy_from_slice(&bytes[..n]);
+                Ok::<(), ()>(())
+            })
+            .unwrap_or_else(|_| alloc_failed(self.max_bytes()));
         self.set(FolioFlags::UPTODATE);
         n
     }
 
     /// Copy up to `buf.len()` bytes at byte `offset` of the folio into
-    /// `buf` (without blocking on writers unless one is at work on this
-    /// folio); returns how many the folio holds there (0 without bytes).
+    /// `buf` (without waiting for a lock unless a writer is at work on this
+    /// folio); returns how many it copied: 0 at or past the folio's end or
+    /// when it has no bytes yet.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(self.max_bytes().saturating_sub(offset));
+        if n == 0 {
+            return 0;
+        }
         {
             let guard = crate::pin();
             for _ in 0..4 {
-                let len = self.mem.len(&guard);
-                let n = buf.len().min(len.saturating_sub(offset));
-                if self.mem.read(offset.min(len), &mut buf[..n], &guard) {
+                if self.mem.read(offset, &mut buf[..n], &guard) {
                     return n;
                 }
             }
         }
         let w = self.mem.lock();
-        let d = w.bytes();
-        if offset >= d.len() {
-            return 0;
+        match w.bytes().get(offset..offset + n) {
+            Some(d) => {
+                buf[..n].copy_from_slice(d);
+                n
+            }
+            None => 0,
         }
-        let n = buf.len().min(d.len() - offset);
-        buf[..n].copy_from_slice(&d[offset..offset + n]);
-        n
     }
 
-    /// Write `bytes` at byte `offset` (growing the contents up to the
-    /// folio's size) and mark the folio dirty. Returns the bytes written:
+    /// Write `bytes` at byte `offset` (the folio's bytes start as zeros if
+    /// it had none) and mark the folio dirty. Returns the bytes written:
     /// fewer than `bytes.len()` only where the folio ends.
     ///
     /// # Panics
     /// If the memory for the bytes cannot be allocated (as `Vec` would).
     pub fn write(&self, offset: usize, bytes: &[u8]) -> usize {
-        let max = self.max_bytes();
-        let n = bytes.len().min(max.saturating_sub(offset));
+        let n = bytes.len().min(self.max_bytes().saturating_sub(offset));
         if n == 0 {
             return 0;
         }
-        let end = offset + n;
         let mut w = self.mem.lock();
-        if w.len() < end {
-            let old = w.bytes().to_vec();
-            w.install(end, |b| {
-                b[..old.len()].copy_from_slice(&old);
-                b[offset..end].copy_from_slice(&bytes[..n]);
+        if w.len() == 0 {
+            w.install(|b| {
+                b[offset..offset + n].copy_from_slice(&bytes[..n]);
                 Ok::<(), ()>(())
             })
-            .unwrap_or_else(|_| alloc_failed(end));
+            .unwrap_or_else(|_| alloc_failed(self.max_bytes()));
         } else {
             let mut e = w.edit().unwrap_or_else(|e| alloc_failed(e.bytes));
             e.write(offset, &bytes[..n]);
@@ -173,7 +178,7 @@ impl Folio {
         n
     }
 
-    /// A copy of the contents.
+    /// A copy of the contents (empty when it has none yet).
     pub fn snapshot(&self) -> Vec<u8> {
         self.mem.lock().bytes().to_vec()
     }
@@ -189,16 +194,6 @@ impl Folio {
     #[inline]
     pub fn max_bytes(&self) -> usize {
         (self.nr_pages() as usize).saturating_mul(PAGE_SIZE)
-    }
-
-    fn install(&self, len: usize, fill: impl FnOnce(&mut [u8])) {
-        self.mem
-            .lock()
-            .install(len, |b| {
-                fill(b);
-                Ok::<(), ()>(())
-            })
-            .unwrap_or_else(|_| alloc_failed(len));
     }
 }
 

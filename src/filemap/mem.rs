@@ -5,7 +5,8 @@
 //!
 //! Owns buffers (`Buf`: a header with a reference count and the length, and
 //! the bytes, page-aligned once they are a page or more, so `O_DIRECT` I/O
-//! needs no bounce buffer) and the protocol over them:
+//! needs no bounce buffer; every buffer of one folio has the folio's length,
+//! fixed when the folio is made) and the protocol over them:
 //!
 //! - **References.** A folio holds one reference to its current buffer,
 //!   each [`BufPin`] one more. A buffer whose count drops to zero is freed
@@ -156,18 +157,25 @@ impl Buf {
 pub(crate) struct FolioMem {
     /// The version: even when stable, odd during an in-place write.
     seq: AtomicU64,
-    /// The current buffer (null: none yet, or dropped).
+    /// The current buffer's bytes (null: none yet, or dropped), beside its
+    /// header so the lock-free read follows one pointer less.
+    data: AtomicPtr<u8>,
+    /// The current buffer (null when `data` is).
     buf: AtomicPtr<Buf>,
+    /// Bytes of every buffer of this folio; never changes.
+    len: usize,
     /// Writers, fills, writeback and removal serialize on it.
     lock: Lock<()>,
 }
 
 impl FolioMem {
-    /// No buffer yet.
-    pub(crate) fn new() -> FolioMem {
+    /// No buffer yet; every buffer will be `len` bytes.
+    pub(crate) fn new(len: usize) -> FolioMem {
         FolioMem {
             seq: AtomicU64::new(0),
+            data: AtomicPtr::new(core::ptr::null_mut()),
             buf: AtomicPtr::new(core::ptr::null_mut()),
+            len,
             lock: Lock::new(()),
         }
     }
@@ -180,37 +188,25 @@ impl FolioMem {
     #[inline]
     pub(crate) fn read(&self, at: usize, out: &mut [u8], _guard: &Guard) -> bool {
         let s = self.seq.load(Ordering::Acquire);
-        if s & 1 != 0 {
+        if s & 1 != 0 || at > self.len || self.len - at < out.len() {
             return false;
         }
-        let b = self.buf.load(Ordering::Acquire);
-        // SAFETY: a non-null `b` was current when loaded under `_guard`,
-        // and a buffer is freed only after a grace period that began after
-        // it stopped being current, so it stays allocated while the guard
-        // lives; `len` and `data` never change.
-        let Some(b) = (unsafe { b.as_ref() }) else {
-            return false;
-        };
-        if at > b.len || b.len - at < out.len() {
+        let data = self.data.load(Ordering::Acquire);
+        if data.is_null() {
             return false;
         }
-        // SAFETY: `at..at + out.len()` lies inside the live allocation (just
-        // checked); every concurrent write to it is an in-place write of
-        // the lock holder, made through `bytewise::store`/`fill`.
-        unsafe { bytewise::load(out, b.data.as_ptr().wrapping_add(at)) };
+        // SAFETY: a non-null `data` is the bytes of a buffer that was
+        // current when loaded under `_guard`, `self.len` bytes long, and a
+        // buffer is freed only after a grace period that began after it
+        // stopped being current, so it stays allocated while the guard
+        // lives; `at..at + out.len()` lies inside (just checked); every
+        // concurrent write to it is an in-place write of the lock holder,
+        // made through `bytewise::store`/`fill`.
+        unsafe { bytewise::load(out, data.wrapping_add(at)) };
         // Order the copy's loads before the second load of the version (the
         // writer orders its odd version before its first byte store).
         fence(Ordering::Acquire);
         self.seq.load(Ordering::Relaxed) == s
-    }
-
-    /// The current buffer's length (0 without one), without the lock: a
-    /// hint, since a writer may replace the buffer right after.
-    #[inline]
-    pub(crate) fn len(&self, _guard: &Guard) -> usize {
-        // SAFETY: as in `read`, a buffer loaded under the guard stays
-        // allocated while it lives; `len` never changes.
-        unsafe { self.buf.load(Ordering::Acquire).as_ref() }.map_or(0, |b| b.len)
     }
 
     /// Pin the current buffer without the lock: its bytes stay readable and
@@ -263,6 +259,36 @@ impl FolioMem {
             mem: self,
             _lock: self.lock.try_lock()?,
         })
+    }
+}
+
+impl FolioMem {
+    /// Make `new` current (its bytes first, for the readers that load only
+    /// them), move the version on, and drop the folio's reference to the
+    /// old buffer. Only the lock holder calls it.
+    fn publish(&self, new: Option<NonNull<Buf>>) {
+        let data = match new {
+            // SAFETY: `new` is a live buffer this call makes current.
+            Some(b) => unsafe { b.as_ref() }.data.as_ptr(),
+            None => core::ptr::null_mut(),
+        };
+        debug_assert!(
+            // SAFETY: as above.
+            new.is_none_or(|b| unsafe { b.as_ref() }.len == self.len),
+            "a folio's buffers all have its length"
+        );
+        self.data.store(data, Ordering::Release);
+        let old = self.buf.swap(
+            new.map_or(core::ptr::null_mut(), NonNull::as_ptr),
+            Ordering::AcqRel,
+        );
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store((s | 1).wrapping_add(1), Ordering::Release);
+        if let Some(old) = NonNull::new(old) {
+            // SAFETY: the folio owned one reference of its current buffer,
+            // which it no longer points to (unpublished above).
+            unsafe { Buf::unref(old) };
+        }
     }
 }
 
@@ -389,7 +415,7 @@ impl MemWrite<'_> {
         Some(BufPin(NonNull::from(b)))
     }
 
-    /// Make a new buffer of `len` zero bytes, let `fill` write it (it is
+    /// Make a new buffer of the folio's length, zeroed, let `fill` write it (it is
     /// private until published), and make it current, dropping the old
     /// one. When `fill` fails nothing changes and its error is returned.
     ///
@@ -398,9 +424,9 @@ impl MemWrite<'_> {
     /// [`InstallError::Fill`] with `fill`'s error.
     pub(crate) fn install<E>(
         &mut self,
-        len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), InstallError<E>> {
+        let len = self.mem.len;
         let new = Buf::alloc_zeroed(len).map_err(InstallError::Alloc)?;
         // SAFETY: just allocated, owned here.
         let data = unsafe { new.as_ref() }.data;
@@ -425,18 +451,7 @@ impl MemWrite<'_> {
     /// Make `new` current, move the version on, and drop the folio's
     /// reference to the old buffer.
     fn publish(&mut self, new: Option<NonNull<Buf>>) {
-        let old = self.mem.buf.swap(
-            new.map_or(core::ptr::null_mut(), NonNull::as_ptr),
-            Ordering::AcqRel,
-        );
-        let s = self.mem.seq.load(Ordering::Relaxed);
-        debug_assert!(s & 1 == 0);
-        self.mem.seq.store(s.wrapping_add(2), Ordering::Release);
-        if let Some(old) = NonNull::new(old) {
-            // SAFETY: the folio owned one reference of its current buffer,
-            // which it no longer points to (unpublished above).
-            unsafe { Buf::unref(old) };
-        }
+        self.mem.publish(new);
     }
 
     /// Begin changing the current buffer's bytes: in place when nothing
@@ -575,16 +590,7 @@ impl Drop for Edit<'_> {
         match self.how {
             How::Nothing => {}
             How::InPlace { seq } => self.mem.seq.store(seq + 2, Ordering::Release),
-            How::Copy { new } => {
-                let old = self.mem.buf.swap(new.as_ptr(), Ordering::AcqRel);
-                let s = self.mem.seq.load(Ordering::Relaxed);
-                self.mem.seq.store(s.wrapping_add(2), Ordering::Release);
-                if let Some(old) = NonNull::new(old) {
-                    // SAFETY: the folio's reference to the old buffer, no
-                    // longer current.
-                    unsafe { Buf::unref(old) };
-                }
-            }
+            How::Copy { new } => self.mem.publish(Some(new)),
         }
     }
 }
@@ -594,9 +600,9 @@ mod tests {
     use super::*;
 
     fn filled(len: usize, byte: u8) -> FolioMem {
-        let m = FolioMem::new();
+        let m = FolioMem::new(len);
         m.lock()
-            .install(len, |b| {
+            .install(|b| {
                 b.fill(byte);
                 Ok::<(), ()>(())
             })
@@ -656,7 +662,7 @@ mod tests {
     #[test]
     fn failed_install_changes_nothing() {
         let m = filled(64, 5);
-        let r = m.lock().install(64, |b| {
+        let r = m.lock().install(|b| {
             b.fill(6);
             Err("backend error")
         });

@@ -125,10 +125,9 @@ impl FileShared {
             if order > 0 {
                 bump(&self.cache.counters.readahead_pages, nr - 1);
             }
-            let len = folio.max_bytes();
             let filled = match fill {
-                Fill::Read => w.install(len, |buf| self.read_backend(buf, base * PAGE, size)),
-                Fill::Write => w.install(len, |_| Ok(())),
+                Fill::Read => w.install(|buf| self.read_backend(buf, base * PAGE, size)),
+                Fill::Write => w.install(|_| Ok(())),
             };
             if let Err(e) = filled {
                 folio.set(FolioFlags::DETACHED);
