@@ -42,14 +42,12 @@
 //! new ones, the kernel's coherent `mmap` is not the model (Rust's `&[u8]`
 //! promises the bytes do not change under it).
 
+use super::frames;
 use crate::bytewise;
 use crate::guard::Guard;
 use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
-use core::alloc::Layout;
 use core::fmt;
 use core::ptr::NonNull;
-
-const PAGE: usize = 4096;
 
 /// A buffer could not be allocated (`ENOMEM`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,19 +74,11 @@ struct Buf {
     data: NonNull<u8>,
 }
 
-fn layout(len: usize) -> Option<Layout> {
-    let align = if len >= PAGE { PAGE } else { 64 };
-    Layout::from_size_align(len.max(1), align).ok()
-}
-
 impl Buf {
-    /// A buffer of `len` zero bytes holding one reference (its creator's).
-    fn alloc_zeroed(len: usize) -> Result<NonNull<Buf>, AllocError> {
-        let err = AllocError { bytes: len };
-        let l = layout(len).ok_or(err)?;
-        // SAFETY: `l` has a non-zero size (`layout` asks for at least one
-        // byte).
-        let data = NonNull::new(unsafe { std::alloc::alloc_zeroed(l) }).ok_or(err)?;
+    /// A buffer of `len` bytes, zero if `zero` (else stale but
+    /// initialised), holding one reference (its creator's).
+    fn alloc(len: usize, zero: bool) -> Result<NonNull<Buf>, AllocError> {
+        let data = frames::alloc(len, zero).ok_or(AllocError { bytes: len })?;
         let b = Box::new(Buf {
             refs: AtomicUsize::new(1),
             len,
@@ -100,19 +90,18 @@ impl Buf {
     /// Free the header and the bytes.
     ///
     /// # Safety
-    /// - `b` came from [`Buf::alloc_zeroed`] and is freed once;
+    /// - `b` came from [`Buf::alloc`] and is freed once;
     /// - no one can reach it any more: its count is zero and every reader
     ///   that loaded it from a folio has finished (a grace period passed),
     ///   or it was never published.
     unsafe fn free(b: NonNull<Buf>) {
-        // SAFETY: `b` is a live box from `alloc_zeroed`, reachable by no one
+        // SAFETY: `b` is a live box from `Buf::alloc`, reachable by no one
         // else (the contract), so it may be taken back.
         let bx = unsafe { Box::from_raw(b.as_ptr()) };
         debug_assert!(bx.refs.load(Ordering::Relaxed) <= 1);
-        let l = layout(bx.len).expect("layout was valid when allocated");
-        // SAFETY: `data` was allocated with this layout and is freed once,
-        // with its header.
-        unsafe { std::alloc::dealloc(bx.data.as_ptr(), l) };
+        // SAFETY: `data` came from `frames::alloc` with this length and is
+        // freed once, with its header.
+        unsafe { frames::free(bx.data, bx.len) };
     }
 
     /// Drop one reference; the last one frees the buffer after a grace
@@ -427,7 +416,7 @@ impl MemWrite<'_> {
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), InstallError<E>> {
         let len = self.mem.len;
-        let new = Buf::alloc_zeroed(len).map_err(InstallError::Alloc)?;
+        let new = Buf::alloc(len, true).map_err(InstallError::Alloc)?;
         // SAFETY: just allocated, owned here.
         let data = unsafe { new.as_ref() }.data;
         // SAFETY: the new buffer is private: nothing else can reach it
@@ -487,7 +476,7 @@ impl MemWrite<'_> {
         // Pinned: nothing was written, so the version may go back to the
         // even value readers may have copied under (their copies are good).
         self.mem.seq.store(s, Ordering::Release);
-        let new = Buf::alloc_zeroed(len)?;
+        let new = Buf::alloc(len, false)?;
         // SAFETY: just allocated, owned here.
         let copy = unsafe { new.as_ref() }.data;
         // SAFETY: `new` is private until published and `len` bytes long, as

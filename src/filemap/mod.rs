@@ -19,11 +19,13 @@
 //! leaks a node (preallocations live in the cursor and are freed with it).
 
 mod folio;
+mod frames;
 pub mod legacy;
 mod mem;
 mod shadow;
 
 pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
+pub use frames::{frame_stats, FrameStats};
 pub use mem::AllocError;
 pub(crate) use mem::{BufPin, InstallError, MemWrite};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
