@@ -21,6 +21,13 @@ pub const MAX_FOLIO_ORDER: u32 = 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FolioFlags(u32);
 
+impl core::ops::BitOr for FolioFlags {
+    type Output = FolioFlags;
+    fn bitor(self, o: FolioFlags) -> FolioFlags {
+        FolioFlags(self.0 | o.0)
+    }
+}
+
 impl FolioFlags {
     /// The data is valid (`PG_uptodate`).
     pub const UPTODATE: FolioFlags = FolioFlags(1);
@@ -94,6 +101,13 @@ impl Folio {
     #[inline]
     pub fn test(&self, f: FolioFlags) -> bool {
         self.flags.load(Ordering::Acquire) & f.0 != 0
+    }
+    /// Whether the flags in `mask` are exactly those of `want` (one load:
+    /// `test_all(UPTODATE | DETACHED, UPTODATE)` is "uptodate and not
+    /// detached").
+    #[inline]
+    pub(crate) fn flags_are(&self, mask: FolioFlags, want: FolioFlags) -> bool {
+        self.flags.load(Ordering::Acquire) & mask.0 == want.0
     }
     /// Set a flag; returns whether it was already set.
     #[inline]

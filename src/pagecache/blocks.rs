@@ -137,12 +137,16 @@ impl BlockMap {
         self.settle(&mut map, key(f), false);
     }
 
-    /// Whether every block touching bytes `from..to` of `f` is uptodate.
-    #[inline]
+    /// Whether every block touching bytes `from..to` of `f` is uptodate:
+    /// one relaxed load while no folio of the file is partial.
+    #[inline(always)]
     pub(crate) fn is_uptodate(&self, f: &Folio, from: usize, to: usize) -> bool {
-        if self.partial.load(Ordering::Relaxed) == 0 {
-            return true;
-        }
+        self.partial.load(Ordering::Relaxed) == 0 || self.is_uptodate_slow(f, from, to)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn is_uptodate_slow(&self, f: &Folio, from: usize, to: usize) -> bool {
         let map = self.map.lock();
         let Some(b) = map.get(&key(f)) else {
             return true;

@@ -25,7 +25,10 @@ pub(crate) fn mark_accessed(f: &Folio) {
 /// finished).
 #[inline]
 pub(crate) fn is_live(f: &Folio) -> bool {
-    f.test(FolioFlags::UPTODATE) && !f.test(FolioFlags::DETACHED)
+    f.flags_are(
+        FolioFlags::UPTODATE | FolioFlags::DETACHED,
+        FolioFlags::UPTODATE,
+    )
 }
 
 /// A zero-copy reference to a cached folio's bytes

@@ -4,61 +4,132 @@
 //! Owns every event counter and gauge of a cache: the dirty gauge
 //! ([`DirtyGauge`]: bytes of dirty blocks over every file of a cache, one
 //! padded slot per thread shard, so dirtying never bounces one shared line)
-//! among them. Hot counters (hits, misses) are
-//! sharded over cache-line-padded slots picked per thread, so the hit path
-//! never bounces one shared line between cores; a snapshot sums the shards.
+//! among them. Hot counters (hits, misses) and the gauge are split over
+//! cache-line-padded slots, one per thread: the first 64 threads that count
+//! each own a slot (claimed on their first count, given back when they
+//! exit) and count in it with a plain load and store, no locked
+//! instruction and no line shared between cores; later threads share one
+//! slot and count in it with atomic adds. A snapshot sums the slots, and
+//! is exact once the counting threads' stores are visible.
 //! Invariant: counters only grow, except the gauges (`dirty_bytes`,
 //! `writeback_bytes`), which the cache raises and lowers in pairs.
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
 
-const SHARDS: usize = 16;
+/// Slots a thread may own alone (then it counts with a plain load and
+/// store, no locked instruction); threads beyond them share the last slot.
+const OWNED: usize = 64;
+/// The shared slot.
+const SHARED: usize = OWNED;
+const SHARDS: usize = OWNED + 1;
 
 #[repr(align(128))]
 struct Slot(AtomicU64);
 
-/// A counter split over per-thread slots.
-pub(crate) struct Sharded([Slot; SHARDS]);
+impl Slot {
+    /// Add `n` (wrapping): a plain load and store in an owned slot (its
+    /// only writer), an atomic add in the shared one.
+    #[inline(always)]
+    fn add(&self, i: usize, n: u64) {
+        if i < OWNED {
+            self.0.store(
+                self.0.load(Ordering::Relaxed).wrapping_add(n),
+                Ordering::Relaxed,
+            );
+        } else {
+            self.0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
 
+/// Which owned slots are taken (one bit each), process-wide: the slot
+/// index is the same in every counter of every cache.
+static OWNERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+crate::sync::thread_local_const! {
+    /// This thread's slot, `usize::MAX` before its first count.
+    static ID: Cell<usize> = Cell::new(usize::MAX);
+}
+
+/// Gives the owned slot back when its thread exits.
+struct Owner(usize);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = ID.try_with(|c| c.set(SHARED));
+        // Release: the slot's next owner (which claims it with Acquire)
+        // sees every count this thread stored in it.
+        OWNERS.fetch_and(!(1u64 << self.0), std::sync::atomic::Ordering::Release);
+    }
+}
+
+std::thread_local! {
+    static OWNER: Cell<Option<Owner>> = const { Cell::new(None) };
+}
+
+/// This thread's slot: claimed on its first count.
+#[inline(always)]
 pub(crate) fn shard() -> usize {
     // Loom replays a model many times and needs every run to touch the
-    // same atomics: one shard.
+    // same atomics: the shared slot, counted with atomic adds.
     if cfg!(loom) {
-        return 0;
+        return SHARED;
     }
-    use std::cell::Cell;
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    thread_local! {
-        static ID: Cell<usize> = const { Cell::new(usize::MAX) };
+    let i = ID.with(Cell::get);
+    if i != usize::MAX {
+        return i;
     }
-    ID.with(|c| {
-        let mut v = c.get();
-        if v == usize::MAX {
-            v = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SHARDS;
-            c.set(v);
-        }
-        v
-    })
+    claim()
 }
+
+#[cold]
+fn claim() -> usize {
+    use std::sync::atomic::Ordering as O;
+    let mut taken = OWNERS.load(O::Relaxed);
+    let i = loop {
+        if taken == u64::MAX {
+            break SHARED;
+        }
+        let i = (!taken).trailing_zeros() as usize;
+        match OWNERS.compare_exchange_weak(taken, taken | 1 << i, O::Acquire, O::Relaxed) {
+            Ok(_) => break i,
+            Err(t) => taken = t,
+        }
+    };
+    if i != SHARED && OWNER.try_with(|o| o.set(Some(Owner(i)))).is_err() {
+        // The thread is exiting (no destructor can be registered): give
+        // the slot back at once and share.
+        OWNERS.fetch_and(!(1u64 << i), O::Release);
+        ID.with(|c| c.set(SHARED));
+        return SHARED;
+    }
+    ID.with(|c| c.set(i));
+    i
+}
+
+/// A counter split over per-thread slots.
+pub(crate) struct Sharded([Slot; SHARDS]);
 
 impl Sharded {
     pub(crate) fn new() -> Self {
         Sharded(std::array::from_fn(|_| Slot(AtomicU64::new(0))))
     }
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add(&self, n: u64) {
-        // One writer per slot in the common case: a load and a store would
-        // do, but two threads may share a slot, so keep the RMW.
-        self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
+        let i = shard();
+        self.0[i].add(i, n);
     }
     pub(crate) fn sum(&self) -> u64 {
-        self.0.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+        self.0
+            .iter()
+            .fold(0u64, |a, s| a.wrapping_add(s.0.load(Ordering::Relaxed)))
     }
 }
 
-/// A gauge split over padded per-thread-shard slots. A slot may go
-/// "negative" (wrapping) when a thread cleans bytes another dirtied; the
-/// wrapping sum is exact.
+/// A gauge split over padded per-thread slots. A slot may go "negative"
+/// (wrapping) when a thread cleans bytes another dirtied; the wrapping sum
+/// is exact.
 pub(crate) struct DirtyGauge([Slot; SHARDS]);
 
 impl DirtyGauge {
@@ -68,13 +139,15 @@ impl DirtyGauge {
     #[inline]
     pub(crate) fn add(&self, n: u64) {
         if n > 0 {
-            self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
+            let i = shard();
+            self.0[i].add(i, n);
         }
     }
     #[inline]
     pub(crate) fn sub(&self, n: u64) {
         if n > 0 {
-            self.0[shard()].0.fetch_sub(n, Ordering::Relaxed);
+            let i = shard();
+            self.0[i].add(i, n.wrapping_neg());
         }
     }
     /// The global read: every shard. Transiently negative sums (a clean
@@ -218,6 +291,35 @@ impl CacheStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// More threads than owned slots, each counting many times, some
+    /// exiting while others count: the sum is exact, and slots are given
+    /// back (a later wave of threads finds owned slots again).
+    #[test]
+    fn counts_are_exact_over_owned_and_shared_slots() {
+        let c = std::sync::Arc::new(Sharded::new());
+        for wave in 0..2 {
+            let threads: Vec<_> = (0..80)
+                .map(|t| {
+                    let c = std::sync::Arc::clone(&c);
+                    std::thread::spawn(move || {
+                        for _ in 0..1000 {
+                            c.add(1);
+                        }
+                        c.add(t);
+                        shard()
+                    })
+                })
+                .collect();
+            let slots: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            assert!(
+                slots.iter().any(|&i| i < OWNED),
+                "wave {wave}: no owned slot"
+            );
+            let per_wave = 80 * 1000 + (0..80).sum::<u64>();
+            assert_eq!(c.sum(), per_wave * (wave + 1));
+        }
+    }
 
     #[test]
     fn gauge_sums_across_threads() {
