@@ -76,7 +76,7 @@ mod store;
 use clap::{Parser, ValueEnum};
 use engine::PinMode;
 use indicatif::{ProgressBar, ProgressStyle};
-use job::{hist, Job, JobResult, Rw, Spec};
+use job::{hist, process_cpu_ns, Job, JobResult, Rw, Spec};
 use kxarray::pagecache::{CacheConfig, FileOptions};
 use report::{bytes, print_dir, print_stats, quantile, si};
 use stamp::check_piece;
@@ -367,13 +367,15 @@ fn validate(a: &Args) -> io::Result<()> {
 }
 
 /// Start the jobs together, stop them after `--runtime` (or let each do
-/// `--ios`), and return when the clock started and what each measured.
+/// `--ios`), and return when the clock started, the process's CPU time
+/// from then until every job ended (nanoseconds; `None` if the clock
+/// failed), and what each job measured.
 fn run_jobs(
     a: &Args,
     store: &mut Store,
     per_job: u64,
     bar: &ProgressBar,
-) -> (Instant, Vec<JobResult>) {
+) -> (Instant, Option<u64>, Vec<JobResult>) {
     let spec = a.spec();
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
@@ -401,6 +403,7 @@ fn run_jobs(
             .collect();
         ready.wait();
         let start = Instant::now();
+        let cpu0 = process_cpu_ns();
         if a.ios.is_none() {
             let mut last = (Instant::now(), 0u64);
             while start.elapsed() < runtime && !handles.iter().all(|h| h.is_finished()) {
@@ -419,7 +422,8 @@ fn run_jobs(
             .into_iter()
             .map(|h| h.join().expect("a job panicked"))
             .collect();
-        (start, results)
+        let cpu = process_cpu_ns().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+        (start, cpu, results)
     })
 }
 
@@ -523,7 +527,7 @@ fn run(a: &Args) -> io::Result<Outcome> {
         b
     };
     let before = store.cache().map(|c| c.stats());
-    let (start, results) = run_jobs(a, &mut store, per_job, &bar);
+    let (start, cpu_ns, results) = run_jobs(a, &mut store, per_job, &bar);
     bar.finish_and_clear();
     let secs = results
         .iter()
@@ -568,6 +572,16 @@ fn run(a: &Args) -> io::Result<Outcome> {
             sync.value_at_quantile(0.5) as f64 / 1e3,
             sync.value_at_quantile(0.99) as f64 / 1e3,
             sync.max() as f64 / 1e3
+        );
+    }
+    let cpu_per_io = cpu_ns.map_or(0.0, |c| c as f64 / (reads + writes).max(1) as f64);
+    if let Some(c) = cpu_ns {
+        println!(
+            "  cpu: {:.3}s of the process over the timed part ({:.0}% of {} jobs x {:.3}s), {cpu_per_io:.0} ns per I/O",
+            c as f64 / 1e9,
+            100.0 * c as f64 / 1e9 / (secs.max(1e-9) * a.numjobs as f64),
+            a.numjobs,
+            secs
         );
     }
     if a.touch {
@@ -624,7 +638,7 @@ fn run(a: &Args) -> io::Result<Outcome> {
     }
     let per_sec = |n: u64| n as f64 / secs.max(1e-9);
     println!(
-        "result: engine={} touch={} rw={} rwmixread={} bs={} size={} numjobs={} secs={:.3} reads={reads} writes={writes} read_iops={:.0} write_iops={:.0} iops={:.0} read_p50_ns={} read_p99_ns={} write_p50_ns={} ok={}",
+        "result: engine={} touch={} rw={} rwmixread={} bs={} size={} numjobs={} secs={:.3} reads={reads} writes={writes} read_iops={:.0} write_iops={:.0} iops={:.0} read_p50_ns={} read_p99_ns={} write_p50_ns={} cpu_ns_per_io={cpu_per_io:.1} ok={}",
         a.engine_name(),
         u8::from(a.touch),
         a.rw_name(),
