@@ -60,7 +60,9 @@
 # for the files (/tmp; two files, 256 MiB and 1 MiB, kept for reuse),
 # SIZES ("256m 1m"), JOBS ("1 2"), ROWS ("randread-4k randread-64k read-4k
 # randrw-4k"), ENGINES_256M, ENGINES_1M (the lists above), CACHE (512m: the
-# kxarray cache, big enough for the file), CG_IOS, CG_ENGINES ("kxarray
+# kxarray cache, big enough for the file), KX_DIRTY (kernel: the kxarray
+# cache writes back under the kernel's vm.dirty_* policy; library: its
+# defaults), CG_IOS, CG_ENGINES ("kxarray
 # kxarray-zc kxarray-zc-batch memcpy null"), CG_PROFILE, CG_KEEP, RAW (the
 # raw results, one run a line, kept: $DIR/vs-kernel-MODE.tsv; the report
 # again from it: python3 scripts/vs_kernel_report.py MODE FILE).
@@ -99,14 +101,35 @@ trap 'rm -rf "$WORK"' EXIT
 : >"$RAW"
 echo "raw results: $RAW" >&2
 
+# The kernel's writeback policy for the kxarray cache (KX_DIRTY=kernel):
+# vm.dirty_background_* and vm.dirty_* (bytes, or the ratio of
+# MemAvailable, close to the kernel's "dirtyable memory") and
+# vm.dirty_expire_centisecs, so that in the 70/30 mix neither cache writes
+# back more than the other's policy makes it (the library's defaults are
+# 10% and 20% of the cache's capacity and 1 s: KX_DIRTY=library).
+kernel_dirty_flags() {
+  local avail bg lim
+  avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+  bg=$(cat /proc/sys/vm/dirty_background_bytes)
+  [ "$bg" -gt 0 ] || bg=$((avail / 100 * $(cat /proc/sys/vm/dirty_background_ratio)))
+  lim=$(cat /proc/sys/vm/dirty_bytes)
+  [ "$lim" -gt 0 ] || lim=$((avail / 100 * $(cat /proc/sys/vm/dirty_ratio)))
+  echo "--dirty-background $bg --dirty-limit $lim --dirty-expire $(awk '{print $1 / 100}' /proc/sys/vm/dirty_expire_centisecs)"
+}
+case ${KX_DIRTY:-kernel} in
+  kernel) KXF=$(kernel_dirty_flags) ;;
+  library) KXF= ;;
+  *) echo "KX_DIRTY: kernel or library" >&2; exit 2 ;;
+esac
+
 # The harness's flags for an engine label.
 engine_flags() {
   case $1 in
-    kxarray) echo "--engine kxarray" ;;
-    kxarray+touch) echo "--engine kxarray --touch" ;;
-    kxarray-zc) echo "--engine kxarray --zero-copy" ;;
-    kxarray-zc+touch) echo "--engine kxarray --zero-copy --touch" ;;
-    kxarray-zc-batch) echo "--engine kxarray --zero-copy --pin batch" ;;
+    kxarray) echo "--engine kxarray $KXF" ;;
+    kxarray+touch) echo "--engine kxarray --touch $KXF" ;;
+    kxarray-zc) echo "--engine kxarray --zero-copy $KXF" ;;
+    kxarray-zc+touch) echo "--engine kxarray --zero-copy --touch $KXF" ;;
+    kxarray-zc-batch) echo "--engine kxarray --zero-copy --pin batch $KXF" ;;
     psync) echo "--engine psync" ;;
     psync+touch) echo "--engine psync --touch" ;;
     mmap) echo "--engine mmap" ;;
@@ -172,6 +195,7 @@ table)
   done
   echo "vs-kernel: $ROUNDS rounds of $n runs, ${RUNTIME}s each; files in $DIR; the machine is shared: expect noise" >&2
   machine
+  echo "kxarray writeback policy (KX_DIRTY=${KX_DIRTY:-kernel}): ${KXF:-the library's defaults}"
   k=0
   for round in $(seq 1 "$ROUNDS"); do
     for s in $SIZES; do

@@ -150,6 +150,19 @@ struct Args {
     /// Page cache capacity (k/m/g suffixes).
     #[arg(long, default_value = "32m", value_parser = parse_size)]
     cache_size: u64,
+    /// kxarray: dirty bytes above which the flusher starts writing back
+    /// (default: 10% of --cache-size).
+    #[arg(long, value_parser = parse_size)]
+    dirty_background: Option<u64>,
+    /// kxarray: dirty bytes above which writers are throttled (default:
+    /// 20% of --cache-size).
+    #[arg(long, value_parser = parse_size)]
+    dirty_limit: Option<u64>,
+    /// kxarray: seconds after which the flusher writes dirty data back
+    /// (default: the library's, 1 s). scripts/vs-kernel.sh passes the
+    /// kernel's settings (vm.dirty_*), so both caches write back alike.
+    #[arg(long, value_parser = parse_secs)]
+    dirty_expire: Option<f64>,
     /// Largest folio order readahead may allocate.
     #[arg(long, default_value_t = 4)]
     max_folio_order: u32,
@@ -224,6 +237,23 @@ impl Args {
             .expect("no skipped variants")
             .get_name()
             .to_string()
+    }
+
+    /// The kxarray cache's settings.
+    fn cache_config(&self) -> CacheConfig {
+        let mut c = CacheConfig::default()
+            .capacity(self.cache_size)
+            .max_folio_order(self.max_folio_order);
+        if let Some(b) = self.dirty_background {
+            c = c.dirty_background_bytes(b);
+        }
+        if let Some(b) = self.dirty_limit {
+            c = c.dirty_bytes(b);
+        }
+        if let Some(s) = self.dirty_expire {
+            c = c.dirty_expire(Duration::from_secs_f64(s));
+        }
+        c
     }
 
     /// What every job does.
@@ -485,14 +515,18 @@ fn run(a: &Args) -> io::Result<Outcome> {
         bytes(a.cache_size),
     );
     if a.engine == EngineKind::Kxarray {
+        let c = a.cache_config();
         println!(
-            "folios: writes allocate {}, dirty state per {}",
+            "folios: writes allocate {}, dirty state per {}; writeback from {} dirty, writers throttled from {}, expiry {:.1}s",
             bytes(a.folio_size),
             if a.whole_folio {
                 "folio (--whole-folio)".to_string()
             } else {
                 format!("{} block", bytes(a.block_size))
-            }
+            },
+            bytes(c.dirty_background_bytes),
+            bytes(c.dirty_bytes),
+            c.dirty_expire.as_secs_f64()
         );
     }
     let (mut store, where_, _temp) = Store::open(&Setup {
@@ -503,9 +537,7 @@ fn run(a: &Args) -> io::Result<Outcome> {
         blocks,
         bs: a.bs,
         random: a.rw.random(),
-        cache: CacheConfig::default()
-            .capacity(a.cache_size)
-            .max_folio_order(a.max_folio_order),
+        cache: a.cache_config(),
         file_options: FileOptions::default()
             .block_size(u32::try_from(a.block_size).unwrap_or(0))
             .folio_size(a.folio_size)
