@@ -66,8 +66,9 @@
 # kxarray-zc kxarray-zc-batch memcpy null"), CG_PROFILE, CG_KEEP, RAW (the
 # raw results, one run a line, kept: $DIR/vs-kernel-MODE.tsv; the report
 # again from it: python3 scripts/vs_kernel_report.py MODE FILE).
-# A full table run is about 110 runs per round: with RUNTIME=1, about
-# 3 minutes per round on the 2-core development machine.
+# A full table run is 112 runs per round: with RUNTIME=1, 6 min 40 s for
+# the 3 rounds on the 2-core development machine (fio-check with ROUNDS=5
+# RUNTIME=3: 5 min; callgrind: 1 min 35 s).
 #
 # Speed runs pass --no-verify (no stamp checks per I/O) and --reuse-file
 # (the file is laid out once); every run syncs its writes after the clock
@@ -111,9 +112,9 @@ kernel_dirty_flags() {
   local avail bg lim
   avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
   bg=$(cat /proc/sys/vm/dirty_background_bytes)
-  [ "$bg" -gt 0 ] || bg=$((avail / 100 * $(cat /proc/sys/vm/dirty_background_ratio)))
+  [ "$bg" -gt 0 ] || bg=$((avail * $(cat /proc/sys/vm/dirty_background_ratio) / 100))
   lim=$(cat /proc/sys/vm/dirty_bytes)
-  [ "$lim" -gt 0 ] || lim=$((avail / 100 * $(cat /proc/sys/vm/dirty_ratio)))
+  [ "$lim" -gt 0 ] || lim=$((avail * $(cat /proc/sys/vm/dirty_ratio) / 100))
   echo "--dirty-background $bg --dirty-limit $lim --dirty-expire $(awk '{print $1 / 100}' /proc/sys/vm/dirty_expire_centisecs)"
 }
 case ${KX_DIRTY:-kernel} in
@@ -177,7 +178,8 @@ harness() { # size jobs row-flags engine-flags extra...
 rotate() {
   local n=$1
   shift
-  local a=("$@") k=${#a[@]} i
+  local a=("$@")
+  local k=${#a[@]} i
   for ((i = 0; i < k; i++)); do printf '%s ' "${a[$(((i + n) % k))]}"; done
 }
 
@@ -195,7 +197,7 @@ table)
   done
   echo "vs-kernel: $ROUNDS rounds of $n runs, ${RUNTIME}s each; files in $DIR; the machine is shared: expect noise" >&2
   machine
-  echo "kxarray writeback policy (KX_DIRTY=${KX_DIRTY:-kernel}): ${KXF:-the library's defaults}"
+  echo "kxarray writeback policy (KX_DIRTY=${KX_DIRTY:-kernel}): ${KXF:-library defaults}"
   k=0
   for round in $(seq 1 "$ROUNDS"); do
     for s in $SIZES; do
@@ -243,11 +245,7 @@ fio-check)
           got=$(fio --name=vsk --filename="$F" --ioengine="$eng" --invalidate=0 --rw=randread \
             --bs=4k --size=256M --numjobs="$jobs" --time_based --runtime="$RUNTIME" \
             "${thread[@]}" --output-format=json |
-            python3 -c 'import json,sys
-jobs = json.load(sys.stdin)["jobs"]
-cpu = sum((j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] * 1e6 for j in jobs)
-ios = sum(j["read"]["total_ios"] for j in jobs)
-print(round(sum(j["read"]["iops"] for j in jobs)), round(cpu / max(ios, 1), 1))')
+            python3 "$REPORT" fio-json /dev/stdin)
         fi
         echo "$round $jobs $tool $eng $got" >>"$RAW"
       done

@@ -189,6 +189,17 @@ def fio_check(path):
               f"{per_round(ratio(t, 'harness', 'fio-thread', True))} | " + " | ".join(nets) + " |")
 
 
+def fio_json(path):
+    """One fio run's JSON (per-job, no group_reporting): the jobs' read
+    IOPS summed, and the CPU ns per I/O from each job's usr_cpu + sys_cpu
+    (percent of its runtime, from getrusage of its process or thread)."""
+    import json
+    jobs = json.load(open(path))["jobs"]
+    cpu = sum((j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] * 1e6 for j in jobs)
+    ios = sum(j["read"]["total_ios"] for j in jobs)
+    print(round(sum(j["read"]["iops"] for j in jobs)), round(cpu / max(ios, 1), 1))
+
+
 def callgrind(path):
     counts = defaultdict(dict)  # (size, row, engine) -> ios -> instructions
     order = []
@@ -253,4 +264,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "profile":
         profile(*sys.argv[2:6])
     else:
-        {"table": table, "fio-check": fio_check, "callgrind": callgrind}[sys.argv[1]](sys.argv[2])
+        {"table": table, "fio-check": fio_check, "fio-json": fio_json, "callgrind": callgrind}[sys.argv[1]](sys.argv[2])
