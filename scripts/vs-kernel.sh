@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# kxarray's page cache against the kernel's (issue 23), one harness for all:
+# the fio example (examples/fio) with --engine kxarray|psync|mmap|memcpy|null,
+# the same job loop, random stream, clock reads and histogram for every
+# engine, every cache warm before the clock starts (the kernel's is never
+# dropped: fio's --invalidate=0).
+#
+# Usage:
+#   scripts/vs-kernel.sh [table]     the table (default): ROUNDS interleaved rounds
+#   scripts/vs-kernel.sh fio-check   the harness's psync/mmap rows against the real fio
+#   scripts/vs-kernel.sh callgrind   instructions per I/O of the hit paths
+#
+# table: rows = file size (SIZES: a 256 MiB file the page cache holds, a
+# 1 MiB file the CPU caches hold) x pattern (ROWS: 4 KiB and 64 KiB random
+# reads, 4 KiB sequential reads, a 70/30 random read/write mix of 4 KiB) x
+# jobs (JOBS: 1 and 2); every row runs every engine of its size back to
+# back in an order rotated from row to row and round to round:
+#   kxarray           CachedFile::read_at (a copy), write_at
+#   kxarray-zc        read_folio_in, zero-copy, a guard pinned per read
+#   kxarray-zc+touch  the same, checksumming every byte in place
+#   psync+touch       pread, checksumming its copy
+#   psync             pread(2)/pwrite(2)
+#   mmap              memcpy from/to a MAP_SHARED mapping (fio's mmap engine)
+#   memcpy            memcpy from/to a heap buffer: the floor (1 MiB rows)
+#   null              no data moved: the harness's own cost (1 MiB rows)
+# (also accepted in ENGINES_256M / ENGINES_1M: kxarray-zc-batch, a guard
+# per 64 reads; kxarray+touch; mmap+touch; memcpy+touch)
+# and prints the median KIOPS and the ratios the issue's targets name,
+# each the median of the per-round ratios with its range.
+#
+# fio-check: fio --ioengine=psync|mmap|null --invalidate=0 --rw=randread
+# --bs=4k --size=256M --numjobs=1|2 --time_based, as processes (fio's
+# default) and with --thread (what the harness does: threads), against the
+# harness's same job on the same file; interleaved rounds; needs fio
+# (apt-get install -y fio). The "net" column subtracts each tool's own null
+# engine (its per-I/O bookkeeping) from its time per I/O.
+#
+# callgrind: each engine of CG_ENGINES on the 4 KiB random-read rows of
+# both files, one job, under valgrind --tool=callgrind with --ios N and
+# --ios 2N (CG_IOS=N, default 100000); the difference over N is the
+# instructions per I/O, with layout, warm-up and exit cancelled out, and the
+# null engine's figure (the harness's loop: RNG, clock, histogram) is
+# subtracted for the net column. Needs valgrind (apt-get install -y
+# valgrind). To look inside one row by hand:
+#   cargo build --release --example fio
+#   F=/tmp/vs-kernel-256m.img   # laid out by a first run without --reuse-file
+#   valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+#     target/release/examples/fio --engine kxarray --zero-copy --rw randread \
+#     --bs 4k --size 256m --cache-size 512m --numjobs 1 --ios 200000 \
+#     --no-verify --reuse-file --filename $F --quiet
+#   callgrind_annotate --inclusive=yes /tmp/cg.out | head -40
+# (run it again with --ios 100000 and subtract, as this mode does, to get
+# per-I/O figures; CG_KEEP=DIR keeps this mode's output files.) The mode
+# counts only inside the job loop (--toggle-collect='fio::job::Job::run*'),
+# and for the engines of CG_PROFILE ("kxarray kxarray-zc") also prints
+# each function's own instructions per I/O (the same difference, per
+# function, from callgrind_annotate).
+#
+# Environment: ROUNDS (3), RUNTIME seconds per run (1; fio-check: 3), DIR
+# for the files (/tmp; two files, 256 MiB and 1 MiB, kept for reuse),
+# SIZES ("256m 1m"), JOBS ("1 2"), ROWS ("randread-4k randread-64k read-4k
+# randrw-4k"), ENGINES_256M, ENGINES_1M (the lists above), CACHE (512m: the
+# kxarray cache, big enough for the file), KX_DIRTY (kernel: the kxarray
+# cache writes back under the kernel's vm.dirty_* policy; library: its
+# defaults), CG_IOS, CG_ENGINES ("kxarray
+# kxarray-zc kxarray-zc-batch memcpy null"), CG_PROFILE, CG_KEEP, RAW (the
+# raw results, one run a line, kept: $DIR/vs-kernel-MODE.tsv; the report
+# again from it: python3 scripts/vs_kernel_report.py MODE FILE).
+# A full table run is 112 runs per round: with RUNTIME=1, 6 min 40 s for
+# the 3 rounds on the 2-core development machine (fio-check with ROUNDS=5
+# RUNTIME=3: 5 min; callgrind: 1 min 35 s).
+#
+# Speed runs pass --no-verify (no stamp checks per I/O) and --reuse-file
+# (the file is laid out once); every run syncs its writes after the clock
+# stops, so no engine leaves dirty pages to the next one.
+set -euo pipefail
+MODE=${1:-table}
+ROUNDS=${ROUNDS:-3}
+case $MODE in
+  fio-check) RUNTIME=${RUNTIME:-3} ;;
+  table | callgrind) RUNTIME=${RUNTIME:-1} ;;
+  *) echo "usage: $0 [table|fio-check|callgrind]" >&2; exit 2 ;;
+esac
+DIR=${DIR:-/tmp}
+SIZES=${SIZES:-256m 1m}
+JOBS=${JOBS:-1 2}
+ROWS=${ROWS:-randread-4k randread-64k read-4k randrw-4k}
+ENGINES_256M=${ENGINES_256M:-kxarray kxarray-zc kxarray-zc+touch psync+touch psync mmap}
+ENGINES_1M=${ENGINES_1M:-kxarray kxarray-zc kxarray-zc+touch psync+touch psync mmap memcpy null}
+CACHE=${CACHE:-512m}
+CG_IOS=${CG_IOS:-100000}
+CG_ENGINES=${CG_ENGINES:-kxarray kxarray-zc kxarray-zc-batch memcpy null}
+CG_PROFILE=${CG_PROFILE:-kxarray kxarray-zc}
+RAW=${RAW:-$DIR/vs-kernel-$MODE.tsv}
+cd "$(dirname "$0")/.."
+REPORT=$PWD/scripts/vs_kernel_report.py
+
+cargo build --release --example fio >&2
+BIN=$PWD/target/release/examples/fio
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+: >"$RAW"
+echo "raw results: $RAW" >&2
+
+# The kernel's writeback policy for the kxarray cache (KX_DIRTY=kernel):
+# vm.dirty_background_* and vm.dirty_* (bytes, or the ratio of
+# MemAvailable, close to the kernel's "dirtyable memory") and
+# vm.dirty_expire_centisecs, so that in the 70/30 mix neither cache writes
+# back more than the other's policy makes it (the library's defaults are
+# 10% and 20% of the cache's capacity and 1 s: KX_DIRTY=library).
+kernel_dirty_flags() {
+  local avail bg lim
+  avail=$(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024))
+  bg=$(cat /proc/sys/vm/dirty_background_bytes)
+  [ "$bg" -gt 0 ] || bg=$((avail * $(cat /proc/sys/vm/dirty_background_ratio) / 100))
+  lim=$(cat /proc/sys/vm/dirty_bytes)
+  [ "$lim" -gt 0 ] || lim=$((avail * $(cat /proc/sys/vm/dirty_ratio) / 100))
+  echo "--dirty-background $bg --dirty-limit $lim --dirty-expire $(awk '{print $1 / 100}' /proc/sys/vm/dirty_expire_centisecs)"
+}
+case ${KX_DIRTY:-kernel} in
+  kernel) KXF=$(kernel_dirty_flags) ;;
+  library) KXF= ;;
+  *) echo "KX_DIRTY: kernel or library" >&2; exit 2 ;;
+esac
+
+# The harness's flags for an engine label.
+engine_flags() {
+  case $1 in
+    kxarray) echo "--engine kxarray $KXF" ;;
+    kxarray+touch) echo "--engine kxarray --touch $KXF" ;;
+    kxarray-zc) echo "--engine kxarray --zero-copy $KXF" ;;
+    kxarray-zc+touch) echo "--engine kxarray --zero-copy --touch $KXF" ;;
+    kxarray-zc-batch) echo "--engine kxarray --zero-copy --pin batch $KXF" ;;
+    psync) echo "--engine psync" ;;
+    psync+touch) echo "--engine psync --touch" ;;
+    mmap) echo "--engine mmap" ;;
+    mmap+touch) echo "--engine mmap --touch" ;;
+    memcpy) echo "--engine memcpy" ;;
+    memcpy+touch) echo "--engine memcpy --touch" ;;
+    null) echo "--engine null" ;;
+    *) echo "unknown engine label: $1" >&2; exit 2 ;;
+  esac
+}
+
+# The harness's flags for a row (pattern-bs).
+row_flags() {
+  local rw=${1%-*} bs=${1##*-}
+  case $rw in
+    randrw) echo "--rw randrw --rwmixread 70 --bs $bs" ;;
+    randread | read) echo "--rw $rw --bs $bs" ;;
+    *) echo "unknown row: $1" >&2; exit 2 ;;
+  esac
+}
+
+file_for() { echo "$DIR/vs-kernel-$1.img"; }
+
+# Lay a file out once (a verified run writes every block's stamp).
+prepare() {
+  local f
+  f=$(file_for "$1")
+  if [ ! -f "$f" ] || [ "$(stat -c %s "$f")" -lt "$(numfmt --from=iec "${1^^}")" ]; then
+    "$BIN" --engine psync --rw randread --size "$1" --numjobs 1 --ios 1 --filename "$f" --quiet >/dev/null
+  fi
+}
+
+# One run of the harness; prints its result: line.
+harness() { # size jobs row-flags engine-flags extra...
+  local size=$1 jobs=$2 rowf=$3 engf=$4
+  shift 4
+  # shellcheck disable=SC2086 # the flag lists are meant to split
+  { "$BIN" $engf $rowf --size "$size" --numjobs "$jobs" --cache-size "$CACHE" \
+    --no-verify --reuse-file --filename "$(file_for "$size")" --quiet "$@" ||
+    echo "vs-kernel: failed: $engf $rowf --size $size --numjobs $jobs $*" >&2; } |
+    { grep '^result:' || true; } | cut -d' ' -f2-
+}
+
+# rotate N word...: the words rotated left by N.
+rotate() {
+  local n=$1
+  shift
+  local a=("$@")
+  local k=${#a[@]} i
+  for ((i = 0; i < k; i++)); do printf '%s ' "${a[$(((i + n) % k))]}"; done
+}
+
+machine() {
+  echo "date: $(date -Is); host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), kernel $(uname -r); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+case $MODE in
+table)
+  for s in $SIZES; do prepare "$s"; done
+  n=0
+  for s in $SIZES; do
+    [ "$s" = 1m ] && e=$ENGINES_1M || e=$ENGINES_256M
+    n=$((n + $(wc -w <<<"$ROWS") * $(wc -w <<<"$JOBS") * $(wc -w <<<"$e")))
+  done
+  echo "vs-kernel: $ROUNDS rounds of $n runs, ${RUNTIME}s each; files in $DIR; the machine is shared: expect noise" >&2
+  machine
+  echo "kxarray writeback policy (KX_DIRTY=${KX_DIRTY:-kernel}): ${KXF:-library defaults}"
+  k=0
+  for round in $(seq 1 "$ROUNDS"); do
+    for s in $SIZES; do
+      [ "$s" = 1m ] && engines=$ENGINES_1M || engines=$ENGINES_256M
+      read -r -a elist <<<"$engines"
+      for row in $ROWS; do
+        for jobs in $JOBS; do
+          k=$((k + 1))
+          for eng in $(rotate $((k + round)) "${elist[@]}"); do
+            r=$(harness "$s" "$jobs" "$(row_flags "$row")" "$(engine_flags "$eng")" \
+              --runtime "$RUNTIME" --seed "$round")
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$row" "$jobs" "$eng" "${r// /$'\t'}" >>"$RAW"
+          done
+        done
+      done
+    done
+    echo "round $round of $ROUNDS done ($(date +%T))" >&2
+  done
+  machine
+  python3 "$REPORT" table "$RAW"
+  ;;
+
+fio-check)
+  command -v fio >/dev/null || { echo "fio not found: apt-get install -y fio" >&2; exit 1; }
+  prepare 256m
+  F=$(file_for 256m)
+  machine
+  fio --version
+  k=0
+  for round in $(seq 1 "$ROUNDS"); do
+    for jobs in 1 2; do
+      k=$((k + 1))
+      for t in $(rotate "$k" fio:psync fio-thread:psync harness:psync fio:mmap fio-thread:mmap harness:mmap fio:null fio-thread:null harness:null); do
+        tool=${t%%:*} eng=${t##*:}
+        if [ "$tool" = harness ]; then
+          got=$(harness 256m "$jobs" "--rw randread --bs 4k" "--engine $eng" --runtime "$RUNTIME" |
+            tr ' ' '\n' | sed -n 's/^iops=//p; s/^cpu_ns_per_io=//p' | tr '\n' ' ')
+        else
+          thread=()
+          [ "$tool" = fio-thread ] && thread=(--thread)
+          # Per job (no group_reporting): IOPS summed; CPU per I/O from each
+          # job's usr_cpu + sys_cpu (percent of its runtime; fio takes them
+          # from getrusage of the job's process, or of its thread with
+          # --thread).
+          got=$(fio --name=vsk --filename="$F" --ioengine="$eng" --invalidate=0 --rw=randread \
+            --bs=4k --size=256M --numjobs="$jobs" --time_based --runtime="$RUNTIME" \
+            "${thread[@]}" --output-format=json |
+            python3 "$REPORT" fio-json /dev/stdin)
+        fi
+        echo "$round $jobs $tool $eng $got" >>"$RAW"
+      done
+    done
+    echo "round $round of $ROUNDS done ($(date +%T))" >&2
+  done
+  machine
+  python3 "$REPORT" fio-check "$RAW"
+  ;;
+
+callgrind)
+  command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind" >&2; exit 1; }
+  for s in $SIZES; do prepare "$s"; done
+  machine
+  for s in $SIZES; do
+    for eng in $CG_ENGINES; do
+      for n in "$CG_IOS" $((2 * CG_IOS)); do
+        out=$WORK/cg.$s.$eng.$n
+        # shellcheck disable=SC2046 # the flag lists are meant to split
+        valgrind --tool=callgrind --toggle-collect='fio::job::Job::run*' \
+          --callgrind-out-file="$out" "$BIN" $(engine_flags "$eng") \
+          --rw randread --bs 4k --size "$s" --numjobs 1 --cache-size "$CACHE" --ios "$n" \
+          --no-verify --reuse-file --filename "$(file_for "$s")" --quiet >/dev/null 2>"$out.log"
+        ins=$(sed -n 's/^summary: //p' "$out")
+        echo "$s randread-4k $eng $n $ins" >>"$RAW"
+        echo "$s $eng --ios $n: $ins instructions" >&2
+      done
+    done
+  done
+  if [ -n "${CG_KEEP:-}" ]; then mkdir -p "$CG_KEEP" && cp "$WORK"/cg.* "$CG_KEEP"/; fi
+  python3 "$REPORT" callgrind "$RAW"
+  # Where the instructions go, per I/O, for the engines of CG_PROFILE.
+  for s in $SIZES; do
+    for eng in $CG_PROFILE; do
+      for n in "$CG_IOS" $((2 * CG_IOS)); do
+        callgrind_annotate --threshold=100 "$WORK/cg.$s.$eng.$n" >"$WORK/ann.$n" 2>/dev/null
+      done
+      python3 "$REPORT" profile "$WORK/ann.$CG_IOS" "$WORK/ann.$((2 * CG_IOS))" "$CG_IOS" \
+        "$eng, 4 KiB random reads, $s file"
+    done
+  done
+  ;;
+esac
