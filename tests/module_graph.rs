@@ -207,7 +207,11 @@ fn the_checker_sees_a_planted_cycle() {
     std::fs::write(dir.join("lib.rs"), "mod a; mod f;").unwrap();
     std::fs::write(dir.join("a.rs"), "use crate::f::x;").unwrap();
     std::fs::write(dir.join("f/mod.rs"), "mod x; mod y;").unwrap();
-    std::fs::write(dir.join("f/x.rs"), "use super::y::Y; // crate::a in a comment").unwrap();
+    std::fs::write(
+        dir.join("f/x.rs"),
+        "use super::y::Y; // crate::a in a comment",
+    )
+    .unwrap();
     std::fs::write(
         dir.join("f/y.rs"),
         "use super::{x::X, z};\n#[cfg(test)]\nmod tests { use crate::a; }",

@@ -23,12 +23,77 @@
 use crate::filemap::{Folio, FolioFlags, PAGE_SIZE};
 use crate::sync::{AtomicUsize, Lock, Ordering};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The map's hasher: its keys are folio addresses (distinct, 8-byte
+/// aligned), which a multiplication spreads well enough; SipHash's
+/// protection against chosen keys buys nothing here and cost a write path
+/// about 270 instructions.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 >> 3)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+type Map = HashMap<usize, Bits, BuildHasherDefault<AddrHasher>>;
+
+/// One bitmap: inline for folios of up to 64 blocks (no allocation on the
+/// write path), on the heap beyond.
+enum Words {
+    One(u64),
+    Many(Box<[u64]>),
+}
+
+impl Words {
+    fn new(words: usize) -> Words {
+        if words <= 1 {
+            Words::One(0)
+        } else {
+            Words::Many(vec![0; words].into_boxed_slice())
+        }
+    }
+}
+
+impl core::ops::Deref for Words {
+    type Target = [u64];
+    fn deref(&self) -> &[u64] {
+        match self {
+            Words::One(w) => core::slice::from_ref(w),
+            Words::Many(v) => v,
+        }
+    }
+}
+
+impl core::ops::DerefMut for Words {
+    fn deref_mut(&mut self) -> &mut [u64] {
+        match self {
+            Words::One(w) => core::slice::from_mut(w),
+            Words::Many(v) => v,
+        }
+    }
+}
 
 /// A folio's two bitmaps.
 struct Bits {
     nblocks: usize,
-    uptodate: Vec<u64>,
-    dirty: Vec<u64>,
+    uptodate: Words,
+    dirty: Words,
 }
 
 fn test(map: &[u64], i: usize) -> bool {
@@ -38,23 +103,37 @@ fn set(map: &mut [u64], i: usize) {
     map[i / 64] |= 1 << (i % 64);
 }
 
+/// The bits of blocks `0..n` of a word array: all ones in full words, the
+/// low `n % 64` bits in the last.
+fn word_mask(n: usize, w: usize) -> u64 {
+    let bits = n.saturating_sub(w * 64).min(64);
+    if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
 impl Bits {
     fn new(nblocks: usize, uptodate: bool) -> Bits {
         let words = nblocks.div_ceil(64);
         let mut b = Bits {
             nblocks,
-            uptodate: vec![0; words],
-            dirty: vec![0; words],
+            uptodate: Words::new(words),
+            dirty: Words::new(words),
         };
         if uptodate {
-            for i in 0..nblocks {
-                set(&mut b.uptodate, i);
+            for (w, word) in b.uptodate.iter_mut().enumerate() {
+                *word = word_mask(nblocks, w);
             }
         }
         b
     }
     fn all_uptodate(&self) -> bool {
-        (0..self.nblocks).all(|i| test(&self.uptodate, i))
+        self.uptodate
+            .iter()
+            .enumerate()
+            .all(|(w, &word)| word == word_mask(self.nblocks, w))
     }
     fn any_dirty(&self) -> bool {
         self.dirty.iter().any(|w| *w != 0)
@@ -83,7 +162,7 @@ fn runs(n: usize, mut pred: impl FnMut(usize) -> bool) -> Vec<(usize, usize)> {
 /// The block state of one file's folios.
 pub(crate) struct BlockMap {
     shift: u32,
-    map: Lock<HashMap<usize, Bits>>,
+    map: Lock<Map>,
     partial: AtomicUsize,
 }
 
@@ -96,7 +175,7 @@ impl BlockMap {
     pub(crate) fn new(shift: u32) -> BlockMap {
         BlockMap {
             shift,
-            map: Lock::new(HashMap::new()),
+            map: Lock::new(Map::default()),
             partial: AtomicUsize::new(0),
         }
     }
@@ -116,7 +195,7 @@ impl BlockMap {
     }
 
     /// Drop an entry that became clean and wholly uptodate.
-    fn settle(&self, map: &mut HashMap<usize, Bits>, k: usize, was_partial: bool) {
+    fn settle(&self, map: &mut Map, k: usize, was_partial: bool) {
         let Some(b) = map.get(&k) else { return };
         let partial = !b.all_uptodate();
         if was_partial && !partial {
@@ -165,6 +244,9 @@ impl BlockMap {
         to: usize,
         skip: (usize, usize),
     ) -> Vec<(usize, usize)> {
+        if self.partial.load(Ordering::Relaxed) == 0 {
+            return Vec::new(); // every folio of the file is wholly uptodate
+        }
         let map = self.map.lock();
         let Some(b) = map.get(&key(f)) else {
             return Vec::new();
@@ -198,6 +280,30 @@ impl BlockMap {
             set(&mut b.uptodate, i);
         }
         self.settle(&mut map, k, was);
+    }
+
+    /// A write filled bytes `from..to` (the blocks it touches are all
+    /// uptodate now): mark them uptodate and dirty under one lock. Returns
+    /// the bytes newly dirty.
+    pub(crate) fn wrote(&self, f: &Folio, from: usize, to: usize) -> u64 {
+        let mut map = self.map.lock();
+        let k = key(f);
+        let nb = self.nblocks(f);
+        let b = map.entry(k).or_insert_with(|| Bits::new(nb, true));
+        let was = !b.all_uptodate();
+        let (s, e) = self.span(from, to);
+        let mut newly = 0;
+        for i in s..e {
+            set(&mut b.uptodate, i);
+            if !test(&b.dirty, i) {
+                set(&mut b.dirty, i);
+                newly += 1;
+            }
+        }
+        if was {
+            self.settle(&mut map, k, was);
+        }
+        newly << self.shift
     }
 
     /// Mark the blocks touching `from..to` dirty (the caller holds the

@@ -93,7 +93,7 @@ impl FileShared {
     pub(crate) fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
-            if let Some(f) = self.mapping.lookup(index) {
+            if let Some(f) = self.cached(index) {
                 self.cache.counters.hits.add(1);
                 folio::mark_accessed(&f);
                 return Ok(f);
@@ -145,6 +145,19 @@ impl FileShared {
             drop(w);
             self.cache.insert_new(self, &folio, shadow);
             return Ok(folio);
+        }
+    }
+
+    /// The folio at `index`, if one is cached: one lock-free load and a
+    /// reference (no second load to check it is still there: every caller
+    /// locks it and re-checks `DETACHED`, as the kernel's callers of
+    /// `filemap_get_entry` re-check `folio->mapping`).
+    #[inline]
+    fn cached(&self, index: u64) -> Option<Arc<Folio>> {
+        let guard = pin();
+        match self.mapping.pages().load(index, &guard)? {
+            EntryRef::Item(r) => Some(r.to_owned()),
+            EntryRef::Value(_) => None,
         }
     }
 
@@ -351,8 +364,7 @@ impl FileShared {
             }
             e.write(at, src);
         }
-        self.blocks.set_uptodate(f, need.0, need.1);
-        let newly = self.blocks.mark_dirty(f, need.0, need.1);
+        let newly = self.blocks.wrote(f, need.0, need.1);
         self.mark_dirty(f, newly);
         Ok(newly)
     }
