@@ -25,7 +25,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 /// How long a connection in the transmission phase keeps its thread
 /// without a request before it is handed back to the event loop (and holds
 /// no thread until its next request).
-pub const DEFAULT_PARK_AFTER: Duration = Duration::from_millis(500);
+pub const DEFAULT_PARK_AFTER: Duration = Duration::from_millis(20);
 
 /// Bytes of a connection's read buffer while it is served (many pipelined
 /// request headers per `read`); freed while the connection is idle.

@@ -64,9 +64,19 @@ impl Drop for Conn {
 /// Every open connection's socket.
 #[derive(Debug, Default)]
 pub(crate) struct Live {
-    sockets: Mutex<HashMap<u64, Arc<Socket>>>,
+    sockets: Mutex<Sockets>,
     empty: Condvar,
 }
+
+#[derive(Debug, Default)]
+struct Sockets {
+    by_id: HashMap<u64, Arc<Socket>>,
+    /// The most connections open since memory was last given back.
+    peak: usize,
+}
+
+/// Fewest connections whose closing is worth a `malloc_trim`.
+const TRIM_AFTER: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Single inserts and removes: a panic cannot leave the map half-updated.
@@ -77,7 +87,10 @@ impl Live {
     /// Register `socket` as connection `id` in `phase`.
     pub(crate) fn open(self: &Arc<Self>, id: u64, socket: Socket, phase: Phase) -> Conn {
         let socket = Arc::new(socket);
-        lock(&self.sockets).insert(id, socket.clone());
+        let mut sockets = lock(&self.sockets);
+        sockets.by_id.insert(id, socket.clone());
+        sockets.peak = sockets.peak.max(sockets.by_id.len());
+        drop(sockets);
         Conn {
             id,
             peer: socket.peer(),
@@ -87,24 +100,39 @@ impl Live {
         }
     }
 
+    /// Forget connection `id`; the number left open. When half the
+    /// connections open at the peak (and at least [`TRIM_AFTER`]) have
+    /// closed, the memory they freed goes back to the system.
     fn remove(&self, id: u64) -> usize {
         let mut sockets = lock(&self.sockets);
-        sockets.remove(&id);
-        let n = sockets.len();
+        sockets.by_id.remove(&id);
+        let n = sockets.by_id.len();
         if n == 0 {
             self.empty.notify_all();
+        }
+        let trim = sockets.peak >= TRIM_AFTER && n <= sockets.peak / 2;
+        if trim {
+            sockets.peak = n;
+            if n == 0 {
+                // Let the map's table go too.
+                sockets.by_id = HashMap::new();
+            }
+        }
+        drop(sockets);
+        if trim {
+            crate::memory::release_free_memory();
         }
         n
     }
 
     /// Open connections.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.sockets).len()
+        lock(&self.sockets).by_id.len()
     }
 
     /// Shut down `how` every open connection's socket.
     pub(crate) fn shutdown_all(&self, how: Shutdown) {
-        for s in lock(&self.sockets).values() {
+        for s in lock(&self.sockets).by_id.values() {
             // Already shut down or the peer is gone: either way done.
             let _ = s.shutdown(how);
         }
@@ -115,7 +143,7 @@ impl Live {
     pub(crate) fn wait_empty(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         let mut sockets = lock(&self.sockets);
-        while !sockets.is_empty() {
+        while !sockets.by_id.is_empty() {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;

@@ -30,6 +30,7 @@ mod connection;
 pub mod export;
 pub mod handshake;
 pub mod hashmap_disk;
+pub mod memory;
 mod pool;
 pub mod proto;
 mod reactor;

@@ -130,6 +130,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    kxarray_nbd::memory::tune_allocator();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -2,7 +2,8 @@
 //!
 //! Owns the server's worker threads. A job goes to a thread waiting for
 //! one, or to a new thread when none waits; a thread that finds no job
-//! for [`IDLE_EXIT`] exits, so the thread count follows the number of
+//! for [`IDLE_EXIT`] exits, and so does one that would wait beside
+//! [`MAX_IDLE`] others, so the thread count follows the number of
 //! connections being served, and falls back to none when all are idle.
 //! Invariants: every job given to [`Pool::execute`] runs exactly once, or
 //! is handed back when no thread can be started; `threads` counts the
@@ -15,6 +16,9 @@ use std::time::Duration;
 
 /// How long a pool thread waits for a job before it exits.
 pub const IDLE_EXIT: Duration = Duration::from_secs(5);
+
+/// Most threads kept waiting for jobs (more exit at once when idle).
+pub const MAX_IDLE: usize = 4;
 
 /// A job: serve one connection for a while.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -129,6 +133,10 @@ impl Inner {
                 job();
                 state = lock(&self.state);
                 continue;
+            }
+            if state.idle >= MAX_IDLE {
+                state.threads -= 1;
+                return;
             }
             state.idle += 1;
             let (s, timeout) = self

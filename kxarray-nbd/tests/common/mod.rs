@@ -4,6 +4,8 @@
 //! socket.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
