@@ -206,7 +206,7 @@ fn sigterm_ends_the_server_within_5_s_after_its_socket_path_was_deleted() {
 fn sigterm_ends_the_server_within_5_s_while_a_client_does_not_read_and_flushes_its_writes() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("disk");
-    let mut p = spawn_unix(
+    let mut p = spawn_tcp(
         &[
             "--size",
             "256M",
@@ -214,6 +214,10 @@ fn sigterm_ends_the_server_within_5_s_while_a_client_does_not_read_and_flushes_i
             "cached",
             "--file",
             file.to_str().unwrap(),
+            // One worker: none other to see the read side's end and
+            // close the socket under the one blocked writing.
+            "--threads",
+            "1",
         ],
         &[],
     );
