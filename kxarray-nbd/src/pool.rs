@@ -35,6 +35,7 @@ struct Inner {
     wake: Condvar,
 }
 
+#[derive(Default)]
 struct State {
     jobs: VecDeque<Job>,
     threads: usize,
@@ -48,16 +49,6 @@ impl std::fmt::Debug for State {
             .field("threads", &self.threads)
             .field("idle", &self.idle)
             .finish()
-    }
-}
-
-impl Default for State {
-    fn default() -> Self {
-        Self {
-            jobs: VecDeque::new(),
-            threads: 0,
-            idle: 0,
-        }
     }
 }
 

@@ -438,7 +438,8 @@ impl<'a> Transmission<'a> {
                 // it first; `take` bounds it to the declared length.
                 use std::io::Read;
                 let before = payload.len();
-                let r = (&*self.socket)
+                let r = self
+                    .socket
                     .take(want as u64)
                     .read_to_end(payload)
                     .map(|_| payload.len() - before);

@@ -105,7 +105,7 @@ impl Process {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         s.lines()
             .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().split_whitespace().next())
+            .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {field} in /proc status"))
     }
