@@ -25,6 +25,9 @@
 #   (the defaults), e.g. TRANSPORTS=tcp JOBS=1 RWS=write ... 9 3 512M
 # THREADS sets kxarray-nbd's --threads (worker threads per connection;
 # unset: the server's default, 1 for the RAM disks).
+# OLD_BIN=path adds a column "xarray-old": another build of kxarray-nbd
+# (for example main's, built into another directory) serving the same
+# RAM disk, to compare a change side by side in the same run.
 # Needs fio (apt-get install -y fio); the nbdkit columns need nbdkit
 # (apt-get install -y nbdkit) and are skipped with a message without it.
 set -euo pipefail
@@ -40,6 +43,8 @@ cargo build --release --bin kxarray-nbd >&2
 BIN=$PWD/target/release/kxarray-nbd
 
 STORES="xarray hashmap"
+OLD_BIN=${OLD_BIN:-}
+[ -n "$OLD_BIN" ] && STORES="$STORES xarray-old"
 if command -v nbdkit >/dev/null && nbdkit memory --dump-plugin >/dev/null 2>&1; then
   STORES="$STORES nbdkit-sparse nbdkit-malloc"
 else
@@ -66,9 +71,11 @@ start_server() { # store transport
   local store=$1 transport=$2 listen sock=${SOCK[$1]} port=${PORT[$1]}
   rm -f "$sock"
   case $store in
-    xarray|hashmap)
+    xarray|hashmap|xarray-old)
       if [ "$transport" = unix ]; then listen=(--unix "$sock"); else listen=(--listen "127.0.0.1:$port"); fi
-      RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" ${THREADS:+--threads "$THREADS"} "${listen[@]}" 2>>"$WORK/server.log" &
+      local bin=$BIN backend=$store
+      [ "$store" = xarray-old ] && bin=$OLD_BIN backend=xarray
+      RUST_LOG=warn "$bin" --size "$SIZE" --backend "$backend" ${THREADS:+--threads "$THREADS"} "${listen[@]}" 2>>"$WORK/server.log" &
       ;;
     nbdkit-*)
       if [ "$transport" = unix ]; then listen=(-U "$sock"); else listen=(-i 127.0.0.1 -p "$port"); fi
