@@ -123,6 +123,10 @@ impl Parking {
     /// Take a parked connection out (deregistered).
     fn take(&self, state: &mut Parked, t: Token) -> Option<Conn> {
         let conn = state.conns.remove(&t)?;
+        if state.conns.capacity() > 64 && state.conns.len() < state.conns.capacity() / 8 {
+            // Give back the table of a crowd that has left.
+            state.conns.shrink_to(state.conns.len() * 2);
+        }
         if let Some(d) = conn.deadline() {
             state.deadlines.remove(&(d, t));
         }
