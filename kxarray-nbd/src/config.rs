@@ -44,8 +44,10 @@ pub const MAX_BATCH: usize = 16;
 
 /// Bytes of ciphertext a TLS connection holds besides its plaintext
 /// buffers: the encrypted replies of one send (at most [`REPLY_BUFFER`]
-/// plus record overhead, counted as twice it) and one received record.
-pub const TLS_OVERHEAD: usize = 2 * REPLY_BUFFER + 64 * 1024;
+/// plus record overhead, counted as twice it: rustls' copy and the one
+/// sent) and the ciphertext received and not yet decrypted (256 KiB,
+/// plus one record in rustls).
+pub const TLS_OVERHEAD: usize = 2 * REPLY_BUFFER + 256 * 1024 + 64 * 1024;
 
 /// The most memory one connection's buffers hold while it is served with
 /// `workers` worker threads (`tls`: over TLS): the read buffer, and per
