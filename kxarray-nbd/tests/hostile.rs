@@ -131,6 +131,10 @@ fn unread_replies(args: &[&str], structured: bool, n: u64, bound: u64) -> u64 {
         c.send(NBD_CMD_READ, 0, (i % 8) * u64::from(len), len, &[]);
     }
     let grown = peak_rss(&p, Duration::from_millis(1500)).saturating_sub(before);
+    eprintln!(
+        "{args:?}: +{:.1} MiB resident with {n} unread 32 MiB READs",
+        grown as f64 / MIB as f64
+    );
     assert!(
         grown <= bound,
         "{args:?}: +{} MiB resident with {n} unread 32 MiB READs (bound {} MiB)",
