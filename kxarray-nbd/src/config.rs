@@ -1,6 +1,6 @@
 //! The server's limits and settings, and the memory a connection may use.
 //!
-//! Owns [`Config`] (what a [`Server`](crate::Server) is built with) and
+//! Owns [`Config`] (what a server is built with) and
 //! the byte budget of a connection ([`connection_budget`]), which follows
 //! from the transmission phase's buffer sizes; those constants live here
 //! so the budget and the code that honours it cannot drift apart.
@@ -76,7 +76,7 @@ pub fn connection_budget(workers: usize, tls: bool) -> u64 {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Worker threads per connection while it is served (see
-    /// [`workers_for`](crate::workers_for)).
+    /// the server's `workers_for`).
     pub workers: usize,
     /// Time from connecting to the transmission phase.
     pub handshake_timeout: Duration,

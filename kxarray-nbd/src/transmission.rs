@@ -9,9 +9,8 @@
 //! the read buffer (up to [`MAX_BATCH`]; it never waits for one the client
 //! may not have sent), lets go, executes them against the backend, and
 //! sends all their replies with one `write` under the writer lock. With
-//! one worker (the server's choice for in-memory backends, see
-//! [`workers_for`](crate::server::workers_for)) the same loop runs on the
-//! calling thread alone: the requests that arrive while it executes a
+//! one worker (the server's choice for in-memory backends, see its
+//! `workers_for`) the same loop runs on the calling thread alone: the requests that arrive while it executes a
 //! batch make up the next one.
 //!
 //! When no request arrives for the socket's read timeout (the server's
