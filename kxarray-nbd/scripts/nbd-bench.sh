@@ -25,6 +25,13 @@
 #   (the defaults), e.g. TRANSPORTS=tcp JOBS=1 RWS=write ... 9 3 512M
 # THREADS sets kxarray-nbd's --threads (worker threads per connection;
 # unset: the server's default, 1 for the RAM disks).
+# OLD_BIN=path adds a column "xarray-old": another build of kxarray-nbd
+# (for example main's, built into another directory) serving the same
+# RAM disk, to compare a change side by side in the same run.
+# TLS=1 adds "xarray-tls": the same RAM disk with --tls require, fio over
+# nbds:// (fio's nbd engine takes no tls-certificates in its URI, so libnbd
+# finds the CA in $HOME/.pki/libnbd of a HOME made for it; certificates
+# made with openssl). ONLY="xarray xarray-old ..." keeps only those columns.
 # Needs fio (apt-get install -y fio); the nbdkit columns need nbdkit
 # (apt-get install -y nbdkit) and are skipped with a message without it.
 set -euo pipefail
@@ -40,10 +47,23 @@ cargo build --release --bin kxarray-nbd >&2
 BIN=$PWD/target/release/kxarray-nbd
 
 STORES="xarray hashmap"
+OLD_BIN=${OLD_BIN:-}
+[ -n "$OLD_BIN" ] && STORES="$STORES xarray-old"
 if command -v nbdkit >/dev/null && nbdkit memory --dump-plugin >/dev/null 2>&1; then
   STORES="$STORES nbdkit-sparse nbdkit-malloc"
 else
   echo "nbdkit (memory plugin) not found: skipping the nbdkit columns (apt-get install -y nbdkit)" >&2
+fi
+
+TLS=${TLS:-}
+if [ -n "$TLS" ]; then
+  if command -v openssl >/dev/null; then STORES="$STORES xarray-tls"
+  else echo "openssl not found: skipping the TLS column" >&2; fi
+fi
+if [ -n "${ONLY:-}" ]; then
+  kept=""
+  for s in $STORES; do case " $ONLY " in *" $s "*) kept="$kept $s" ;; esac; done
+  STORES=${kept# }
 fi
 
 WORK=$(mktemp -d)
@@ -54,6 +74,23 @@ cleanup() {
 }
 trap cleanup EXIT
 RESULTS=$WORK/results.tsv
+if [[ " $STORES " == *" xarray-tls "* ]]; then
+  # A CA, a server certificate for localhost and 127.0.0.1 (nbdkit's
+  # layout for the server), and the CA where libnbd looks by default.
+  T=$WORK/tls
+  mkdir -p "$T/srv" "$T/home/.pki/libnbd"
+  ( cd "$T" &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca-key.pem \
+      -out ca-cert.pem -days 2 -subj "/CN=bench CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=keyCertSign,cRLSign" &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv/server-key.pem \
+      -out srv.csr -subj "/CN=localhost" &&
+    printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" >ext &&
+    openssl x509 -req -in srv.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+      -out srv/server-cert.pem -days 2 -extfile ext &&
+    cp ca-cert.pem srv/ && cp ca-cert.pem home/.pki/libnbd/ ) >/dev/null 2>&1 ||
+    { echo "certificates not made" >&2; exit 1; }
+fi
 read -r -a store_list <<<"$STORES"
 n=${#store_list[@]}
 base=$((20000 + RANDOM % 20000))
@@ -66,9 +103,12 @@ start_server() { # store transport
   local store=$1 transport=$2 listen sock=${SOCK[$1]} port=${PORT[$1]}
   rm -f "$sock"
   case $store in
-    xarray|hashmap)
+    xarray|hashmap|xarray-old|xarray-tls)
       if [ "$transport" = unix ]; then listen=(--unix "$sock"); else listen=(--listen "127.0.0.1:$port"); fi
-      RUST_LOG=warn "$BIN" --size "$SIZE" --backend "$store" ${THREADS:+--threads "$THREADS"} "${listen[@]}" 2>>"$WORK/server.log" &
+      local bin=$BIN backend=$store tls=()
+      [ "$store" = xarray-old ] && bin=$OLD_BIN backend=xarray
+      [ "$store" = xarray-tls ] && backend=xarray tls=(--tls require --tls-certificates "$WORK/tls/srv")
+      RUST_LOG=warn "$bin" --size "$SIZE" --backend "$backend" ${THREADS:+--threads "$THREADS"} "${tls[@]}" "${listen[@]}" 2>>"$WORK/server.log" &
       ;;
     nbdkit-*)
       if [ "$transport" = unix ]; then listen=(-U "$sock"); else listen=(-i 127.0.0.1 -p "$port"); fi
@@ -91,7 +131,14 @@ stop_server() {
 }
 
 uri() { # store transport
-  if [ "$2" = unix ]; then echo "nbd+unix:///?socket=${SOCK[$1]}"; else echo "nbd://127.0.0.1:${PORT[$1]}/"; fi
+  local s=nbd
+  [ "$1" = xarray-tls ] && s=nbds
+  if [ "$2" = unix ]; then echo "$s+unix:///?socket=${SOCK[$1]}"; else echo "$s://127.0.0.1:${PORT[$1]}/"; fi
+}
+
+fio_for() { # store -> run fio with the environment that store needs
+  local store=$1; shift
+  if [ "$store" = xarray-tls ]; then HOME=$WORK/tls/home fio "$@"; else fio "$@"; fi
 }
 
 kiops() { # json file -> "KIOPS IOS FIO_CPU_US_PER_IO" (read + write)
@@ -128,7 +175,7 @@ for round in $(seq "$ROUNDS"); do
       start_server "$store" "$transport"
       # Fill the disk once, untimed, so every measured job sees allocated
       # pages (steady state, as the seed's --loop=8 over the whole brd).
-      fio --name=fill --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw=write --bs=1M \
+      fio_for "$store" --name=fill --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw=write --bs=1M \
         --iodepth=8 --size="$SIZE" >/dev/null 2>>"$WORK/fio.err"
     done
     for jobs in $JOBS; do
@@ -137,7 +184,7 @@ for round in $(seq "$ROUNDS"); do
         for k in $(seq 0 $((n - 1))); do
           store=${store_list[$(( (k + slot) % n ))]}
           c0=$(cpu_ticks "${PID[$store]}")
-          fio --name=bench --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw="$rw" --bs=4k \
+          fio_for "$store" --name=bench --ioengine=nbd --uri="$(uri "$store" "$transport")" --rw="$rw" --bs=4k \
             --iodepth=64 --numjobs="$jobs" --size="$SIZE" --time_based --runtime="$RUNTIME" \
             --group_reporting --output-format=json >"$WORK/out.json" 2>>"$WORK/fio.err"
           c1=$(cpu_ticks "${PID[$store]}")

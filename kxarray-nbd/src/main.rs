@@ -4,18 +4,26 @@
 //! kxarray-nbd --size 1G --listen 127.0.0.1:10809
 //! kxarray-nbd --size 1G --unix /tmp/nbd.sock --backend hashmap
 //! ```
-//! Ctrl-C (or SIGTERM) stops accepting, lets every connection finish the
-//! requests it has read, flushes the backend and exits.
+//! Ctrl-C (or SIGTERM) stops accepting, closes idle connections, lets
+//! every other connection answer the requests it has read (closing it
+//! after 2 s if its client does not read them), flushes the backend and
+//! exits.
 
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use kxarray::backend::{Backend, FileBackend, RamDisk};
 use kxarray::pagecache::{CacheConfig, PageCache};
-use kxarray_nbd::{parse_size, workers_for, Export, HashMapDisk, Listener, Server};
-use tracing::{error, info};
+use kxarray_nbd::config::DEFAULT_MAX_CONNECTIONS;
+use kxarray_nbd::{
+    parse_size, raise_nofile_limit, workers_for, Config, Export, HashMapDisk, Listener, Server,
+    Tls, TlsMode,
+};
+use tracing::{error, info, warn};
 
 /// The backing store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -30,6 +38,30 @@ enum BackendKind {
     /// (`--cache-size`): reads hit the cache, writes are written back on
     /// FLUSH, FUA and by the cache's flusher.
     Cached,
+}
+
+/// TLS (`NBD_OPT_STARTTLS`), as nbdkit spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TlsArg {
+    /// No TLS: `NBD_OPT_STARTTLS` is refused.
+    Off,
+    /// TLS offered; clients may stay in clear text.
+    On,
+    /// TLS required: nothing but `NBD_OPT_STARTTLS` (and `ABORT`) before it.
+    Require,
+}
+
+/// File descriptors kept for the listeners, logs and backend besides the
+/// connections.
+const SPARE_FDS: u64 = 64;
+
+/// Seconds (a decimal number) as a duration.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    Duration::try_from_secs_f64(v).map_err(|e| format!("{s:?} seconds: {e}"))
 }
 
 /// Serve a kxarray RAM disk or cached file over the NBD protocol.
@@ -66,6 +98,27 @@ struct Args {
     /// Refuse writes.
     #[arg(long)]
     read_only: bool,
+    /// Seconds a client has from connecting to reaching the transmission
+    /// phase; a slower one is disconnected.
+    #[arg(long, value_parser = parse_seconds, env = "KXARRAY_NBD_HANDSHAKE_TIMEOUT",
+          default_value = "10")]
+    handshake_timeout: Duration,
+    /// Connections open at once (handshaking, served or idle); more are
+    /// accepted and closed at once, with a log line. Lowered to fit the
+    /// open-file limit.
+    #[arg(long, env = "KXARRAY_NBD_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// TLS: off, on (offered), require (nothing served without it).
+    #[arg(long, value_enum, default_value = "off")]
+    tls: TlsArg,
+    /// Directory of the TLS certificates, in nbdkit's layout:
+    /// server-cert.pem, server-key.pem, and ca-cert.pem (client CA, read
+    /// with --tls-verify-peer).
+    #[arg(long, required_if_eq_any([("tls", "on"), ("tls", "require")]))]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by the CA in ca-cert.pem.
+    #[arg(long, requires = "tls_certificates")]
+    tls_verify_peer: bool,
 }
 
 fn main() -> ExitCode {
@@ -77,6 +130,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    kxarray_nbd::memory::tune_allocator();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -119,11 +173,38 @@ fn run(args: Args) -> Result<(), String> {
         .with_description(format!("kxarray {:?} backend", args.backend));
     export.read_only = args.read_only;
     let workers = args.threads.unwrap_or_else(|| workers_for(&export));
-    let server = Server::new(export, workers);
+    let tls = match (args.tls, &args.tls_certificates) {
+        (TlsArg::Off, _) => None,
+        (mode, None) => return Err(format!("--tls {mode:?} needs --tls-certificates DIR")),
+        (mode, Some(dir)) => {
+            let mode = if mode == TlsArg::Require {
+                TlsMode::Require
+            } else {
+                TlsMode::On
+            };
+            Some(Arc::new(
+                Tls::from_dir(dir, mode, args.tls_verify_peer).map_err(|e| e.to_string())?,
+            ))
+        }
+    };
+    let max_connections = fit_open_files(args.max_connections);
+    let config = Config::new(workers)
+        .handshake_timeout(args.handshake_timeout)
+        .max_connections(max_connections)
+        .tls(tls.clone());
+    let server = Server::new(export, config).map_err(|e| format!("event loop: {e}"))?;
 
     let mut listeners = Vec::new();
     if let Some(addr) = &args.listen {
-        listeners.push(Listener::tcp(addr).map_err(|e| format!("listen on {addr}: {e}"))?);
+        let l = Listener::tcp(addr).map_err(|e| format!("listen on {addr}: {e}"))?;
+        if !tls.as_ref().is_some_and(|t| t.required()) && beyond_loopback(addr) {
+            warn!(
+                %addr,
+                "serving TCP beyond loopback without --tls require: anyone who reaches \
+                 the port can read and write the export, in clear text"
+            );
+        }
+        listeners.push(l);
     }
     if let Some(path) = &args.unix {
         listeners
@@ -132,26 +213,76 @@ fn run(args: Args) -> Result<(), String> {
     let handle = server.handle();
     ctrlc::set_handler(move || handle.shutdown()).map_err(|e| format!("signal handler: {e}"))?;
 
-    let threads: Vec<_> = listeners
-        .into_iter()
-        .map(|l| {
-            let server = server.clone();
-            std::thread::spawn(move || server.serve(l))
-        })
-        .collect();
-    let mut failed = None;
-    for t in threads {
-        match t.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                error!(error = %e, "listener failed");
-                server.handle().shutdown();
-                failed = Some(e.to_string());
-            }
-            Err(_) => failed = Some("listener thread panicked".into()),
-        }
+    let served = server.serve(listeners);
+    if let Err(e) = &served {
+        error!(error = %e, "event loop failed");
     }
     server.finish().map_err(|e| format!("final flush: {e}"))?;
     info!("clean shutdown");
-    failed.map_or(Ok(()), Err)
+    served.map_err(|e| e.to_string())
+}
+
+/// Raise the open-file limit, and lower `max` to fit it (one descriptor
+/// per connection, plus spares).
+fn fit_open_files(max: usize) -> usize {
+    match raise_nofile_limit() {
+        Ok(limit) => {
+            let room = usize::try_from(limit.saturating_sub(SPARE_FDS))
+                .unwrap_or(usize::MAX)
+                .max(1);
+            if room < max {
+                warn!(
+                    limit,
+                    max_connections = room,
+                    "the open-file limit (RLIMIT_NOFILE) is below --max-connections; lowered"
+                );
+            }
+            max.min(room)
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read or raise the open-file limit");
+            max
+        }
+    }
+}
+
+/// Whether a TCP listen address reaches beyond this machine (not only
+/// loopback addresses).
+fn beyond_loopback(addr: &str) -> bool {
+    let Ok(addrs) = addr.to_socket_addrs() else {
+        return true;
+    };
+    let loopback = |a: &SocketAddr| match a.ip() {
+        IpAddr::V4(ip) => ip.is_loopback(),
+        IpAddr::V6(ip) => ip.is_loopback(),
+    };
+    let addrs: Vec<SocketAddr> = addrs.collect();
+    addrs.is_empty() || !addrs.iter().all(loopback)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_defaults_are_the_library_defaults() {
+        let a = Args::parse_from(["kxarray-nbd", "--unix", "/x"]);
+        assert_eq!(
+            a.handshake_timeout,
+            kxarray_nbd::config::DEFAULT_HANDSHAKE_TIMEOUT
+        );
+        assert_eq!(a.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(a.tls, TlsArg::Off);
+        assert!(Args::try_parse_from(["kxarray-nbd", "--tls", "require"]).is_err());
+        assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert!(parse_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn loopback_addresses() {
+        assert!(!beyond_loopback("127.0.0.1:10809"));
+        assert!(!beyond_loopback("[::1]:10809"));
+        assert!(beyond_loopback("0.0.0.0:10809"));
+        assert!(beyond_loopback("[::]:10809"));
+    }
 }

@@ -3,12 +3,20 @@
 //! Owns [`Socket`] (a connected stream) and [`Listener`] (a bound
 //! listener). Invariants: every handle made by [`Socket::try_clone`]
 //! refers to the same kernel socket, so a `shutdown` through one wakes a
-//! thread blocked reading through another.
+//! thread blocked reading through another; a connected socket is in
+//! blocking mode (its waits are bounded by its read and write timeouts),
+//! a listener in non-blocking mode (the server's event loop accepts until
+//! `WouldBlock`); a Unix listener removes its socket file when dropped
+//! only if the path still names the socket it bound (never one that
+//! replaced it after the path was deleted).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// A connected stream socket.
 #[derive(Debug)]
@@ -42,6 +50,44 @@ impl Socket {
         }
     }
 
+    /// Bound every blocking read (`None`: wait for ever); a read that
+    /// times out fails with `WouldBlock` (Linux's `EAGAIN`).
+    ///
+    /// # Errors
+    /// As `setsockopt(SO_RCVTIMEO)`.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(timeout),
+            Self::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    /// Bound every blocking write (`None`: wait for ever).
+    ///
+    /// # Errors
+    /// As `setsockopt(SO_SNDTIMEO)`.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_write_timeout(timeout),
+            Self::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+
+    /// Whether a read would return at once (data, end of stream or an
+    /// error is waiting), asked without blocking (`poll(2)`, no timeout).
+    pub fn readable_now(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is one valid, initialised `pollfd` that lives
+        // across the call, and the count passed is 1; poll(2) only writes
+        // its `revents`.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents != 0
+    }
+
     /// The peer, for logs.
     pub fn peer(&self) -> String {
         match self {
@@ -49,6 +95,15 @@ impl Socket {
                 .peer_addr()
                 .map_or_else(|_| "tcp:?".into(), |a| a.to_string()),
             Self::Unix(_) => "unix".into(),
+        }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
         }
     }
 }
@@ -95,13 +150,22 @@ impl Write for Socket {
     }
 }
 
-/// A bound listener.
+/// A bound listener (non-blocking: [`Listener::accept`] returns
+/// `WouldBlock` when no connection waits).
 #[derive(Debug)]
 pub enum Listener {
     /// TCP.
     Tcp(TcpListener),
     /// Unix domain socket at a path.
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, UnixPath),
+}
+
+/// The path of a Unix listener and the identity (device, inode) of the
+/// socket file it created there.
+#[derive(Debug)]
+pub struct UnixPath {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
 }
 
 /// Where a listener is, so that it can be woken by connecting to it.
@@ -119,7 +183,9 @@ impl Listener {
     /// # Errors
     /// As `bind(2)`/`listen(2)`.
     pub fn tcp(addr: &str) -> io::Result<Self> {
-        Ok(Self::Tcp(TcpListener::bind(addr)?))
+        let l = TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        Ok(Self::Tcp(l))
     }
 
     /// Bind a Unix socket at `path`, replacing a stale socket file left by
@@ -135,7 +201,12 @@ impl Listener {
                 std::fs::remove_file(&path)?;
             }
         }
-        Ok(Self::Unix(UnixListener::bind(&path)?, path))
+        let l = UnixListener::bind(&path)?;
+        l.set_nonblocking(true)?;
+        let id = std::fs::symlink_metadata(&path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        Ok(Self::Unix(l, UnixPath { path, id }))
     }
 
     /// The address to connect to.
@@ -145,14 +216,14 @@ impl Listener {
     pub fn local_addr(&self) -> io::Result<ListenAddr> {
         Ok(match self {
             Self::Tcp(l) => ListenAddr::Tcp(l.local_addr()?),
-            Self::Unix(_, p) => ListenAddr::Unix(p.clone()),
+            Self::Unix(_, p) => ListenAddr::Unix(p.path.clone()),
         })
     }
 
-    /// Wait for the next connection.
+    /// Take the next waiting connection (in blocking mode).
     ///
     /// # Errors
-    /// As `accept(2)`.
+    /// `WouldBlock` when none waits; otherwise as `accept(2)`.
     pub fn accept(&self) -> io::Result<Socket> {
         Ok(match self {
             Self::Tcp(l) => {
@@ -191,12 +262,28 @@ impl std::fmt::Display for ListenAddr {
     }
 }
 
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Self::Tcp(l) => l.as_raw_fd(),
+            Self::Unix(l, _) => l.as_raw_fd(),
+        }
+    }
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Self::Unix(_, path) = self {
-            // The socket file is ours; a failure only leaves a stale file
-            // that the next `Listener::unix` replaces.
-            let _ = std::fs::remove_file(path);
+        if let Self::Unix(_, UnixPath { path, id }) = self {
+            // Only the socket file this listener made: the path may have
+            // been deleted (and perhaps reused) while it ran. A failure
+            // only leaves a stale file that the next `Listener::unix`
+            // replaces.
+            let now = std::fs::symlink_metadata(&*path)
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+            if now.is_some() && now == *id {
+                let _ = std::fs::remove_file(&*path);
+            }
         }
     }
 }

@@ -1,27 +1,37 @@
-//! The transmission phase of one connection: requests in, replies out,
-//! many in flight at once.
+//! The transmission phase of one connection while it is served: requests
+//! in, replies out, many in flight at once; and the state it keeps while
+//! idle.
 //!
 //! Design (the leader/follower shape of nbdkit's parallel thread model,
-//! with batching): a connection has a few worker threads sharing one
-//! buffered reader and one writer. A worker takes the reader lock, waits
-//! for one request, then also takes the requests already sitting in the
-//! read buffer (up to `MAX_BATCH`; it never waits for one the client may
-//! not have sent), lets go, executes them against the backend, and writes
-//! all their replies with one `write` under the writer lock. While it
-//! executes, the next worker reads the next requests, so requests run
-//! concurrently and replies go out in completion order; no request is
-//! handed from thread to thread, and a pipelined client (fio at iodepth 64)
-//! costs one `read` and one `write` per batch rather than per request.
-//! With one worker (the server's choice for in-memory backends, see
-//! [`workers_for`](crate::server::workers_for)) the same loop runs on one
-//! thread: it never waits on the locks, and the requests that arrive while
-//! it executes a batch make up the next one.
+//! with batching): a served connection has one or a few worker threads
+//! sharing one read buffer and one writer. A worker takes the reader lock,
+//! waits for one request, then also takes the requests already sitting in
+//! the read buffer (up to [`MAX_BATCH`]; it never waits for one the client
+//! may not have sent), lets go, executes them against the backend, and
+//! sends all their replies with one `write` under the writer lock. With
+//! one worker (the server's choice for in-memory backends, see its
+//! `workers_for`) the same loop runs on the calling thread alone: the requests that arrive while it executes a
+//! batch make up the next one.
+//!
+//! When no request arrives for the socket's read timeout (the server's
+//! `park_after`), [`serve`] returns [`End::Idle`]: the workers are gone,
+//! the read buffer is freed, and the [`Session`] (TLS state, the bytes of
+//! a request header begun) is all the connection keeps until the event
+//! loop sees its next request.
 //!
 //! Invariants:
-//! - the server never reads more than a request declares: a `WRITE` whose
-//!   length is above [`MAX_PAYLOAD`] has its payload skipped in bounded
-//!   pieces and gets `NBD_EINVAL`; a request past the end of the export
-//!   gets `NBD_EINVAL` (`NBD_ENOSPC` for writes) and the connection lives;
+//! - memory: a worker holds at most one batch's `WRITE` payloads (below
+//!   [`MAX_BATCH_PAYLOAD`] plus one request's [`MAX_PAYLOAD`]; the buffer
+//!   shrinks back after a large batch) and [`REPLY_BUFFER`] bytes of
+//!   replies: a longer `READ` is read and sent in pieces, so unread
+//!   replies cost the client its socket buffer, not the server memory
+//!   (see [`connection_budget`](crate::config::connection_budget));
+//! - the server never reads more than a request declares; a `WRITE`
+//!   announcing more than [`MAX_PAYLOAD`] (the advertised maximum) gets
+//!   `NBD_EINVAL` and the connection is closed at once, its payload
+//!   unread; a `READ` above it gets `NBD_EINVAL` and the connection
+//!   lives; a request past the end of the export gets `NBD_EINVAL`
+//!   (`NBD_ENOSPC` for writes) and the connection lives;
 //! - a reply is sent only after its request's effect is in the backend
 //!   (and durable, for `NBD_CMD_FLAG_FUA` and `NBD_CMD_FLUSH`), so
 //!   whatever was acknowledged survives the client leaving mid-request;
@@ -29,15 +39,18 @@
 //!   connection only: the first worker to see it marks the connection
 //!   closing and shuts the socket down, the others finish what they hold.
 
-use std::io::{self, BufReader, Read, Write};
+use std::io;
 use std::net::Shutdown;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
+use rustls::ServerConnection;
 use tracing::{debug, warn};
 
+use crate::channel::{Channel, ReadSide};
+use crate::config::{MAX_BATCH, MAX_BATCH_PAYLOAD, READ_BUFFER, REPLY_BUFFER};
 use crate::export::Export;
 use crate::proto::{
     command_name, encode_error_chunk, encode_offset_data_prefix, ChunkHeader, Request, SimpleReply,
@@ -48,25 +61,96 @@ use crate::proto::{
 };
 use crate::socket::Socket;
 
-/// Bytes of the shared read buffer (many pipelined request headers per
-/// `read` system call).
-const READ_BUFFER: usize = 256 * 1024;
+/// What a connection in the transmission phase keeps between the times it
+/// is served.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Structured replies were negotiated.
+    pub structured: bool,
+    /// The TLS session, when the client upgraded.
+    pub(crate) tls: Option<Box<ServerConnection>>,
+    /// The start of a request header received before the client went
+    /// quiet (fewer than [`REQUEST_LEN`] bytes).
+    pub(crate) leftover: Vec<u8>,
+}
 
-/// Most requests one worker takes from the read buffer at once.
-const MAX_BATCH: usize = 16;
-/// Most write payload bytes one batch holds beyond its first request.
-const MAX_BATCH_PAYLOAD: usize = 1 << 20;
+impl Session {
+    /// Whether decrypted bytes wait in the TLS session (a request may then
+    /// be pending although the socket is quiet).
+    pub(crate) fn has_plaintext(&mut self) -> bool {
+        self.tls.as_mut().is_some_and(|s| {
+            s.process_new_packets()
+                .is_ok_and(|st| st.plaintext_bytes_to_read() > 0)
+        })
+    }
+}
 
-/// One connection in the transmission phase.
+/// How a served connection stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// No request for the read timeout: hand the connection back to the
+    /// event loop.
+    Idle,
+    /// The client left, disconnected, broke the protocol, or the socket
+    /// failed: close it.
+    Closed,
+}
+
+/// Serve `session` on `socket` with `workers` threads (the calling one and
+/// `workers - 1` more) until the client goes quiet for the socket's read
+/// timeout or the connection ends. Returns once every request read has
+/// been answered (or its reply could not be sent).
+pub fn serve(socket: &Socket, session: &mut Session, export: &Export, workers: usize) -> End {
+    let t = Transmission::new(socket, session, export);
+    std::thread::scope(|s| {
+        for _ in 1..workers.max(1) {
+            s.spawn(|| t.worker());
+        }
+        t.worker();
+    });
+    t.finish(session)
+}
+
+/// A connection being served.
 #[derive(Debug)]
-pub struct Transmission<'a> {
-    reader: Mutex<BufReader<Socket>>,
-    writer: Mutex<Socket>,
-    /// A third handle, to shut the socket down without taking a lock.
-    control: Socket,
+struct Transmission<'a> {
+    socket: &'a Socket,
+    channel: Channel<'a>,
+    reader: Mutex<Reader>,
+    /// The writer lock; its buffer receives a TLS channel's ciphertext.
+    writer: Mutex<Vec<u8>>,
     export: &'a Export,
     structured: bool,
+    /// No more requests are read (the client disconnected, or the
+    /// connection is being closed).
     closing: AtomicBool,
+    /// The client went quiet: the workers stop, the connection is parked.
+    idle: AtomicBool,
+}
+
+/// The reader's buffers: decrypted bytes not yet taken as requests.
+#[derive(Debug)]
+struct Reader {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    side: ReadSide,
+}
+
+impl Reader {
+    fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+    fn len(&self) -> usize {
+        self.end - self.start
+    }
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
 }
 
 /// A request taken from the stream.
@@ -74,8 +158,19 @@ pub struct Transmission<'a> {
 enum Taken {
     /// A request to execute; a `WRITE`'s payload is `payload` of the batch.
     Request(Request, Range<usize>),
-    /// A `WRITE` too long to hold, its payload skipped: refuse it.
+    /// A `WRITE` longer than the maximum payload: refuse it, then close.
     Oversized(Request),
+}
+
+/// What the reader found next.
+enum Next {
+    Request(Taken),
+    /// No whole request buffered, and the batch already holds some.
+    Wait,
+    /// The client was quiet for the read timeout.
+    Idle,
+    /// No more requests will come.
+    End,
 }
 
 /// A worker's buffers, reused from batch to batch.
@@ -88,33 +183,54 @@ struct Batch {
     out: Vec<u8>,
 }
 
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded buffers stay consistent whatever panicked under them:
+    // the reader's indices are updated after the bytes are in place.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn quiet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 impl<'a> Transmission<'a> {
-    /// Wrap a negotiated connection.
-    ///
-    /// # Errors
-    /// As `dup(2)` (the socket is cloned into a reading and a writing half).
-    pub fn new(socket: Socket, export: &'a Export, structured: bool) -> io::Result<Self> {
-        let writer = socket.try_clone()?;
-        let control = socket.try_clone()?;
-        Ok(Self {
-            reader: Mutex::new(BufReader::with_capacity(READ_BUFFER, socket)),
-            writer: Mutex::new(writer),
-            control,
+    fn new(socket: &'a Socket, session: &mut Session, export: &'a Export) -> Self {
+        let channel = Channel::new(socket, session.tls.take());
+        let mut buf = vec![0u8; READ_BUFFER].into_boxed_slice();
+        let n = session.leftover.len();
+        buf[..n].copy_from_slice(&session.leftover);
+        session.leftover = Vec::new();
+        let side = ReadSide::new(channel.is_tls());
+        Self {
+            socket,
+            channel,
+            reader: Mutex::new(Reader {
+                buf,
+                start: 0,
+                end: n,
+                side,
+            }),
+            writer: Mutex::new(Vec::new()),
             export,
-            structured,
+            structured: session.structured,
             closing: AtomicBool::new(false),
-        })
+            idle: AtomicBool::new(false),
+        }
     }
 
-    /// Serve requests with `workers` threads until the client disconnects
-    /// or the socket fails; returns once every request read has been
-    /// answered (or its reply could not be sent).
-    pub fn serve(&self, workers: usize) {
-        std::thread::scope(|s| {
-            for _ in 0..workers.max(1) {
-                s.spawn(|| self.worker());
-            }
-        });
+    /// Give the idle state back to `session`.
+    fn finish(self, session: &mut Session) -> End {
+        let closing = self.closing.load(Ordering::Acquire);
+        let reader = self.reader.into_inner().unwrap_or_else(|e| e.into_inner());
+        session.tls = self.channel.into_tls();
+        if closing || !self.idle.load(Ordering::Acquire) {
+            return End::Closed;
+        }
+        session.leftover = reader.data().to_vec();
+        End::Idle
     }
 
     fn worker(&self) {
@@ -122,12 +238,28 @@ impl<'a> Transmission<'a> {
         loop {
             let more = self.read_batch(&mut batch);
             batch.out.clear();
+            let mut oversized = false;
             for taken in &batch.taken {
                 match taken {
                     Taken::Oversized(req) => {
-                        self.error_reply(&mut batch.out, req, NBD_EINVAL, "payload above 32 MiB")
+                        oversized = true;
+                        self.error_reply(
+                            &mut batch.out,
+                            req,
+                            NBD_EINVAL,
+                            "write payload above the 32 MiB maximum; closing",
+                        )
                     }
                     Taken::Request(req, range) => {
+                        let reply = self.reply_len(req);
+                        if batch.out.len() + reply > REPLY_BUFFER && !batch.out.is_empty() {
+                            // Send what is built before a long READ reply.
+                            if let Err(e) = self.send(&batch.out) {
+                                debug!(error = %e, "replies not sent; closing");
+                                return self.close();
+                            }
+                            batch.out.clear();
+                        }
                         let payload = &batch.payload[range.clone()];
                         let out = &mut batch.out;
                         let start = out.len();
@@ -135,6 +267,10 @@ impl<'a> Transmission<'a> {
                             catch_unwind(AssertUnwindSafe(|| self.execute(req, payload, out)));
                         if run.is_err() {
                             warn!(command = command_name(req.command), "backend panicked");
+                            if reply > REPLY_BUFFER {
+                                // Part of a streamed reply may be out.
+                                return self.close();
+                            }
                             batch.out.truncate(start);
                             self.error_reply(&mut batch.out, req, NBD_EIO, "internal error");
                         }
@@ -142,15 +278,20 @@ impl<'a> Transmission<'a> {
                 }
             }
             if !batch.out.is_empty() {
-                let sent = {
-                    let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                    (&*writer).write_all(&batch.out)
-                };
-                if let Err(e) = sent {
+                if let Err(e) = self.send(&batch.out) {
                     debug!(error = %e, "replies not sent; closing");
                     self.close();
                     return;
                 }
+            }
+            if oversized {
+                warn!("WRITE above the maximum payload; closing the connection");
+                self.close();
+                return;
+            }
+            // Give back what a large batch took (a 32 MiB WRITE).
+            if batch.payload.capacity() > 2 * MAX_BATCH_PAYLOAD {
+                batch.payload = Vec::new();
             }
             if !more {
                 return;
@@ -158,96 +299,174 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    /// Take the next requests: wait for one, then take those already in
-    /// the read buffer (never waiting for a request the client may not
-    /// have sent yet), up to [`MAX_BATCH`]. Returns `false` when no more
-    /// requests will come (`NBD_CMD_DISC`, end of stream, an error).
+    fn send(&self, data: &[u8]) -> io::Result<()> {
+        let mut scratch = locked(&self.writer);
+        let r = self.channel.send(&mut scratch, data);
+        if scratch.capacity() > 4 * REPLY_BUFFER {
+            *scratch = Vec::new();
+        }
+        r
+    }
+
+    /// Take the next requests: wait for one, then take those already
+    /// buffered (never waiting for one the client may not have sent yet),
+    /// up to [`MAX_BATCH`] or [`MAX_BATCH_PAYLOAD`]. Returns `false` when
+    /// this worker should stop after the batch (the connection ends or
+    /// goes idle).
     fn read_batch(&self, batch: &mut Batch) -> bool {
         batch.taken.clear();
         batch.payload.clear();
-        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reader = locked(&self.reader);
         loop {
-            if self.closing.load(Ordering::Acquire) {
+            if self.closing.load(Ordering::Acquire) || self.idle.load(Ordering::Acquire) {
                 return false;
             }
-            match self.read_one(&mut reader, &mut batch.payload) {
-                Some(t) => batch.taken.push(t),
-                None => return false,
+            match self.next(&mut reader, batch) {
+                Next::Request(t) => {
+                    let oversized = matches!(t, Taken::Oversized(_));
+                    batch.taken.push(t);
+                    if oversized {
+                        // Its payload cannot be skipped safely: read nothing more.
+                        self.closing.store(true, Ordering::Release);
+                        return false;
+                    }
+                }
+                Next::Wait => return true,
+                Next::Idle => {
+                    self.idle.store(true, Ordering::Release);
+                    return false;
+                }
+                Next::End => return false,
             }
             if batch.taken.len() >= MAX_BATCH
                 || batch.payload.len() >= MAX_BATCH_PAYLOAD
-                || reader.buffer().len() < REQUEST_LEN
+                || reader.len() < REQUEST_LEN
             {
                 return true;
             }
         }
     }
 
-    /// Read one request (and a `WRITE`'s payload, appended to `payload`).
-    fn read_one(&self, reader: &mut BufReader<Socket>, payload: &mut Vec<u8>) -> Option<Taken> {
-        let mut header = [0u8; REQUEST_LEN];
-        if let Err(e) = reader.read_exact(&mut header) {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                debug!("client closed the connection");
-            } else {
-                debug!(error = %e, "reading a request failed");
-            }
-            self.close();
-            return None;
+    /// Read more bytes into the reader's buffer.
+    fn fill(&self, reader: &mut Reader) -> io::Result<usize> {
+        if reader.start > 0 {
+            let (start, end) = (reader.start, reader.end);
+            reader.buf.copy_within(start..end, 0);
+            reader.end -= start;
+            reader.start = 0;
         }
-        let req = match Request::decode(&header) {
+        let Reader { buf, end, side, .. } = reader;
+        let n = self.channel.read(side, &mut buf[*end..])?;
+        *end += n;
+        Ok(n)
+    }
+
+    /// The next request (and a `WRITE`'s payload, appended to the batch's).
+    fn next(&self, reader: &mut Reader, batch: &mut Batch) -> Next {
+        while reader.len() < REQUEST_LEN {
+            if !batch.taken.is_empty() {
+                return Next::Wait;
+            }
+            match self.fill(reader) {
+                Ok(0) => {
+                    debug!("client closed the connection");
+                    self.close();
+                    return Next::End;
+                }
+                Ok(_) => {}
+                Err(e) if quiet(&e) => return Next::Idle,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(error = %e, "reading a request failed");
+                    self.close();
+                    return Next::End;
+                }
+            }
+        }
+        let req = match Request::decode(&reader.data()[..REQUEST_LEN]) {
             Ok(r) => r,
             Err(e) => {
                 warn!(error = %e, "malformed request; closing the connection");
                 self.close();
-                return None;
+                return Next::End;
             }
         };
+        reader.consume(REQUEST_LEN);
         match req.command {
             NBD_CMD_DISC => {
                 debug!("NBD_CMD_DISC");
                 self.closing.store(true, Ordering::Release);
-                None
+                Next::End
             }
-            NBD_CMD_WRITE if req.length > MAX_PAYLOAD => {
-                let len = u64::from(req.length);
-                match io::copy(&mut reader.take(len), &mut io::sink()) {
-                    Ok(n) if n == len => Some(Taken::Oversized(req)),
-                    _ => {
-                        self.close();
-                        None
-                    }
-                }
-            }
+            NBD_CMD_WRITE if req.length > MAX_PAYLOAD => Next::Request(Taken::Oversized(req)),
             NBD_CMD_WRITE => {
-                let start = payload.len();
+                let start = batch.payload.len();
                 // At most 32 MiB, so the cast is lossless.
                 let len = req.length as usize;
-                payload.reserve(len);
-                // `read_to_end` fills the spare capacity without zeroing it
-                // first (as `resize` + `read_exact` would); `take` bounds it
-                // to the declared length.
-                let got = reader.take(u64::from(req.length)).read_to_end(payload);
-                if got.map_or(true, |n| n != len) {
+                if self.read_payload(reader, &mut batch.payload, start + len) {
+                    Next::Request(Taken::Request(req, start..start + len))
+                } else {
                     debug!("client left inside a WRITE payload");
                     self.close();
-                    return None;
+                    Next::End
                 }
-                Some(Taken::Request(req, start..payload.len()))
             }
-            _ => Some(Taken::Request(req, 0..0)),
+            _ => Next::Request(Taken::Request(req, 0..0)),
         }
+    }
+
+    /// Append payload bytes to `payload` until it is `target` long: first
+    /// those buffered, then straight from the stream. `false` when the
+    /// stream ended first. A client quiet inside a payload is waited for
+    /// (a shutdown of the socket ends the wait).
+    fn read_payload(&self, reader: &mut Reader, payload: &mut Vec<u8>, target: usize) -> bool {
+        payload.reserve(target - payload.len());
+        let n = (target - payload.len()).min(reader.len());
+        payload.extend_from_slice(&reader.data()[..n]);
+        reader.consume(n);
+        while payload.len() < target {
+            let want = target - payload.len();
+            let got = if self.channel.is_tls() {
+                let at = payload.len();
+                payload.resize(target, 0);
+                let r = self.channel.read(&mut reader.side, &mut payload[at..]);
+                payload.truncate(at + *r.as_ref().unwrap_or(&0));
+                r
+            } else {
+                // `read_to_end` fills the spare capacity without zeroing
+                // it first; `take` bounds it to the declared length.
+                use std::io::Read;
+                let before = payload.len();
+                let r = self
+                    .socket
+                    .take(want as u64)
+                    .read_to_end(payload)
+                    .map(|_| payload.len() - before);
+                match r {
+                    // Bytes read before a timeout are kept in `payload`.
+                    Err(e) if quiet(&e) && payload.len() > before => Ok(payload.len() - before),
+                    r => r,
+                }
+            };
+            match got {
+                Ok(0) => return false,
+                Ok(_) => {}
+                Err(e) if quiet(&e) || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
     }
 
     /// Mark the connection closing and wake every worker blocked on it.
     fn close(&self) {
         self.closing.store(true, Ordering::Release);
         // Already shut down or the peer is gone: either way it is closed.
-        let _ = self.control.shutdown(Shutdown::Both);
+        let _ = self.socket.shutdown(Shutdown::Both);
     }
 
     /// Execute `req` (a `WRITE`'s data is `payload`) and append its reply
-    /// to `out`.
+    /// to `out` (a long `READ` sends `out` and then its own reply).
     fn execute(&self, req: &Request, payload: &[u8], out: &mut Vec<u8>) {
         const KNOWN_FLAGS: u16 = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE;
         let backend = self.export.backend();
@@ -342,8 +561,22 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    /// Append a `READ`'s reply: the header, then the data read straight
-    /// into `out` behind it.
+    /// Bytes of a successful reply to `req` (a `READ`'s header and data).
+    fn reply_len(&self, req: &Request) -> usize {
+        if req.command != NBD_CMD_READ || req.length > MAX_PAYLOAD {
+            return SIMPLE_REPLY_LEN;
+        }
+        let prefix = if self.structured {
+            OFFSET_DATA_PREFIX_LEN
+        } else {
+            SIMPLE_REPLY_LEN
+        };
+        prefix + req.length as usize
+    }
+
+    /// A `READ`'s reply: appended to `out` (the header, then the data read
+    /// straight into `out` behind it), or streamed in pieces when longer
+    /// than [`REPLY_BUFFER`] (the worker has sent `out` before then).
     fn read(&self, req: &Request, out: &mut Vec<u8>) {
         let prefix = if self.structured {
             OFFSET_DATA_PREFIX_LEN
@@ -354,6 +587,18 @@ impl<'a> Transmission<'a> {
         if len == 0 {
             // An OFFSET_DATA chunk must describe at least one byte.
             return self.ok_reply(out, req);
+        }
+        if prefix + len > REPLY_BUFFER {
+            // The worker sent what `out` held before this request.
+            debug_assert!(out.is_empty());
+            if !out.is_empty() {
+                if let Err(e) = self.send(out) {
+                    debug!(error = %e, "replies not sent; closing");
+                    return self.close();
+                }
+                out.clear();
+            }
+            return self.stream_read(req, out);
         }
         let start = out.len();
         out.resize(start + prefix + len, 0);
@@ -374,6 +619,65 @@ impl<'a> Transmission<'a> {
                 cookie: req.cookie,
             }
             .encode_into(&mut out[start..]);
+        }
+    }
+
+    /// Send a long `READ`'s reply in pieces of at most [`REPLY_BUFFER`]
+    /// bytes, read one at a time into `out` (empty on entry and on return),
+    /// under the writer lock: one `OFFSET_DATA` chunk per piece with
+    /// structured replies, one simple reply header and then the pieces
+    /// without. A backend error after data went out ends the reply with an
+    /// error chunk (structured) or closes the connection (simple: the
+    /// protocol's rule once a successful header is sent).
+    fn stream_read(&self, req: &Request, out: &mut Vec<u8>) {
+        let mut scratch = locked(&self.writer);
+        let len = req.length as usize;
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(REPLY_BUFFER - OFFSET_DATA_PREFIX_LEN);
+            let prefix = match (self.structured, at) {
+                (true, _) => OFFSET_DATA_PREFIX_LEN,
+                (false, 0) => SIMPLE_REPLY_LEN,
+                (false, _) => 0,
+            };
+            out.resize(prefix + n, 0);
+            let offset = req.offset + at as u64;
+            if let Err(e) = self
+                .export
+                .backend()
+                .read_exact_at(&mut out[prefix..], offset)
+            {
+                debug!(error = %e, "read failed");
+                out.clear();
+                if at > 0 && !self.structured {
+                    return self.close();
+                }
+                self.error_reply(out, req, errno(&e), &e.to_string());
+                let r = self.channel.send(&mut scratch, out);
+                out.clear();
+                if r.is_err() {
+                    self.close();
+                }
+                return;
+            }
+            let done = at + n == len;
+            if self.structured {
+                // At most REPLY_BUFFER, so the cast is lossless.
+                encode_offset_data_prefix(out, req.cookie, offset, n as u32, done);
+            } else if at == 0 {
+                SimpleReply {
+                    error: 0,
+                    cookie: req.cookie,
+                }
+                .encode_into(out);
+            }
+            let r = self.channel.send(&mut scratch, out);
+            out.clear();
+            if let Err(e) = r {
+                debug!(error = %e, "reply not sent; closing");
+                return self.close();
+            }
+            at += n;
         }
     }
 
@@ -445,5 +749,20 @@ pub fn errno(e: &io::Error) -> u32 {
         io::ErrorKind::OutOfMemory => NBD_ENOMEM,
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => NBD_EPERM,
         _ => NBD_EIO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errno_maps_kinds() {
+        let e = |k| errno(&io::Error::from(k));
+        assert_eq!(e(io::ErrorKind::InvalidInput), NBD_EINVAL);
+        assert_eq!(e(io::ErrorKind::StorageFull), NBD_ENOSPC);
+        assert_eq!(e(io::ErrorKind::PermissionDenied), NBD_EPERM);
+        assert_eq!(e(io::ErrorKind::OutOfMemory), NBD_ENOMEM);
+        assert_eq!(e(io::ErrorKind::Other), NBD_EIO);
     }
 }

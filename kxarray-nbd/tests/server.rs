@@ -171,10 +171,9 @@ fn bad_requests_get_error_replies_and_the_connection_lives() {
         assert_eq!(c.write(SIZE, &[1u8; 1]), Err(NBD_ENOSPC));
         assert_eq!(c.trim(SIZE, 4096), Err(NBD_EINVAL));
         assert_eq!(c.write_zeroes(SIZE - 1, 2, 0), Err(NBD_ENOSPC));
-        // Above the 32 MiB payload cap: refused; a write's payload is skipped.
+        // A READ above the 32 MiB payload cap is refused; the connection lives.
         assert_eq!(c.read(0, MAX_PAYLOAD + 1), Err(NBD_EINVAL));
-        let big = vec![9u8; MAX_PAYLOAD as usize + 4096];
-        assert_eq!(c.write(0, &big), Err(NBD_EINVAL));
+        assert_eq!(c.read(u64::MAX - 10, u32::MAX), Err(NBD_EINVAL));
         // Unknown commands and flags.
         assert_eq!(
             c.call_raw(NBD_CMD_BLOCK_STATUS, 0, 0, 4096, &[]),
@@ -196,6 +195,16 @@ fn bad_requests_get_error_replies_and_the_connection_lives() {
         let max = random_bytes(MAX_PAYLOAD as usize);
         c.write(0, &max).unwrap();
         assert!(c.read(0, MAX_PAYLOAD).unwrap() == max);
+        // A WRITE announcing more than the maximum, its payload never
+        // sent: refused, and the connection closed at once (its payload
+        // cannot be skipped safely).
+        let cookie = c.send(NBD_CMD_WRITE, 0, 0, MAX_PAYLOAD + 1, &[]);
+        let (got, out) = c.recv();
+        assert_eq!((got, out), (cookie, Err(NBD_EINVAL)));
+        assert!(is_closed(&mut c.socket));
+        // Nothing of it was written; other connections are served.
+        let mut c = Client::connect(&server.addr, structured);
+        assert!(c.read(0, 4096).unwrap() == max[..4096]);
         c.disconnect();
         server.stop();
     }
@@ -465,11 +474,11 @@ fn client_leaving_mid_request_loses_nothing_acknowledged() {
 fn read_only_export_refuses_writes() {
     let mut export = kxarray_nbd::Export::new("", Arc::new(RamDisk::new(SIZE))).unwrap();
     export.read_only = true;
-    let server = kxarray_nbd::Server::new(export, 2);
+    let server = kxarray_nbd::Server::new(export, kxarray_nbd::Config::new(2)).unwrap();
     let listener = kxarray_nbd::Listener::tcp("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let s2 = server.clone();
-    let t = std::thread::spawn(move || s2.serve(listener));
+    let t = std::thread::spawn(move || s2.serve(vec![listener]));
     let mut c = Client::connect(&addr, true);
     assert_ne!(c.flags & NBD_FLAG_READ_ONLY, 0);
     assert_eq!(c.write(0, b"x"), Err(NBD_EPERM));

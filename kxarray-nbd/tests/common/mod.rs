@@ -4,6 +4,8 @@
 //! socket.
 #![allow(dead_code)]
 
+pub mod process;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::thread::JoinHandle;
 
 use kxarray::backend::Backend;
 use kxarray_nbd::proto::*;
-use kxarray_nbd::{workers_for, Export, ListenAddr, Listener, Server, Socket};
+use kxarray_nbd::{workers_for, Config, Export, ListenAddr, Listener, Server, Socket};
 
 /// A server running on its own thread.
 pub struct Running {
@@ -64,7 +66,12 @@ pub fn start_with_workers(
         .unwrap()
         .with_description("test disk");
     let workers = workers.unwrap_or_else(|| workers_for(&export));
-    let server = Server::new(export, workers);
+    start_config(export, Config::new(workers), transport)
+}
+
+/// A server for `export` with `config`.
+pub fn start_config(export: Export, config: Config, transport: Transport) -> Running {
+    let server = Server::new(export, config).unwrap();
     let (listener, dir) = match transport {
         Transport::Tcp => (Listener::tcp("127.0.0.1:0").unwrap(), None),
         Transport::Unix => {
@@ -77,7 +84,7 @@ pub fn start_with_workers(
     };
     let addr = listener.local_addr().unwrap();
     let s = server.clone();
-    let thread = std::thread::spawn(move || s.serve(listener));
+    let thread = std::thread::spawn(move || s.serve(vec![listener]));
     Running {
         server,
         addr,
@@ -157,8 +164,8 @@ pub struct Client {
     pub size: u64,
     pub flags: u16,
     next: u64,
-    /// Cookie -> (command, length) of requests in flight.
-    pending: HashMap<u64, (u16, u32)>,
+    /// Cookie -> (command, offset, length) of requests in flight.
+    pending: HashMap<u64, (u16, u64, u32)>,
 }
 
 /// A reply: data for a successful read, or the error value.
@@ -215,7 +222,7 @@ impl Client {
         let mut msg = r.encode().to_vec();
         msg.extend_from_slice(payload);
         self.socket.write_all(&msg).unwrap();
-        self.pending.insert(cookie, (command, length));
+        self.pending.insert(cookie, (command, offset, length));
         cookie
     }
 
@@ -229,7 +236,7 @@ impl Client {
             rest[..4].copy_from_slice(&magic.to_be_bytes());
             self.socket.read_exact(&mut rest[4..]).unwrap();
             let r = SimpleReply::decode(&rest).unwrap();
-            let (command, length) = self
+            let (command, _, length) = self
                 .pending
                 .remove(&r.cookie)
                 .expect("reply to a pending cookie");
@@ -249,28 +256,57 @@ impl Client {
         }
         assert_eq!(magic, NBD_STRUCTURED_REPLY_MAGIC, "unknown reply magic");
         assert!(self.structured, "structured reply without negotiation");
-        // Chunks until DONE; this server sends one chunk per reply.
-        let mut head = [0u8; CHUNK_HEADER_LEN];
-        head[..4].copy_from_slice(&magic.to_be_bytes());
-        self.socket.read_exact(&mut head[4..]).unwrap();
-        let h = ChunkHeader::decode(&head).unwrap();
-        assert_eq!(h.flags & NBD_REPLY_FLAG_DONE, NBD_REPLY_FLAG_DONE);
-        let mut payload = vec![0u8; h.length as usize];
-        self.socket.read_exact(&mut payload).unwrap();
-        let (_, length) = self
-            .pending
-            .remove(&h.cookie)
-            .expect("reply to a pending cookie");
-        let out = match h.chunk_type {
-            NBD_REPLY_TYPE_NONE => Ok(vec![]),
-            NBD_REPLY_TYPE_OFFSET_DATA => {
-                assert_eq!(payload.len(), 8 + length as usize);
-                Ok(payload[8..].to_vec())
+        // Chunks until DONE: a long READ comes in several OFFSET_DATA
+        // chunks, each placed at its offset; an error chunk fails it.
+        let mut magic = magic;
+        let mut data: Option<Vec<u8>> = None;
+        let mut covered = 0usize;
+        let mut error = None;
+        loop {
+            assert_eq!(magic, NBD_STRUCTURED_REPLY_MAGIC, "unknown chunk magic");
+            let mut head = [0u8; CHUNK_HEADER_LEN];
+            head[..4].copy_from_slice(&magic.to_be_bytes());
+            self.socket.read_exact(&mut head[4..]).unwrap();
+            let h = ChunkHeader::decode(&head).unwrap();
+            let mut payload = vec![0u8; h.length as usize];
+            self.socket.read_exact(&mut payload).unwrap();
+            let &(_, offset, length) = self
+                .pending
+                .get(&h.cookie)
+                .expect("reply to a pending cookie");
+            match h.chunk_type {
+                NBD_REPLY_TYPE_NONE => assert!(h.length == 0),
+                NBD_REPLY_TYPE_OFFSET_DATA => {
+                    let at = u64::from_be_bytes(payload[..8].try_into().unwrap());
+                    let start = (at - offset) as usize;
+                    let piece = &payload[8..];
+                    assert!(
+                        start + piece.len() <= length as usize,
+                        "chunk past the request"
+                    );
+                    let d = data.get_or_insert_with(|| vec![0u8; length as usize]);
+                    d[start..start + piece.len()].copy_from_slice(piece);
+                    covered += piece.len();
+                }
+                NBD_REPLY_TYPE_ERROR => error = Some(ErrorChunk::decode(&payload).unwrap().error),
+                t => panic!("unexpected chunk type {t}"),
             }
-            NBD_REPLY_TYPE_ERROR => Err(ErrorChunk::decode(&payload).unwrap().error),
-            t => panic!("unexpected chunk type {t}"),
-        };
-        (h.cookie, out)
+            if h.flags & NBD_REPLY_FLAG_DONE != 0 {
+                self.pending.remove(&h.cookie);
+                let out = match (error, data) {
+                    (Some(e), _) => Err(e),
+                    (None, Some(d)) => {
+                        assert_eq!(covered, d.len(), "READ reply with holes");
+                        Ok(d)
+                    }
+                    (None, None) => Ok(vec![]),
+                };
+                return (h.cookie, out);
+            }
+            let mut m = [0u8; 4];
+            self.socket.read_exact(&mut m).unwrap();
+            magic = u32::from_be_bytes(m);
+        }
     }
 
     fn call(
