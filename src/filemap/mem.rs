@@ -142,7 +142,9 @@ impl Buf {
     }
 }
 
-/// A folio's bytes: see the module docs for the protocol.
+/// A folio's bytes: see the module docs for the protocol. The version and
+/// the bytes' pointer come first (what a lock-free read loads).
+#[repr(C)]
 pub(crate) struct FolioMem {
     /// The version: even when stable, odd during an in-place write.
     seq: AtomicU64,
@@ -167,6 +169,13 @@ impl FolioMem {
             len,
             lock: Lock::new(()),
         }
+    }
+
+    /// The address just past the fields a lock-free read loads (for a
+    /// layout test).
+    #[cfg(test)]
+    pub(crate) fn hot_end(&self) -> usize {
+        &self.data as *const AtomicPtr<u8> as usize + core::mem::size_of::<AtomicPtr<u8>>()
     }
 
     /// Copy bytes `at..at + out.len()` of the current buffer into `out`

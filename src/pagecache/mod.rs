@@ -1,21 +1,34 @@
 //! A page cache over any [`Backend`]: buffered reads and writes through
 //! [`AddressSpace`](crate::filemap::AddressSpace)s, workingset eviction with shadow entries, tag-driven
-//! writeback with `errseq` error reporting, a background flusher, readahead
-//! into large folios, and zero-copy folio references.
+//! writeback with `errseq` error reporting, a background flusher, dirty
+//! throttling, readahead into large folios, and zero-copy folio references
+//! that never block a writer.
 //!
 //! Owns [`PageCache`] (one cache, a capacity in bytes, many files) and its
 //! configuration; the per-file handle is [`CachedFile`]. Each concept has
-//! its own module: `folio` (the cache's view of a folio, [`FolioRef`]),
-//! `lru` (the two lists), `reclaim` (the scan and eviction), `workingset`
-//! (shadows, refault distance, shadow-node cap), `writeback`, `errseq`,
-//! `flusher`, `readahead`, `stats`, and `file` (the per-file operations).
+//! its own module, and they run one way (checked by `tests/module_graph.rs`):
+//! `file` (the per-file operations, on top) uses `inode` (the file's shared
+//! state), `folio_write` ([`FolioWrite`]), `folio` ([`FolioRef`]), `borrow`
+//! ([`FolioBorrow`]), `writeback`, `throttle`, `reclaim` (the scan and
+//! eviction), `lru` (the two lists), `workingset` (shadows, refault
+//! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
+//! `errseq`, `flusher` and `stats` (the counters, at the bottom).
+//!
+//! Reads that hit take no lock and write nothing shared but the thread's
+//! own counter slot: they copy a folio's bytes optimistically and keep the
+//! copy only if the folio's version did not move (see `filemap::mem`).
+//! Folio memory comes from 2 MiB regions advised for transparent huge pages
+//! ([`frame_stats`](crate::filemap::frame_stats)).
 //!
 //! Invariants: `nr_cached` is the number of pages in folios present in some
 //! file's address space; the cache holds at most `capacity` bytes of folios
-//! after every miss, except for dirty or in-use folios reclaim could not
-//! evict yet (it writes dirty ones back and retries once); lock order is
-//! folio data lock, then the LRU lock, then a tree's lock (reclaim, which
-//! holds the LRU lock, only ever *tries* a folio's data lock).
+//! after every miss, except for dirty, pinned or in-use folios reclaim could
+//! not evict yet (it writes dirty ones back and retries once), and except
+//! the bytes that zero-copy references pinned before a writer copied or
+//! truncation dropped the folio (they belong to the reference); lock order
+//! is a file's writeback lock, then its size lock, then a folio's lock,
+//! then the LRU lock, then a tree's lock (reclaim, which holds the LRU
+//! lock, only ever *tries* a folio's lock).
 //!
 //! ```
 //! use kxarray::backend::RamDisk;
