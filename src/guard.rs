@@ -124,6 +124,23 @@ impl Guard {
 /// ends.
 pub(crate) unsafe trait ProtectsNodes {}
 
+/// A read-side section that keeps folio buffers allocated
+/// (`filemap::mem`): a buffer reached through a folio read under it is not
+/// freed before the borrow ends. Implemented by [`Guard`] and by the light
+/// pin: a buffer is freed only after a crossbeam grace period and then a
+/// light one.
+///
+/// # Safety
+///
+/// An implementor promises that a folio buffer that was a folio's current
+/// buffer at any point while `&self` is borrowed is not freed before that
+/// borrow ends.
+pub(crate) unsafe trait ProtectsBuffers {}
+
+// SAFETY: buffer frees are deferred through the default collector this
+// guard is pinned on before they go to the light limbo (`Buf::retire`).
+unsafe impl ProtectsBuffers for Guard {}
+
 // SAFETY: every node free is deferred through the default collector this
 // guard is pinned on (the module invariant), and then waits for the light
 // readers too (`Dying::retire`); the unprotected guard is only used on trees

@@ -203,8 +203,13 @@ fn nodes_retired_through_shared_refs_are_freed_after_both_grace_periods() {
     let nodes = xa.node_count();
     assert!(nodes > 64, "{nodes}");
     let grown = live() - before;
+    // The stores pin, and a pin may run crossbeam's deferred work on this
+    // thread: the light limbo's drain of earlier tests' garbage (folios
+    // and buffers of the page cache go through it too) frees its batch
+    // vectors here, a few KiB below the nodes' bytes.
+    let slack = 16 << 10;
     assert!(
-        grown >= (nodes * XArray::<Box<u64>>::NODE_BYTES) as isize,
+        grown >= (nodes * XArray::<Box<u64>>::NODE_BYTES) as isize - slack,
         "{grown} bytes for {nodes} nodes"
     );
     for i in 0..n {

@@ -49,6 +49,20 @@ mod tests {
         }
     }
 
+    /// A model thread with room for the read path (loom's default stack,
+    /// 32 KiB, is too small for it and the folio protocol together).
+    fn spawn_big<F: FnOnce() + Send + 'static>(f: F) -> loom::thread::JoinHandle<()> {
+        loom::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(f)
+            .unwrap()
+    }
+
+    /// Run a model's body on a thread with room (see `spawn_big`).
+    fn big(f: impl FnOnce() + Send + 'static) {
+        spawn_big(f).join().unwrap();
+    }
+
     fn builder() -> loom::model::Builder {
         let mut b = loom::model::Builder::new();
         b.preemption_bound.get_or_insert(3);
@@ -61,23 +75,25 @@ mod tests {
     #[test]
     fn racing_misses_read_the_backend_once() {
         builder().check(|| {
-            let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-            let backend = Arc::new(Counting::default());
-            let file = cache.open(Arc::clone(&backend)).unwrap();
-            let other = file.clone();
-            let t = loom::thread::spawn(move || {
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Counting::default());
+                let file = cache.open(Arc::clone(&backend)).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    let mut buf = [0u8; 16];
+                    assert_eq!(other.read_at(&mut buf, 100).unwrap(), 16);
+                    assert_eq!(buf, [0x5A; 16]);
+                });
                 let mut buf = [0u8; 16];
-                assert_eq!(other.read_at(&mut buf, 100).unwrap(), 16);
+                assert_eq!(file.read_at(&mut buf, 200).unwrap(), 16);
                 assert_eq!(buf, [0x5A; 16]);
-            });
-            let mut buf = [0u8; 16];
-            assert_eq!(file.read_at(&mut buf, 200).unwrap(), 16);
-            assert_eq!(buf, [0x5A; 16]);
-            t.join().unwrap();
-            assert_eq!(backend.reads.load(Ordering::SeqCst), 1, "one backend read");
-            let s = cache.stats();
-            assert_eq!(s.cached_pages, 1, "one folio");
-            assert_eq!((s.misses, s.hits), (1, 1));
+                t.join().unwrap();
+                assert_eq!(backend.reads.load(Ordering::SeqCst), 1, "one backend read");
+                let s = cache.stats();
+                assert_eq!(s.cached_pages, 1, "one folio");
+                assert_eq!((s.misses, s.hits), (1, 1));
+            })
         });
     }
 
@@ -113,20 +129,22 @@ mod tests {
     #[test]
     fn a_block_redirtied_during_writeback_is_not_lost() {
         builder().check(|| {
-            let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-            let backend = Arc::new(Mem(std::sync::Mutex::new(vec![0; 4096])));
-            let opts = kxarray::pagecache::FileOptions::default().block_size(512);
-            let file = cache.open_with(Arc::clone(&backend), opts).unwrap();
-            file.write_at(&[1u8; 512], 512).unwrap();
-            let other = file.clone();
-            let t = loom::thread::spawn(move || {
-                other.write_at(&[2u8; 512], 512).unwrap();
-            });
-            file.sync().unwrap();
-            t.join().unwrap();
-            file.sync().unwrap();
-            assert_eq!(&backend.0.lock().unwrap()[512..1024], &[2u8; 512][..]);
-            assert_eq!(cache.stats().dirty_bytes, 0);
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Mem(std::sync::Mutex::new(vec![0; 4096])));
+                let opts = kxarray::pagecache::FileOptions::default().block_size(512);
+                let file = cache.open_with(Arc::clone(&backend), opts).unwrap();
+                file.write_at(&[1u8; 512], 512).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    other.write_at(&[2u8; 512], 512).unwrap();
+                });
+                file.sync().unwrap();
+                t.join().unwrap();
+                file.sync().unwrap();
+                assert_eq!(&backend.0.lock().unwrap()[512..1024], &[2u8; 512][..]);
+                assert_eq!(cache.stats().dirty_bytes, 0);
+            })
         });
     }
 
@@ -137,23 +155,25 @@ mod tests {
     #[test]
     fn a_pinned_folio_keeps_its_bytes_while_a_writer_rewrites_it() {
         builder().check(|| {
-            let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-            let backend = Arc::new(Mem(std::sync::Mutex::new(vec![1; 4096])));
-            let file = cache.open(Arc::clone(&backend)).unwrap();
-            file.write_at(&[1u8; 64], 0).unwrap(); // cached, version 1
-            let other = file.clone();
-            let t = loom::thread::spawn(move || {
-                other.write_at(&[2u8; 64], 0).unwrap();
-            });
-            let r = file.read_folio(0).unwrap();
-            let first = r[0];
-            assert!(first == 1 || first == 2);
-            assert!(r[..64].iter().all(|&b| b == first), "torn pin");
-            t.join().unwrap();
-            assert!(r[..64].iter().all(|&b| b == first), "pinned bytes changed");
-            let mut now = [0u8; 64];
-            file.read_at(&mut now, 0).unwrap();
-            assert_eq!(now, [2u8; 64]);
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Mem(std::sync::Mutex::new(vec![1; 4096])));
+                let file = cache.open(Arc::clone(&backend)).unwrap();
+                file.write_at(&[1u8; 64], 0).unwrap(); // cached, version 1
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    other.write_at(&[2u8; 64], 0).unwrap();
+                });
+                let r = file.read_folio(0).unwrap();
+                let first = r[0];
+                assert!(first == 1 || first == 2);
+                assert!(r[..64].iter().all(|&b| b == first), "torn pin");
+                t.join().unwrap();
+                assert!(r[..64].iter().all(|&b| b == first), "pinned bytes changed");
+                let mut now = [0u8; 64];
+                file.read_at(&mut now, 0).unwrap();
+                assert_eq!(now, [2u8; 64]);
+            })
         });
     }
 
@@ -162,18 +182,20 @@ mod tests {
     #[test]
     fn an_optimistic_read_sees_one_version() {
         builder().check(|| {
-            let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-            let backend = Arc::new(Mem(std::sync::Mutex::new(vec![1; 4096])));
-            let file = cache.open(Arc::clone(&backend)).unwrap();
-            file.write_at(&[1u8; 64], 0).unwrap();
-            let other = file.clone();
-            let t = loom::thread::spawn(move || {
-                other.write_at(&[2u8; 64], 0).unwrap();
-            });
-            let mut got = [0u8; 64];
-            file.read_at(&mut got, 0).unwrap();
-            assert!(got.iter().all(|&b| b == got[0]), "torn read {got:?}");
-            t.join().unwrap();
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Mem(std::sync::Mutex::new(vec![1; 4096])));
+                let file = cache.open(Arc::clone(&backend)).unwrap();
+                file.write_at(&[1u8; 64], 0).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    other.write_at(&[2u8; 64], 0).unwrap();
+                });
+                let mut got = [0u8; 64];
+                file.read_at(&mut got, 0).unwrap();
+                assert!(got.iter().all(|&b| b == got[0]), "torn read {got:?}");
+                t.join().unwrap();
+            })
         });
     }
 }

@@ -178,3 +178,66 @@ fn dropping_files_while_reclaim_scans_them() {
         );
     }
 }
+
+/// Lock-free readers (`read_at` hits, under light pins) race a thread that
+/// truncates, extends, rewrites and invalidates the file, so folios and
+/// their buffers are freed (through crossbeam and the light limbo) while
+/// readers copy from them: every byte a reader gets is its page's pattern
+/// or zero (an extension), never freed memory or another page's bytes.
+/// Under AddressSanitizer (`.ci/asan.sh`, every buffer its own
+/// allocation) a premature free is reported.
+#[test]
+fn readers_race_truncation_invalidation_and_rewrites() {
+    const PAGES: u64 = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PageCache::new(CacheConfig::default().capacity(16 * 4096));
+    let file = Arc::new(
+        cache
+            .open(kxarray::backend::FileBackend::create(&dir.path().join("f")).unwrap())
+            .unwrap(),
+    );
+    let page = |p: u64| vec![(p as u8).wrapping_add(1); 4096];
+    for p in 0..PAGES {
+        file.write_at(&page(p), p * 4096).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (file, stop) = (Arc::clone(&file), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ r;
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let p = x % PAGES;
+                    let n = file.read_at(&mut buf, p * 4096).unwrap();
+                    let want = (p as u8).wrapping_add(1);
+                    assert!(
+                        buf[..n].iter().all(|&b| b == want || b == 0),
+                        "page {p}: foreign bytes"
+                    );
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let rounds = if cfg!(debug_assertions) { 60 } else { 300 };
+    for round in 0..rounds {
+        let keep = (round % PAGES) * 4096;
+        file.set_len(keep).unwrap();
+        file.set_len(PAGES * 4096).unwrap();
+        for p in keep / 4096..PAGES {
+            file.write_at(&page(p), p * 4096).unwrap();
+        }
+        file.sync().unwrap();
+        file.invalidate(0..PAGES * 4096).unwrap();
+        kxarray::pin().flush();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(reads > 0);
+}

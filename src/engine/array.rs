@@ -20,6 +20,10 @@ pub(crate) const FLAG_TRACK_FREE: u8 = 1 << 3;
 pub(crate) const FLAG_ZERO_BUSY: u8 = 1 << 4;
 pub(crate) const FLAG_ALLOC_WRAPPED: u8 = 1 << 5;
 pub(crate) const FLAG_POISONED: u8 = 1 << 6;
+/// Set at construction, never changed: items this array drops wait for a
+/// light grace period too (`crate::lightpin`), so a light section may read
+/// the target of an item it loaded ([`XArray::load_item_light`]).
+pub(crate) const FLAG_LIGHT_ITEMS: u8 = 1 << 7;
 
 /// Array flags (the kernel's `xa_flags` for allocating arrays).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -104,6 +108,50 @@ impl<T: Item> XArray<T> {
             lock: Mutex::new(),
             _t: PhantomData,
         }
+    }
+
+    /// An empty array whose items are dropped after a light grace period
+    /// as well as crossbeam's, so light sections may read their targets
+    /// (the page cache's address spaces: its hit path reads folios under a
+    /// light pin).
+    pub(crate) fn with_light_items() -> Self {
+        let xa = Self::new();
+        xa.flags.store(FLAG_LIGHT_ITEMS, Ordering::Relaxed);
+        xa
+    }
+
+    /// Whether this array's items wait for light readers too.
+    #[inline]
+    pub(crate) fn light_items(&self) -> bool {
+        self.flags() & FLAG_LIGHT_ITEMS != 0
+    }
+
+    /// The target of the item at `index`, read in a light section: `None`
+    /// for an empty slot, a value, or an array made without light items.
+    ///
+    /// The reference lives as long as the light pin's borrow: the item's
+    /// drop waits for a light grace period after crossbeam's
+    /// (`FLAG_LIGHT_ITEMS`), and the section is inside both.
+    #[inline(always)]
+    pub(crate) fn load_item_light<'p>(
+        &'p self,
+        index: u64,
+        pin: &'p crate::lightpin::LightPin,
+    ) -> Option<&'p T::Target> {
+        if !self.light_items() {
+            return None;
+        }
+        let e = self.load_raw(index, pin);
+        if !e.is_item() {
+            return None;
+        }
+        let p = e.to_item::<T::Target>();
+        // SAFETY: an item entry loaded under `pin` from an array with light
+        // items: its drop is deferred through crossbeam and then the light
+        // limbo (`dispose_item`), so it stays alive while this light section
+        // (which began before the item could be unlinked, or saw it linked)
+        // lasts; `Item` targets are `Sync`.
+        Some(unsafe { p.as_ref() })
     }
 
     // ---- internal flag helpers ----

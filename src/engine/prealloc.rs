@@ -107,7 +107,7 @@ impl<'a, T: Item> XaState<'a, T> {
     pub(crate) unsafe fn dispose(&self, e: RawEntry) {
         if e.is_item() {
             // SAFETY: forwarded from this function's contract.
-            unsafe { dispose_item::<T>(self.guard, e) };
+            unsafe { dispose_item::<T>(self.guard, e, self.xa.light_items()) };
         }
     }
 }

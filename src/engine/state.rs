@@ -610,7 +610,9 @@ impl<'a, T: Item> XaState<'a, T> {
     }
 }
 
-/// Drop the item of `e` once every reader pinned now has left.
+/// Drop the item of `e` once every reader pinned now has left: every
+/// crossbeam guard, and with `light` (an array with light items) every light
+/// section too.
 ///
 /// # Safety
 ///
@@ -620,9 +622,35 @@ impl<'a, T: Item> XaState<'a, T> {
 /// - `guard` is the guard the unlinking writer reads under (pinned on the
 ///   default collector, or the unprotected guard of an exclusively held
 ///   array).
-pub(crate) unsafe fn dispose_item<T: Item>(guard: &Guard, e: RawEntry) {
+pub(crate) unsafe fn dispose_item<T: Item>(guard: &Guard, e: RawEntry, light: bool) {
     debug_assert!(e.is_item());
     let p = SendPtr(e.to_item::<T::Target>().cast());
+    // Under loom the page cache reads no folio under a light pin (its
+    // `LIGHT_HITS`), and a drop delayed into a later model execution would
+    // touch that execution's state: items go straight to crossbeam there.
+    if light && !guard.is_unprotected() && !cfg!(loom) {
+        /// The item's drop for the light limbo.
+        ///
+        /// # Safety
+        /// `p` is the pointer of an item of type `T` unlinked from its array,
+        /// this its only drop, unreachable to every reader
+        /// (`lightpin`'s `defer_free` contract).
+        unsafe fn drop_erased<T: Item>(p: NonNull<u8>) {
+            // SAFETY: per the contract, the array's reference to the item.
+            unsafe { drop(T::from_raw(p.cast())) }
+        }
+        let arrivals = crate::lightpin::arrivals();
+        let to_limbo = move || {
+            let p = p;
+            // SAFETY: crossbeam runs this after every guard that could see
+            // the item is gone; the limbo then waits for the light readers;
+            // the closure owns the array's reference.
+            unsafe { arrivals.push(p.0.cast(), drop_erased::<T>) };
+        };
+        // SAFETY: as below; the limbo step only delays the drop further.
+        unsafe { guard.defer_unchecked(to_limbo) };
+        return;
+    }
     let drop_item = move || {
         let p = p;
         // SAFETY: `p` is the item pointer of a user entry; the closure owns

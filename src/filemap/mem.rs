@@ -44,7 +44,7 @@
 
 use super::frames;
 use crate::bytewise;
-use crate::guard::Guard;
+use crate::guard::ProtectsBuffers;
 use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
@@ -119,26 +119,53 @@ impl Buf {
     }
 
     /// Free a buffer whose count reached zero once every reader pinned now
-    /// has left.
+    /// has left: crossbeam guards, then light sections (the page cache's
+    /// hit path reads under a light pin).
     fn retire(b: NonNull<Buf>) {
         struct Send(NonNull<Buf>);
         // SAFETY: the pointer is only freed by the deferred call, on
         // whichever thread runs it; the buffer holds plain bytes.
         unsafe impl core::marker::Send for Send {}
+        /// The buffer's free for the light limbo.
+        ///
+        /// # Safety
+        /// `p` is a retired buffer nothing else frees, unreachable to every
+        /// reader (`lightpin`'s `defer_free` contract).
+        unsafe fn free_erased(p: NonNull<u8>) {
+            // SAFETY: per the contract.
+            unsafe { Buf::free(p.cast()) }
+        }
         let p = Send(b);
-        let free = move || {
+        if cfg!(loom) {
+            // No light reader under loom (the page cache's `LIGHT_HITS`),
+            // and a free delayed into a later model execution would touch
+            // its state: crossbeam's grace period alone.
+            let free = move || {
+                let p = p;
+                // SAFETY: run once, after the grace period (below).
+                unsafe { Buf::free(p.0) }
+            };
+            let guard = crate::pin();
+            // SAFETY: as below, without light readers.
+            unsafe { guard.defer_unchecked(free) };
+            return;
+        }
+        let arrivals = crate::lightpin::arrivals();
+        let to_limbo = move || {
             let p = p;
-            // SAFETY: run once, after the grace period (below).
-            unsafe { Buf::free(p.0) }
+            // SAFETY: run once, after crossbeam's grace period (below); the
+            // limbo then waits for the light sections.
+            unsafe { arrivals.push(p.0.cast(), free_erased) }
         };
         let guard = crate::pin();
         // SAFETY: the count is zero: no folio points to the buffer any more
         // (a folio drops its reference only after unpublishing it) and no
         // pin holds it, and a zero count is never raised again, so after
-        // the grace period nobody can reach it; readers that loaded it
+        // the grace periods nobody can reach it; readers that loaded it
         // before it was unpublished hold guards pinned before this call,
-        // which the deferral waits for.
-        unsafe { guard.defer_unchecked(free) };
+        // which the deferral waits for, or light pins, which the limbo
+        // waits for.
+        unsafe { guard.defer_unchecked(to_limbo) };
     }
 }
 
@@ -184,7 +211,7 @@ impl FolioMem {
     /// fit in it, or a writer changed it meanwhile: the caller then takes
     /// the lock ([`FolioMem::lock`]) and reads under it.
     #[inline]
-    pub(crate) fn read(&self, at: usize, out: &mut [u8], _guard: &Guard) -> bool {
+    pub(crate) fn read<P: ProtectsBuffers>(&self, at: usize, out: &mut [u8], _pin: &P) -> bool {
         let s = self.seq.load(Ordering::Acquire);
         if s & 1 != 0 || at > self.len || self.len - at < out.len() {
             return false;
@@ -193,11 +220,13 @@ impl FolioMem {
         if data.is_null() {
             return false;
         }
+        #[cfg(all(test, not(loom)))]
+        tests::before_copy();
         // SAFETY: a non-null `data` is the bytes of a buffer that was
-        // current when loaded under `_guard`, `self.len` bytes long, and a
-        // buffer is freed only after a grace period that began after it
-        // stopped being current, so it stays allocated while the guard
-        // lives; `at..at + out.len()` lies inside (just checked); every
+        // current when loaded under `_pin`, `self.len` bytes long, and a
+        // buffer is freed only after grace periods that began after it
+        // stopped being current, so it stays allocated while the pin lives
+        // (`ProtectsBuffers`); `at..at + out.len()` lies inside (just checked); every
         // concurrent write to it is an in-place write of the lock holder,
         // made through `bytewise::store`/`fill`.
         unsafe { bytewise::load(out, data.wrapping_add(at)) };
@@ -212,7 +241,7 @@ impl FolioMem {
     /// `None` if there is no buffer or a writer is at work (the caller
     /// retries, or takes the lock and pins with [`MemWrite::pin`]).
     #[inline]
-    pub(crate) fn pin(&self, _guard: &Guard) -> Option<BufPin> {
+    pub(crate) fn pin<P: ProtectsBuffers>(&self, _pin: &P) -> Option<BufPin> {
         let s = self.seq.load(Ordering::Acquire);
         if s & 1 != 0 {
             return None;
@@ -596,6 +625,66 @@ impl Drop for Edit<'_> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    std::thread_local! {
+        /// Called by `FolioMem::read` between loading the bytes' pointer and
+        /// copying (a test's window into the race).
+        static BEFORE_COPY: core::cell::RefCell<Option<Box<dyn FnMut()>>> =
+            const { core::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn before_copy() {
+        BEFORE_COPY.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f()
+            }
+        });
+    }
+
+    /// A reader stopped between loading the buffer's pointer and copying
+    /// while another thread drops the buffer and drives every reclamation
+    /// there is (crossbeam collections and light limbo attempts): the copy
+    /// still reads live memory (Miri reports a use after free otherwise)
+    /// and the version check throws it away. Once with a crossbeam guard,
+    /// once under a light pin.
+    #[test]
+    fn a_stopped_reader_keeps_a_dropped_buffer_alive() {
+        for light in [false, true] {
+            let m = std::sync::Arc::new(filled(4096, 9));
+            let (at_copy_tx, at_copy_rx) = std::sync::mpsc::channel::<()>();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let reader = {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let mut once = Some((at_copy_tx, go_rx));
+                    BEFORE_COPY.with(|h| {
+                        *h.borrow_mut() = Some(Box::new(move || {
+                            if let Some((tx, rx)) = once.take() {
+                                tx.send(()).unwrap();
+                                rx.recv().unwrap();
+                            }
+                        }))
+                    });
+                    let mut out = [0u8; 64];
+                    let kept = if light {
+                        crate::lightpin::read(|lp| m.read(0, &mut out, lp)).unwrap()
+                    } else {
+                        m.read(0, &mut out, &crate::pin())
+                    };
+                    BEFORE_COPY.with(|h| *h.borrow_mut() = None);
+                    kept
+                })
+            };
+            at_copy_rx.recv().unwrap();
+            m.lock().release();
+            for _ in 0..if cfg!(miri) { 8 } else { 64 } {
+                crate::pin().flush();
+                crate::lightpin::reclaim();
+            }
+            go_tx.send(()).unwrap();
+            assert!(!reader.join().unwrap(), "a copy across a release is kept");
+        }
+    }
 
     fn filled(len: usize, byte: u8) -> FolioMem {
         let m = FolioMem::new(len);

@@ -203,7 +203,7 @@ impl AddressSpace {
     /// An empty address space.
     pub fn new() -> Self {
         AddressSpace {
-            pages: XArray::new(),
+            pages: XArray::with_light_items(),
             nr_pages: AtomicU64::new(0),
             nr_shadow_pages: AtomicU64::new(0),
         }
@@ -221,6 +221,18 @@ impl AddressSpace {
     /// ```
     pub fn pages(&self) -> XaView<'_, Arc<Folio>> {
         XaView::new(&self.pages)
+    }
+
+    /// The folio at `index`, read in a light section (no reference taken):
+    /// the address space's folios are dropped only after a light grace
+    /// period as well as crossbeam's. `None` for a shadow or a hole.
+    #[inline(always)]
+    pub(crate) fn folio_light<'p>(
+        &'p self,
+        index: u64,
+        pin: &'p crate::lightpin::LightPin,
+    ) -> Option<&'p Folio> {
+        self.pages.load_item_light(index, pin)
     }
     /// Pages held by cached folios (`mapping->nrpages`).
     pub fn nr_pages(&self) -> u64 {

@@ -49,11 +49,19 @@
 //! A kept batch is checked again by later scans without a new barrier: the
 //! argument above needs only a scan after the batch's own barrier.
 //!
-//! Who may use it: only crate code that reads tree nodes and never runs user
-//! code while pinned (no item is dereferenced or dropped, no callback), so a
-//! light section is short, never nests by surprise and never blocks on a
-//! lock. It protects nodes only: items are still freed after crossbeam's
-//! grace period alone, so a light section must not touch an item. Nodes of
+//! Who may use it: only crate code that never runs user code while pinned
+//! (no callback, no item dropped), so a light section is short, never nests
+//! by surprise and never blocks on a lock: `XArray::load_value` (nodes and
+//! entry words only) and the page cache's read hit (`CachedFile::read_at`:
+//! nodes, the folio an address space holds, the folio's buffer, and a copy
+//! into the caller's buffer). It protects nodes; the targets of items of an
+//! array made `with_light_items` (the page cache's address spaces), whose
+//! drops go through crossbeam and then this limbo (`dispose_item`); and
+//! folio buffers, retired the same way (`filemap::mem`). Items of other
+//! arrays are freed after crossbeam's grace period alone, so a light
+//! section must not touch them. The soundness argument below is the same
+//! for every such object: it was unlinked before its crossbeam-deferred
+//! free pushed it to the limbo. Nodes of
 //! a tree reached through `&mut` (the unprotected guard) are freed at once,
 //! which is fine since no reader, light or not, can hold `&XArray` then; an
 //! `XArray` itself must not be freed through the epoch while a light reader
@@ -84,7 +92,9 @@ mod registry;
 
 pub(crate) use limbo::arrivals;
 #[cfg(all(test, not(loom)))]
-use limbo::{defer_free, reclaim};
+use limbo::defer_free;
+#[cfg(all(test, not(loom)))]
+pub(crate) use limbo::reclaim;
 
 use crate::guard::ProtectsNodes;
 use crate::sync::Ordering;
@@ -98,6 +108,11 @@ use std::sync::Arc;
 pub(crate) struct LightPin {
     _not_send: PhantomData<*const ()>,
 }
+
+// SAFETY: folio buffers are retired through crossbeam and then the light
+// limbo (`filemap::mem`'s `Buf::retire`), which waits for every light
+// section that may have seen them.
+unsafe impl crate::guard::ProtectsBuffers for LightPin {}
 
 // SAFETY: node frees wait for a light grace period after crossbeam's
 // (`Dying::retire` into `limbo`), and a light grace period waits for every

@@ -216,6 +216,13 @@ impl BlockMap {
         self.settle(&mut map, key(f), false);
     }
 
+    /// Whether no folio of the file has a block that is not uptodate (one
+    /// relaxed load, no lock).
+    #[inline(always)]
+    pub(crate) fn none_partial(&self) -> bool {
+        self.partial.load(Ordering::Relaxed) == 0
+    }
+
     /// Whether every block touching bytes `from..to` of `f` is uptodate:
     /// one relaxed load while no folio of the file is partial.
     #[inline(always)]

@@ -52,6 +52,26 @@ use std::sync::Arc;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
+/// Whether `read_at` hits under a light pin. Not under loom: its models
+/// of the page cache check the folio protocol on the guarded path, and the
+/// light limbo is modelled on its own (`tests/loom_lightpin.rs`).
+const LIGHT_HITS: bool = !cfg!(loom);
+
+/// What a hit may read under: a crossbeam [`Guard`], or a light pin (no
+/// locked instruction, no lock may be taken inside).
+pub(crate) trait LightOrGuard: crate::guard::ProtectsBuffers {
+    /// Whether this is a light pin.
+    const LIGHT: bool;
+}
+
+impl LightOrGuard for Guard {
+    const LIGHT: bool = false;
+}
+
+impl LightOrGuard for crate::lightpin::LightPin {
+    const LIGHT: bool = true;
+}
+
 /// The largest size a cached file may have, and so the end of the largest
 /// offset range it accepts: `i64::MAX`, the kernel's `MAX_LFS_FILESIZE` on
 /// 64-bit machines (and the largest `off_t` a file backend can be given).
@@ -178,15 +198,29 @@ impl FileShared {
         let end = end.min(size);
         let mut pos = offset;
         while pos < end {
-            {
-                // The hit path, under one guard for every page it copies.
+            // The hit path: a light section (no locked instruction) for
+            // every page it can copy; then, for what it could not (blocks
+            // to check under the block map's lock, or this thread's light
+            // reader torn down at exit), a crossbeam guard; then the locked
+            // path for one page.
+            let light = LIGHT_HITS.then(|| {
+                crate::lightpin::read(|lp| {
+                    self.hits(pos, end, offset, buf, lp, |i| {
+                        self.mapping.folio_light(i, lp)
+                    })
+                })
+            });
+            if let Some(Some(p)) = light {
+                pos = p;
+            }
+            if pos < end {
                 let guard = pin();
-                while pos < end {
-                    match self.read_hit(pos, end, &mut buf[(pos - offset) as usize..], &guard) {
-                        Some(n) => pos += n as u64,
-                        None => break,
+                pos = self.hits(pos, end, offset, buf, &guard, |i| {
+                    match self.mapping.pages().load(i, &guard)? {
+                        EntryRef::Item(r) => Some(r.get()),
+                        EntryRef::Value(_) => None,
                     }
-                }
+                });
             }
             if pos < end {
                 pos += self.read_locked(pos, end, &mut buf[(pos - offset) as usize..])? as u64;
@@ -195,25 +229,56 @@ impl FileShared {
         Ok((end - offset) as usize)
     }
 
-    /// The hit path of `read_at`: load the folio under the caller's guard,
-    /// copy optimistically, and count the hit; no lock, no reference count.
-    /// `None` sends the caller to the locked path (not cached, being filled
-    /// or written, blocks missing, or detached).
-    #[inline]
-    fn read_hit(&self, pos: u64, end: u64, out: &mut [u8], guard: &Guard) -> Option<usize> {
-        let Some(EntryRef::Item(r)) = self.mapping.pages().load(pos / PAGE, guard) else {
-            return None;
-        };
-        let f: &Folio = r.get();
+    /// Copy hits from `pos` on (the file's bytes `offset..` go to `buf`)
+    /// until the first page that is not a plain hit, under `pin`, finding
+    /// folios with `folio_at`. Returns the position reached.
+    #[inline(always)]
+    fn hits<'p, P: LightOrGuard>(
+        &'p self,
+        mut pos: u64,
+        end: u64,
+        offset: u64,
+        buf: &mut [u8],
+        pin: &'p P,
+        folio_at: impl Fn(u64) -> Option<&'p Folio>,
+    ) -> u64 {
+        while pos < end {
+            let Some(f) = folio_at(pos / PAGE) else {
+                break;
+            };
+            match self.read_hit(f, pos, end, &mut buf[(pos - offset) as usize..], pin) {
+                Some(n) => pos += n as u64,
+                None => break,
+            }
+        }
+        pos
+    }
+
+    /// One hit of `read_at` on folio `f`: copy optimistically and count the
+    /// hit; no lock, no reference count. `None` sends the caller on (not
+    /// uptodate, being filled or written, blocks to check, or detached).
+    #[inline(always)]
+    fn read_hit<P: LightOrGuard>(
+        &self,
+        f: &Folio,
+        pos: u64,
+        end: u64,
+        out: &mut [u8],
+        pin: &P,
+    ) -> Option<usize> {
         if !folio::is_live(f) {
             return None;
         }
         let at = (pos - f.index() * PAGE) as usize;
         let n = ((end - pos) as usize).min(f.max_bytes().saturating_sub(at));
-        if n == 0
-            || !self.blocks.is_uptodate(f, at, at + n)
-            || !f.mem().read(at, &mut out[..n], guard)
-        {
+        // A light section takes no lock: with partial folios in the file it
+        // leaves the block check to the guarded path.
+        let uptodate = if P::LIGHT {
+            self.blocks.none_partial()
+        } else {
+            self.blocks.is_uptodate(f, at, at + n)
+        };
+        if n == 0 || !uptodate || !f.mem().read(at, &mut out[..n], pin) {
             return None;
         }
         self.cache.counters.hits.add(1);

@@ -249,7 +249,7 @@ impl<'a, T: Item> XaLock<'a, T> {
         if curr.is_item() {
             // SAFETY: `store_raw` unlinked the item of this array under
             // `guard`, the cursor's; disposed once, here.
-            unsafe { dispose_item::<T>(guard, curr) };
+            unsafe { dispose_item::<T>(guard, curr, self.xa.light_items()) };
         }
         Ok(curr)
     }
