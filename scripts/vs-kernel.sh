@@ -56,6 +56,11 @@
 # each function's own instructions per I/O (the same difference, per
 # function, from callgrind_annotate).
 #
+# BEFORE_BIN: another build of the harness (for example the fio example
+# built from an earlier commit); engines labelled LABEL@before in
+# ENGINES_256M / ENGINES_1M run with it, interleaved with the rest, and the
+# report adds an after/before table for every such pair.
+#
 # Environment: ROUNDS (3), RUNTIME seconds per run (1; fio-check: 3), DIR
 # for the files (/tmp; two files, 256 MiB and 1 MiB, kept for reuse),
 # SIZES ("256m 1m"), JOBS ("1 2"), ROWS ("randread-4k randread-64k read-4k
@@ -123,9 +128,10 @@ case ${KX_DIRTY:-kernel} in
   *) echo "KX_DIRTY: kernel or library" >&2; exit 2 ;;
 esac
 
-# The harness's flags for an engine label.
+# The harness's flags for an engine label ("LABEL@before": the same with
+# BEFORE_BIN, another build of the harness, to compare a change).
 engine_flags() {
-  case $1 in
+  case ${1%@before} in
     kxarray) echo "--engine kxarray $KXF" ;;
     kxarray+touch) echo "--engine kxarray --touch $KXF" ;;
     kxarray-zc) echo "--engine kxarray --zero-copy $KXF" ;;
@@ -165,10 +171,14 @@ prepare() {
 
 # One run of the harness; prints its result: line.
 harness() { # size jobs row-flags engine-flags extra...
-  local size=$1 jobs=$2 rowf=$3 engf=$4
+  local size=$1 jobs=$2 rowf=$3 engf=$4 bin=$BIN
   shift 4
+  if [ "${1:-}" = --before ]; then
+    bin=${BEFORE_BIN:?an @before engine needs BEFORE_BIN}
+    shift
+  fi
   # shellcheck disable=SC2086 # the flag lists are meant to split
-  { "$BIN" $engf $rowf --size "$size" --numjobs "$jobs" --cache-size "$CACHE" \
+  { "$bin" $engf $rowf --size "$size" --numjobs "$jobs" --cache-size "$CACHE" \
     --no-verify --reuse-file --filename "$(file_for "$size")" --quiet "$@" ||
     echo "vs-kernel: failed: $engf $rowf --size $size --numjobs $jobs $*" >&2; } |
     { grep '^result:' || true; } | cut -d' ' -f2-
@@ -207,8 +217,10 @@ table)
         for jobs in $JOBS; do
           k=$((k + 1))
           for eng in $(rotate $((k + round)) "${elist[@]}"); do
+            before=()
+            [ "${eng%@before}" = "$eng" ] || before=(--before)
             r=$(harness "$s" "$jobs" "$(row_flags "$row")" "$(engine_flags "$eng")" \
-              --runtime "$RUNTIME" --seed "$round")
+              "${before[@]}" --runtime "$RUNTIME" --seed "$round")
             printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$row" "$jobs" "$eng" "${r// /$'\t'}" >>"$RAW"
           done
         done

@@ -83,9 +83,28 @@ def table(path):
             cells = [kiops(med(list(r[key].get(e, {}).values()))) for e in engines]
             print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
         ratios(r, order, rounds)
+        before_after(r, order, rounds, engines)
     print("\nTargets (issue 23): read_at / psync >= 1.2 on every 256m row and on every 70/30 mix (randrw) row; read_at / mmap")
     print(">= 1.0 on every 256m row; zero-copy / psync >= 3 and zero-copy+touch / psync+touch >= 1.5 on every row; on the 1m")
     print("rows read_at's time per I/O at most 1.3x memcpy's (the gross ratio carries the mark; the net one is for reading).")
+
+
+def before_after(runs, order, rounds, engines):
+    """For every engine X run also as X@before (BEFORE_BIN): X / X@before."""
+    pairs = [e for e in engines if not e.endswith("@before") and e + "@before" in engines]
+    if not pairs:
+        return
+    print("\nThis build against BEFORE_BIN, the same engine (median of the per-round ratios [lowest-highest round]):\n")
+    print("| file | row | jobs | " + " | ".join(f"{e} / {e}@before" for e in pairs) + " |")
+    print("|---|---|---:|" + "---:|" * len(pairs))
+    for key in order:
+        e = runs[key]
+        cells = []
+        for x in pairs:
+            per = [e[x][r] / e[x + "@before"][r] for r in rounds
+                   if e.get(x, {}).get(r) and e.get(x + "@before", {}).get(r)]
+            cells.append(f"{med(per):.2f} [{min(per):.2f}-{max(per):.2f}]" if per else "-")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
 
 
 def ratios(runs, order, rounds):
