@@ -127,8 +127,10 @@ fn unread_replies(args: &[&str], structured: bool, n: u64, bound: u64) -> u64 {
     assert_eq!(c.read(0, 4096).unwrap(), vec![1u8; 4096]);
     let before = p.rss();
     let len = MAX_PAYLOAD;
+    let mut offsets = std::collections::HashMap::new();
     for i in 0..n {
-        c.send(NBD_CMD_READ, 0, (i % 8) * u64::from(len), len, &[]);
+        let offset = (i % 8) * u64::from(len);
+        offsets.insert(c.send(NBD_CMD_READ, 0, offset, len, &[]), offset);
     }
     let grown = peak_rss(&p, Duration::from_millis(1500)).saturating_sub(before);
     eprintln!(
@@ -141,20 +143,26 @@ fn unread_replies(args: &[&str], structured: bool, n: u64, bound: u64) -> u64 {
         grown / MIB,
         bound / MIB
     );
-    // The replies are whole: the first two, read now.
+    // The replies are whole: the first two, read now. With several
+    // workers they may come in any order: each is checked against the
+    // offset its cookie asked for (only offset 0 holds the written page).
     c.socket
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     for i in 0..2 {
-        let (_, out) = c.recv();
+        let (cookie, out) = c.recv();
+        let offset = offsets[&cookie];
         let data = out.expect("READ reply");
         assert_eq!(data.len(), len as usize);
-        let first = if i == 0 { 1u8 } else { 0 };
+        let first = if offset == 0 { 1u8 } else { 0 };
         assert!(
             data[..4096].iter().all(|&b| b == first),
-            "reply {i}: first page"
+            "reply {i} (offset {offset}): first page"
         );
-        assert!(data[4096..].iter().all(|&b| b == 0), "reply {i}: the rest");
+        assert!(
+            data[4096..].iter().all(|&b| b == 0),
+            "reply {i} (offset {offset}): the rest"
+        );
     }
     grown
 }
