@@ -31,6 +31,9 @@
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use kxarray::filemap::legacy::add_folio_legacy_stats;
 use kxarray::filemap::{AddStats, AddressSpace, Folio, Shadow, ShadowFields};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,27 +44,6 @@ const BATCH: usize = 256;
 const LEAVES: u64 = 4096;
 /// Order-9 regions of the split fixture, one per 1024 indices.
 const REGIONS: u64 = 256;
-
-/// splitmix64
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -147,14 +129,14 @@ struct Fixture {
     /// cyclically so the folios of one batch are at distinct places.
     bases: Vec<u64>,
     next: usize,
-    rng: Rng,
+    rng: SmallRng,
     evictions: u64,
 }
 
 impl Fixture {
     fn new(kind: Kind) -> Fixture {
         let space = AddressSpace::new();
-        let mut rng = Rng(0x5eed ^ format!("{kind:?}").len() as u64);
+        let mut rng = SmallRng::seed_from_u64(0x5eed ^ format!("{kind:?}").len() as u64);
         let mut bases: Vec<u64>;
         let mut evictions = 1;
         match kind {
@@ -189,7 +171,7 @@ impl Fixture {
         }
         assert_eq!(space.pages().height(), 3, "{kind:?}: tree height");
         space.pages().check_invariants().unwrap();
-        rng.shuffle(&mut bases);
+        bases.shuffle(&mut rng);
         Fixture {
             kind,
             space,
@@ -206,15 +188,15 @@ impl Fixture {
         // a batch never wraps, so its folios are at distinct places
         if self.next + n > self.bases.len() {
             self.next = 0;
-            self.rng.shuffle(&mut self.bases);
+            self.bases.shuffle(&mut self.rng);
         }
         for _ in 0..n {
             let base = self.bases[self.next];
             self.next += 1;
             let f = match self.kind {
-                Kind::Empty => folio(base + self.rng.below(63), 0),
+                Kind::Empty => folio(base + self.rng.random_range(0..63), 0),
                 Kind::Refault(order) => folio(base, order),
-                Kind::Split => folio(base + self.rng.below(512), 0),
+                Kind::Split => folio(base + self.rng.random_range(0..512), 0),
                 Kind::Exists => folio(base + 63, 0),
             };
             out.push(f);

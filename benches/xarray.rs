@@ -35,6 +35,9 @@
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use kxarray::{Entry, XArray, XaState, MAX_VALUE};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -119,24 +122,6 @@ fn val(k: u64) -> u64 {
     k & MAX_VALUE
 }
 
-/// splitmix64
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn shuffle(&mut self, v: &mut [u64]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
 struct Shape {
     name: &'static str,
     dense: bool,
@@ -149,7 +134,7 @@ struct Shape {
 }
 
 fn make_shape(name: &'static str, seed: u64) -> Shape {
-    let mut rng = Rng(seed);
+    let mut rng = SmallRng::seed_from_u64(seed);
     let (dense, keys, misses) = match name {
         "dense" => {
             let keys: Vec<u64> = (0..N as u64).collect();
@@ -166,14 +151,14 @@ fn make_shape(name: &'static str, seed: u64) -> Shape {
             let mut set = HashSet::with_capacity(N);
             let mut keys = Vec::with_capacity(N);
             while keys.len() < N {
-                let k = rng.next() & mask;
+                let k = rng.random::<u64>() & mask;
                 if set.insert(k) {
                     keys.push(k);
                 }
             }
             let mut misses = Vec::with_capacity(N);
             while misses.len() < N {
-                let k = rng.next() & mask;
+                let k = rng.random::<u64>() & mask;
                 if !set.contains(&k) {
                     misses.push(k);
                 }
@@ -182,9 +167,9 @@ fn make_shape(name: &'static str, seed: u64) -> Shape {
         }
     };
     let mut hits = keys.clone();
-    rng.shuffle(&mut hits);
+    hits.shuffle(&mut rng);
     let mut misses = misses;
-    rng.shuffle(&mut misses);
+    misses.shuffle(&mut rng);
     Shape {
         name,
         dense,

@@ -12,7 +12,7 @@ use kxarray::{Entry, Error, Flags, XArray};
 /// defects; each is what the kernel does (`__xa_insert` and `__xa_cmpxchg`
 /// compare against `xas_load`, which returns the zero entry, and
 /// `__xa_set_mark` marks any non-NULL entry), so kxarray keeps them and the
-/// README lists them under "Kernel behaviour kept". These tests pin that
+/// docs/kernel-differences.md lists them under "Kernel behaviour kept". These tests pin that
 /// behaviour so a change to it is a decision, not an accident.
 #[test]
 fn alloc1_index0_insert_is_busy_once_the_tree_has_a_node() {
@@ -114,7 +114,7 @@ fn reset_cursor_stores_then_insert_corrupts_offsets() {
 /// from its canonical index, skipping whatever lies there. Here a walk
 /// from 0x31f1 over an order-5 entry at 0x31e0 resumed at 0x3211 and
 /// skipped the entries at 0x3200..=0x3210. kxarray resumes at the index
-/// after the entry (a deliberate difference, see the README).
+/// after the entry (a deliberate difference, see docs/kernel-differences.md).
 #[test]
 // Fixed: pause counts from the node's first index.
 fn find_pause_from_inside_a_multi_index_entry_skips_nothing() {

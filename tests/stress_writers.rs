@@ -26,6 +26,8 @@
 
 use kxarray::filemap::{AddressSpace, Folio, Lookup, Shadow, ShadowFields, Tag};
 use kxarray::{Entry, EntryRef, Mark, XArray, XaState};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -41,16 +43,14 @@ fn issue8() -> bool {
     std::env::var_os("KX_STRESS_ISSUE8").is_some_and(|v| v == "1")
 }
 
-struct Rng(u64);
+/// A seeded stream: the same operations on every run of a seed.
+struct Rng(SmallRng);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    fn seeded(seed: u64) -> Rng {
+        Rng(SmallRng::seed_from_u64(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.random_range(0..n)
     }
 }
 
@@ -154,7 +154,7 @@ fn index(rng: &mut Rng) -> u64 {
 const ORDERS: [u32; 8] = [0, 0, 1, 2, 3, 6, 7, 9];
 
 fn xarray_writer(xa: &XArray<Arc<Payload>>, seed: u64, ops: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let issue8 = issue8();
     for n in 0..ops {
         let order = ORDERS[rng.below(ORDERS.len() as u64) as usize];
@@ -263,7 +263,7 @@ fn xarray_writer(xa: &XArray<Arc<Payload>>, seed: u64, ops: u64) {
 }
 
 fn xarray_reader(xa: &XArray<Arc<Payload>>, seed: u64, stop: &AtomicBool) -> u64 {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let mut n = 0u64;
     while !stop.load(Ordering::Acquire) {
         let guard = kxarray::pin();
@@ -421,7 +421,7 @@ fn pindex(rng: &mut Rng) -> u64 {
 }
 
 fn filemap_writer(m: &AddressSpace, seed: u64, ops: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let mut mine: Vec<Arc<Folio>> = Vec::new();
     for n in 0..ops {
         match rng.below(10) {
@@ -477,7 +477,7 @@ fn filemap_writer(m: &AddressSpace, seed: u64, ops: u64) {
 }
 
 fn filemap_reader(m: &AddressSpace, seed: u64, stop: &AtomicBool) -> u64 {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let mut n = 0u64;
     while !stop.load(Ordering::Acquire) {
         for _ in 0..64 {

@@ -65,7 +65,7 @@ pub const SHUTDOWN_FORCE: Duration = Duration::from_secs(1);
 /// pipelined client is served in batches, and the client's connections
 /// run in parallel (one thread each). A request that may wait on a device
 /// is worth running beside others, so such backends get a pool. Measured
-/// with fio (README, "NBD server"): one worker per connection cut the RAM
+/// with fio (docs/nbd.md): one worker per connection cut the RAM
 /// disk server's CPU per request to 0.21-0.83x of what four workers spent.
 ///
 /// ```

@@ -465,7 +465,7 @@ impl<'a, T: Item> XaState<'a, T> {
         // the offset alongside the index and reads slots that lie behind it
         // (in a non-leaf node, inside an unrelated subtree). kxarray walks
         // from the top instead, so every step returns what covers its index
-        // (a deliberate difference, see the README).
+        // (a deliberate difference, see docs/kernel-differences.md).
         let desynced = self.desynced();
         if !self.frozen() {
             self.index = self.index.wrapping_add(1);
@@ -531,7 +531,7 @@ impl<'a, T: Item> XaState<'a, T> {
         // the offset alongside the index and reads slots that lie behind it
         // (in a non-leaf node, inside an unrelated subtree). kxarray walks
         // from the top instead, so every step returns what covers its index
-        // (a deliberate difference, see the README).
+        // (a deliberate difference, see docs/kernel-differences.md).
         let desynced = self.desynced();
         if !self.frozen() {
             self.index = self.index.wrapping_sub(1);
@@ -620,8 +620,8 @@ impl<'a, T: Item> XaState<'a, T> {
         // Resume at the slot after the entry, counted from the node's first
         // index. The kernel adds `offset - xa_offset` to the index instead,
         // which overshoots (skipping entries) when a load left the index
-        // inside a multi-index entry past its canonical slot; see the
-        // README's deliberate differences.
+        // inside a multi-index entry past its canonical slot; see
+        // docs/kernel-differences.md.
         let shift = n.shift as u32;
         let node_span_bits = shift + CHUNK_SHIFT;
         let base = if node_span_bits >= 64 {

@@ -130,8 +130,8 @@ impl<'a, T: Item> XaState<'a, T> {
         // sibling slots too: mark them free, as `init_marks_raw` did the
         // canonical slot (and its ancestors). The kernel's `xas_store` marks
         // only the canonical slot, so `xa_alloc` never again hands out the
-        // indices under the old siblings while the node lives (see the
-        // README's deliberate differences).
+        // indices under the old siblings while the node lives (see
+        // docs/kernel-differences.md).
         if entry.is_null() && self.xa.track_free() {
             if let Some(n) = node {
                 for o in self.offset as usize + 1..=last_written {

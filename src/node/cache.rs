@@ -6,9 +6,9 @@
 //! advised for transparent huge pages (`madvise(MADV_HUGEPAGE)`, Linux), so
 //! a large tree's nodes sit in a few huge pages rather than in 4 KiB pages
 //! scattered through the heap, and a walk over a large sparse tree misses
-//! the TLB far less (see the README's "Sparse keys"). A small program's
-//! first region stays in 4 KiB pages, so one small tree does not fault in
-//! 2 MiB.
+//! the TLB far less (see docs/xarray-and-peers.md, "Sparse keys"). A small
+//! program's first region stays in 4 KiB pages, so one small tree does not
+//! fault in 2 MiB.
 //!
 //! What it owns:
 //! - the regions: a header in the first stride of each, then `PER_REGION`

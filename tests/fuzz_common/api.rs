@@ -417,8 +417,9 @@ impl Harness {
             // empty and a non-empty array, and a mark set on the empty
             // index 0 sticks to the next entry stored there. The model does
             // not track that placeholder; tests/found_by_fuzz.rs
-            // (`alloc1_index0_*`) pins the behaviour and the README's
-            // "Kernel behaviour kept on purpose" explains it.
+            // (`alloc1_index0_*`) pins the behaviour and
+            // docs/kernel-differences.md ("Kernel behaviour kept on purpose")
+            // explains it.
             if let ApiOp::Insert { index, .. }
             | ApiOp::Reserve { index }
             | ApiOp::Release { index }
