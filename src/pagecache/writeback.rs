@@ -13,9 +13,11 @@
 //!   never write the same folio out of order and truncation never races a
 //!   write past the new end;
 //! - a folio's dirty blocks are copied into the run and their bits cleared
-//!   under its data lock held shared, so a write either lands before the
-//!   copy or dirties its blocks again after it (the kernel's
-//!   `set_page_writeback_keepwrite` case): never lost;
+//!   under the folio's lock (writers of the folio wait, lock-free readers
+//!   and pins do not), so a write either lands before the copy or dirties
+//!   its blocks again after it (the kernel's `set_page_writeback_keepwrite`
+//!   case): never lost; the bytes move from the dirty gauge to the
+//!   writeback gauge, the new count booked first;
 //! - on a backend error exactly the blocks of the failed run are dirty
 //!   again before their folios' `WRITEBACK` clears (reclaim never sees them
 //!   clean), and the error is recorded in the file's error sequence
