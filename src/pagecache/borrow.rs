@@ -65,7 +65,12 @@ impl<'g> FolioBorrow<'g> {
     /// outside gives an empty slice).
     #[inline]
     pub fn page(&self, index: u64) -> &[u8] {
-        page_of(self.folio, self.pin.bytes(), index)
+        page_of(
+            self.folio.index(),
+            self.folio.order(),
+            self.pin.bytes(),
+            index,
+        )
     }
 }
 

@@ -306,22 +306,53 @@ impl FileShared {
         }
     }
 
-    /// The hit path of `read_folio`: a reference and a pin taken under the
-    /// epoch guard. `None` sends the caller to the miss path.
+    /// The hit path of `read_folio`: a pin of the folio's bytes, taken in a
+    /// light section (or, with partial folios in the file or no light
+    /// reader, under a guard); no reference count on the folio. `None`
+    /// sends the caller to the miss path.
     #[inline]
     fn folio_hit(&self, index: u64) -> Option<FolioRef> {
+        if LIGHT_HITS {
+            let hit = crate::lightpin::read(|lp| {
+                self.folio_hit_with(lp, || self.mapping.folio_light(index, lp))
+            });
+            if let Some(Some(r)) = hit {
+                return Some(r);
+            }
+        }
         let guard = pin();
-        let EntryRef::Item(r) = self.mapping.pages().load(index, &guard)? else {
-            return None;
-        };
-        let f = r.get();
+        self.folio_hit_with(&guard, || {
+            match self.mapping.pages().load(index, &guard)? {
+                EntryRef::Item(r) => Some(r.get()),
+                EntryRef::Value(_) => None,
+            }
+        })
+    }
+
+    /// `folio_hit` under `pin`, finding the folio with `folio`.
+    #[inline(always)]
+    fn folio_hit_with<'p, P: LightOrGuard>(
+        &'p self,
+        pin: &'p P,
+        folio: impl FnOnce() -> Option<&'p Folio>,
+    ) -> Option<FolioRef> {
+        let f = folio()?;
         if !folio::is_live(f) {
             return None;
         }
-        let pin = f.mem().pin(&guard)?;
-        let r = FolioRef::new(r.to_owned(), pin);
+        // Every block read (a folio a write allocated may have blocks never
+        // read): checked without a lock in a light section.
+        let uptodate = if P::LIGHT {
+            self.blocks.none_partial()
+        } else {
+            self.blocks.is_uptodate(f, 0, f.max_bytes())
+        };
+        if !uptodate {
+            return None;
+        }
+        let r = FolioRef::new(f, f.mem().pin(pin)?);
         self.cache.counters.hits.add(1);
-        folio::mark_accessed(r.folio());
+        folio::mark_accessed(f);
         Some(r)
     }
 
@@ -363,7 +394,7 @@ impl FileShared {
             return Ok(None);
         };
         drop(w);
-        Ok(Some(FolioRef::new(f, pin)))
+        Ok(Some(FolioRef::new(&f, pin)))
     }
 
     fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -763,9 +794,7 @@ impl CachedFile {
         }
         loop {
             if let Some(r) = s.folio_hit(index) {
-                if s.blocks.is_uptodate(r.folio(), 0, r.len()) {
-                    return Ok(r);
-                }
+                return Ok(r);
             }
             if let Some(r) = s.folio_locked(index)? {
                 return Ok(r);
@@ -794,7 +823,6 @@ impl CachedFile {
             return None;
         }
         s.folio_hit(index)
-            .filter(|r| s.blocks.is_uptodate(r.folio(), 0, r.len()))
     }
 
     /// [`read_folio`](CachedFile::read_folio) borrowing under an epoch

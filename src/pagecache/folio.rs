@@ -10,7 +10,6 @@
 //! the pin. So a reference never blocks anyone and never sees a byte move.
 
 use crate::filemap::{BufPin, Folio, FolioFlags, PAGE_SIZE};
-use std::sync::Arc;
 
 /// Record an access for reclaim (`folio_mark_accessed`): set `REFERENCED`,
 /// without a write when it is already set (the common hit).
@@ -40,8 +39,10 @@ pub(crate) fn is_live(f: &Folio) -> bool {
 /// the folio, from any thread including the holder's, completes at once
 /// and is seen by every later read; this reference keeps the bytes it
 /// pinned (the writer wrote a copy). Truncation and invalidation drop the
-/// folio from the cache but not the pinned bytes. While the reference
-/// lives, reclaim leaves the folio cached.
+/// folio from the cache but not the pinned bytes. While the folio's bytes
+/// are the ones a reference pinned, reclaim leaves the folio cached (once
+/// a writer has copied them, the folio may go; the reference keeps its
+/// copy). It holds no reference to the folio itself.
 ///
 /// It is `'static`, `Send` and `Sync`: hold it as long as needed (SQLite
 /// holds the pages it fetches for a whole statement); the bytes it pins
@@ -61,46 +62,49 @@ pub(crate) fn is_live(f: &Folio) -> bool {
 /// ```
 pub struct FolioRef {
     pin: BufPin,
-    folio: Arc<Folio>,
+    index: u64,
+    order: u32,
 }
 
 impl FolioRef {
-    /// A reference to `folio` keeping `pin`, a pin of its bytes.
-    pub(crate) fn new(folio: Arc<Folio>, pin: BufPin) -> FolioRef {
+    /// A reference to `folio`'s bytes keeping `pin`, a pin of them.
+    pub(crate) fn new(folio: &Folio, pin: BufPin) -> FolioRef {
         debug_assert_eq!(pin.bytes().len(), folio.max_bytes());
-        FolioRef { pin, folio }
-    }
-
-    /// The folio itself.
-    pub(crate) fn folio(&self) -> &Folio {
-        &self.folio
+        FolioRef {
+            pin,
+            index: folio.index(),
+            order: folio.order(),
+        }
     }
 
     /// The folio's first page index.
     pub fn index(&self) -> u64 {
-        self.folio.index()
+        self.index
     }
 
     /// The folio's order (`2^order` pages).
     pub fn order(&self) -> u32 {
-        self.folio.order()
+        self.order
     }
 
     /// The bytes of page `index` (which must lie in this folio; an index
     /// outside gives an empty slice).
     pub fn page(&self, index: u64) -> &[u8] {
-        page_of(&self.folio, self.pin.bytes(), index)
+        page_of(self.index, self.order, self.pin.bytes(), index)
     }
 }
 
-/// The bytes of page `index` of a folio whose bytes are `bytes`.
+/// The bytes of page `index` of a folio of `2^order` pages at `first`
+/// whose bytes are `bytes`.
 #[inline]
-pub(crate) fn page_of<'a>(f: &Folio, bytes: &'a [u8], index: u64) -> &'a [u8] {
-    if !f.contains(index) {
-        return &[];
+pub(crate) fn page_of(first: u64, order: u32, bytes: &[u8], index: u64) -> &[u8] {
+    match index.checked_sub(first) {
+        Some(i) if i < 1 << order => {
+            let at = i as usize * PAGE_SIZE;
+            bytes.get(at..at + PAGE_SIZE).unwrap_or(&[])
+        }
+        _ => &[],
     }
-    let at = (index - f.index()) as usize * PAGE_SIZE;
-    bytes.get(at..at + PAGE_SIZE).unwrap_or(&[])
 }
 
 impl std::ops::Deref for FolioRef {
@@ -116,7 +120,8 @@ impl Clone for FolioRef {
     fn clone(&self) -> FolioRef {
         FolioRef {
             pin: self.pin.clone(),
-            folio: Arc::clone(&self.folio),
+            index: self.index,
+            order: self.order,
         }
     }
 }
