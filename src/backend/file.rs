@@ -69,6 +69,15 @@ pub struct FileBackend {
 
 impl FileBackend {
     /// Wrap an open file (buffered I/O).
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    ///
+    /// let tmp = tempfile::tempfile().unwrap(); // deleted when closed
+    /// let f = FileBackend::from_file(tmp.try_clone().unwrap());
+    /// f.write_all_at(b"abc", 0).unwrap();
+    /// assert_eq!(tmp.metadata().unwrap().len(), 3); // the same file
+    /// ```
     pub fn from_file(file: File) -> FileBackend {
         FileBackend { file, direct: None }
     }
@@ -94,6 +103,26 @@ impl FileBackend {
     /// [`io::ErrorKind::Unsupported`] when the target's `O_DIRECT` value is
     /// not known or the filesystem refuses `O_DIRECT` (tmpfs answers
     /// `EINVAL`), with a message saying so; any other error of `open(2)`.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend, DIRECT_ALIGN};
+    ///
+    /// let path = std::env::temp_dir().join(format!("kx-doc-direct-{}", std::process::id()));
+    /// let opened = FileBackend::create_direct(&path);
+    /// let _ = std::fs::remove_file(&path); // open descriptors keep the file
+    /// match opened {
+    ///     Ok(f) => {
+    ///         assert!(f.is_direct());
+    ///         f.write_all_at(&vec![7; DIRECT_ALIGN], 0).unwrap(); // aligned: O_DIRECT
+    ///         f.write_all_at(b"tail", DIRECT_ALIGN as u64).unwrap(); // buffered
+    ///         let mut b = vec![0u8; DIRECT_ALIGN + 4];
+    ///         f.read_exact_at(&mut b, 0).unwrap();
+    ///         assert_eq!((b[0], &b[DIRECT_ALIGN..]), (7, &b"tail"[..]));
+    ///     }
+    ///     // tmpfs, for one, refuses O_DIRECT
+    ///     Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}"),
+    /// }
+    /// ```
     pub fn create_direct(path: &Path) -> io::Result<FileBackend> {
         let Some(flag) = O_DIRECT else {
             return Err(io::Error::new(
@@ -126,7 +155,15 @@ impl FileBackend {
         })
     }
 
-    /// Whether aligned requests bypass the kernel's page cache.
+    /// Whether aligned requests bypass the kernel's page cache: true only
+    /// for a backend made by [`create_direct`](FileBackend::create_direct).
+    ///
+    /// ```
+    /// use kxarray::backend::FileBackend;
+    ///
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// assert!(!f.is_direct()); // buffered
+    /// ```
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()
     }

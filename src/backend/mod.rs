@@ -28,6 +28,61 @@ pub use ramdisk::{RamDisk, RAMDISK_PAGE_SIZE};
 /// [`write_all_at`](Backend::write_all_at) loop over short transfers and
 /// retry [`io::ErrorKind::Interrupted`], so callers can use those and stay
 /// correct over a backend that returns short counts or `EINTR`.
+///
+/// A backend of your own, cached in a [`PageCache`](crate::pagecache::PageCache):
+///
+/// ```
+/// use kxarray::backend::{checked_end, Backend};
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+/// use std::io;
+/// use std::sync::{Arc, Mutex};
+///
+/// /// A growable file in a vector.
+/// #[derive(Debug, Default)]
+/// struct VecFile(Mutex<Vec<u8>>);
+///
+/// fn to_usize(n: u64) -> io::Result<usize> {
+///     usize::try_from(n).map_err(|_| io::ErrorKind::FileTooLarge.into())
+/// }
+///
+/// impl Backend for VecFile {
+///     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+///         let v = self.0.lock().unwrap();
+///         let from = usize::try_from(offset).unwrap_or(usize::MAX).min(v.len());
+///         let n = buf.len().min(v.len() - from);
+///         buf[..n].copy_from_slice(&v[from..from + n]);
+///         Ok(n)
+///     }
+///     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+///         let end = to_usize(checked_end(offset, buf.len() as u64)?)?;
+///         let mut v = self.0.lock().unwrap();
+///         if v.len() < end {
+///             v.resize(end, 0);
+///         }
+///         v[end - buf.len()..end].copy_from_slice(buf);
+///         Ok(buf.len())
+///     }
+///     fn flush(&self) -> io::Result<()> {
+///         Ok(())
+///     }
+///     fn len(&self) -> io::Result<u64> {
+///         Ok(self.0.lock().unwrap().len() as u64)
+///     }
+///     fn set_len(&self, len: u64) -> io::Result<()> {
+///         self.0.lock().unwrap().resize(to_usize(len)?, 0);
+///         Ok(())
+///     }
+/// }
+///
+/// let mem = Arc::new(VecFile::default());
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(Arc::clone(&mem)).unwrap();
+/// file.write_at(b"cached", 100).unwrap();
+/// assert_eq!(mem.len().unwrap(), 106); // the cache grew the backend first
+/// assert_eq!(mem.0.lock().unwrap()[100], 0); // the bytes are still only cached
+/// file.sync().unwrap();
+/// assert_eq!(&mem.0.lock().unwrap()[100..], b"cached");
+/// ```
 pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read
     /// (0 at or past the end).
@@ -94,6 +149,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// As [`write_at`](Backend::write_at).
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    ///
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// f.write_all_at(&[9; 100], 0).unwrap();
+    /// f.discard(10, 80).unwrap(); // a file backend keeps the default: zeros written
+    /// let mut b = [1u8; 100];
+    /// f.read_exact_at(&mut b, 0).unwrap();
+    /// assert!(b[..10].iter().chain(&b[90..]).all(|&x| x == 9));
+    /// assert!(b[10..90].iter().all(|&x| x == 0));
+    /// ```
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.write_zeroes(offset, len)
     }
@@ -104,6 +171,16 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// As [`write_at`](Backend::write_at); [`io::ErrorKind::InvalidInput`]
     /// when `offset + len` overflows `u64`.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    ///
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// f.write_zeroes(4096, 100_000).unwrap(); // extends the file as any write does
+    /// assert_eq!(f.len().unwrap(), 104_096);
+    /// let e = f.write_zeroes(u64::MAX, 2).unwrap_err();
+    /// assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = checked_end(offset, len)?;
         let zeros = [0u8; 64 * 1024];
@@ -123,6 +200,17 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`io::ErrorKind::UnexpectedEof`] when the end comes first (the bytes
     /// read so far are in `buf`), or the first other error.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(8192);
+    /// disk.write_all_at(b"tail", 8188).unwrap();
+    /// let mut buf = [0u8; 8];
+    /// let e = disk.read_exact_at(&mut buf, 8188).unwrap_err(); // 4 bytes short
+    /// assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    /// assert_eq!(&buf[..4], b"tail"); // the bytes read so far
+    /// ```
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
             match self.read_at(buf, offset) {
@@ -144,6 +232,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`io::ErrorKind::WriteZero`] when the backend accepts nothing, or the
     /// first other error.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(8192);
+    /// disk.write_all_at(&[1; 5000], 3000).unwrap(); // across a page boundary
+    /// let mut b = [0u8; 5000];
+    /// disk.read_exact_at(&mut b, 3000).unwrap();
+    /// assert!(b.iter().all(|&x| x == 1));
+    /// let e = disk.write_all_at(b"xy", 8191).unwrap_err(); // past the end
+    /// assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+    /// ```
     fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
             match self.write_at(buf, offset) {
@@ -164,6 +264,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 ///
 /// # Errors
 /// [`io::ErrorKind::InvalidInput`] on overflow.
+///
+/// ```
+/// use kxarray::backend::checked_end;
+///
+/// assert_eq!(checked_end(4096, 512).unwrap(), 4608);
+/// let e = checked_end(u64::MAX, 1).unwrap_err();
+/// assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+/// ```
 pub fn checked_end(offset: u64, len: u64) -> io::Result<u64> {
     offset.checked_add(len).ok_or_else(|| {
         io::Error::new(

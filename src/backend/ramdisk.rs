@@ -151,6 +151,16 @@ impl std::fmt::Debug for RamDisk {
 
 impl RamDisk {
     /// A zero-filled device of `size` bytes; nothing is allocated yet.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(1 << 30); // 1 GiB
+    /// assert_eq!(disk.memory_bytes(), 0); // nothing allocated until written
+    /// let mut b = [1u8; 8];
+    /// disk.read_exact_at(&mut b, (1 << 30) - 8).unwrap();
+    /// assert_eq!(b, [0; 8]);
+    /// ```
     pub fn new(size: u64) -> RamDisk {
         RamDisk {
             pages: XArray::new(),
@@ -159,17 +169,44 @@ impl RamDisk {
         }
     }
 
-    /// The device size in bytes.
+    /// The device size in bytes, fixed ([`Backend::len`] too).
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(8192);
+    /// assert_eq!((disk.size(), disk.len().unwrap()), (8192, 8192));
+    /// assert!(disk.set_len(4096).is_err()); // the size never changes
+    /// assert_eq!(disk.size(), 8192);
+    /// ```
     pub fn size(&self) -> u64 {
         self.size
     }
 
     /// Pages currently allocated.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(1 << 20);
+    /// disk.write_all_at(&[1; 3 * 4096], 0).unwrap();
+    /// assert_eq!(disk.pages_allocated(), 3);
+    /// disk.discard(0, 8192).unwrap(); // frees the two whole pages
+    /// assert_eq!(disk.pages_allocated(), 1);
+    /// ```
     pub fn pages_allocated(&self) -> u64 {
         self.allocated.load(Ordering::Relaxed)
     }
 
     /// Bytes of page memory currently allocated.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk, RAMDISK_PAGE_SIZE};
+    ///
+    /// let disk = RamDisk::new(1 << 20);
+    /// disk.write_all_at(b"x", 100_000).unwrap(); // one byte: one whole page
+    /// assert_eq!(disk.memory_bytes(), RAMDISK_PAGE_SIZE as u64);
+    /// ```
     pub fn memory_bytes(&self) -> u64 {
         self.pages_allocated() * PAGE
     }
@@ -287,6 +324,19 @@ impl Backend for RamDisk {
 
     /// Frees every whole page in the range and zeroes the partial pages at
     /// its edges (allocated ones only; missing pages already read as zeros).
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(4 * 4096);
+    /// disk.write_all_at(&[0xAA; 4 * 4096], 0).unwrap();
+    /// disk.discard(2048, 2 * 4096).unwrap(); // half of page 0, page 1, half of page 2
+    /// assert_eq!(disk.pages_allocated(), 3); // page 1 freed
+    /// let mut b = [0u8; 4];
+    /// disk.read_exact_at(&mut b, 2046).unwrap();
+    /// assert_eq!(b, [0xAA, 0xAA, 0, 0]);
+    /// assert!(disk.discard(3 * 4096, 8192).is_err()); // past the end
+    /// ```
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = checked_end(offset, len)?;
         if end > self.size {

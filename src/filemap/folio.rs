@@ -17,7 +17,19 @@ pub const PAGE_SIZE: usize = 4096;
 /// more for testing, but far less than the 63 bits an index has).
 pub const MAX_FOLIO_ORDER: u32 = 20;
 
-/// Folio flag bits.
+/// Folio flag bits; `|` combines them.
+///
+/// ```
+/// use kxarray::filemap::{Folio, FolioFlags};
+///
+/// let folio = Folio::new(0, 0).unwrap();
+/// assert!(!folio.set(FolioFlags::DIRTY)); // it was not set before
+/// assert!(folio.set(FolioFlags::DIRTY)); // now it was
+/// assert!(folio.test(FolioFlags::DIRTY | FolioFlags::WRITEBACK)); // any of them
+/// assert!(!folio.test(FolioFlags::UPTODATE));
+/// assert!(folio.clear(FolioFlags::DIRTY));
+/// assert!(!folio.test(FolioFlags::DIRTY));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FolioFlags(u32);
 
@@ -65,6 +77,23 @@ pub struct Folio {
 impl Folio {
     /// A folio for `2^order` pages at `index`, without bytes yet (call
     /// [`Folio::fill`] or [`Folio::write`] to give it contents).
+    ///
+    /// # Errors
+    /// [`AddError::OrderTooLarge`] when `order` is above
+    /// [`MAX_FOLIO_ORDER`]; [`AddError::Misaligned`] when `index` is not a
+    /// multiple of `2^order`.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddError, Folio, MAX_FOLIO_ORDER, PAGE_SIZE};
+    ///
+    /// let folio = Folio::new(8, 3).unwrap(); // pages 8..16
+    /// assert_eq!((folio.index(), folio.nr_pages()), (8, 8));
+    /// assert_eq!(folio.max_bytes(), 8 * PAGE_SIZE);
+    /// let e = Folio::new(4, 3).unwrap_err();
+    /// assert_eq!(e, AddError::Misaligned { index: 4, order: 3 });
+    /// let e = Folio::new(0, MAX_FOLIO_ORDER + 1).unwrap_err();
+    /// assert_eq!(e, AddError::OrderTooLarge(MAX_FOLIO_ORDER + 1));
+    /// ```
     pub fn new(index: u64, order: u32) -> Result<Folio, AddError> {
         if order > MAX_FOLIO_ORDER {
             return Err(AddError::OrderTooLarge(order));
@@ -98,10 +127,18 @@ impl Folio {
         1 << self.order
     }
     /// Whether `index` lies inside this folio.
+    ///
+    /// ```
+    /// use kxarray::filemap::Folio;
+    ///
+    /// let folio = Folio::new(16, 2).unwrap(); // pages 16..20
+    /// assert!(folio.contains(16) && folio.contains(19));
+    /// assert!(!folio.contains(15) && !folio.contains(20));
+    /// ```
     pub fn contains(&self, index: u64) -> bool {
         index >= self.index && index - self.index < self.nr_pages()
     }
-    /// Test a flag.
+    /// Test a flag (given several, whether any of them is set).
     #[inline]
     pub fn test(&self, f: FolioFlags) -> bool {
         self.flags.load(Ordering::Acquire) & f.0 != 0
@@ -129,6 +166,17 @@ impl Folio {
     ///
     /// # Panics
     /// If the memory for the bytes cannot be allocated (as `Vec` would).
+    ///
+    /// ```
+    /// use kxarray::filemap::{Folio, FolioFlags};
+    ///
+    /// let folio = Folio::new(0, 1).unwrap(); // 8 KiB
+    /// assert_eq!(folio.fill(&[7; 5000]), 5000);
+    /// assert!(folio.test(FolioFlags::UPTODATE));
+    /// let bytes = folio.snapshot();
+    /// assert_eq!((bytes.len(), bytes[4999], bytes[5000]), (8192, 7, 0));
+    /// assert_eq!(folio.fill(&[1; 10_000]), 8192); // longer input is cut
+    /// ```
     pub fn fill(&self, bytes: &[u8]) -> usize {
         let n = bytes.len().min(self.max_bytes());
         self.mem
@@ -146,6 +194,19 @@ impl Folio {
     /// `buf` (without waiting for a lock unless a writer is at work on this
     /// folio); returns how many it copied: 0 at or past the folio's end or
     /// when it has no bytes yet.
+    ///
+    /// ```
+    /// use kxarray::filemap::Folio;
+    ///
+    /// let folio = Folio::new(0, 0).unwrap();
+    /// let mut buf = [0u8; 4];
+    /// assert_eq!(folio.read(0, &mut buf), 0); // no bytes yet
+    /// folio.fill(b"abcdef");
+    /// assert_eq!(folio.read(2, &mut buf), 4);
+    /// assert_eq!(&buf, b"cdef");
+    /// assert_eq!(folio.read(4094, &mut buf), 2); // the folio ends
+    /// assert_eq!(folio.read(4096, &mut buf), 0);
+    /// ```
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> usize {
         let n = buf.len().min(self.max_bytes().saturating_sub(offset));
         if n == 0 {
@@ -175,6 +236,17 @@ impl Folio {
     ///
     /// # Panics
     /// If the memory for the bytes cannot be allocated (as `Vec` would).
+    ///
+    /// ```
+    /// use kxarray::filemap::{Folio, FolioFlags};
+    ///
+    /// let folio = Folio::new(0, 0).unwrap();
+    /// assert_eq!(folio.write(4094, b"abcd"), 2); // cut where the folio ends
+    /// assert!(folio.test(FolioFlags::DIRTY));
+    /// let bytes = folio.snapshot();
+    /// assert_eq!(&bytes[4094..], b"ab");
+    /// assert!(bytes[..4094].iter().all(|&b| b == 0));
+    /// ```
     pub fn write(&self, offset: usize, bytes: &[u8]) -> usize {
         let n = bytes.len().min(self.max_bytes().saturating_sub(offset));
         if n == 0 {
@@ -197,6 +269,17 @@ impl Folio {
     }
 
     /// A copy of the contents (empty when it has none yet).
+    ///
+    /// ```
+    /// use kxarray::filemap::Folio;
+    ///
+    /// let folio = Folio::new(0, 0).unwrap();
+    /// assert!(folio.snapshot().is_empty());
+    /// folio.fill(b"x");
+    /// let copy = folio.snapshot();
+    /// folio.write(0, b"y"); // the copy does not change
+    /// assert_eq!((copy.len(), copy[0]), (4096, b'x'));
+    /// ```
     pub fn snapshot(&self) -> Vec<u8> {
         self.mem.lock().bytes().to_vec()
     }
@@ -209,6 +292,13 @@ impl Folio {
     }
 
     /// The folio's size in bytes.
+    ///
+    /// ```
+    /// use kxarray::filemap::{Folio, PAGE_SIZE};
+    ///
+    /// assert_eq!(Folio::new(0, 0).unwrap().max_bytes(), PAGE_SIZE);
+    /// assert_eq!(Folio::new(0, 4).unwrap().max_bytes(), 16 * PAGE_SIZE);
+    /// ```
     #[inline]
     pub fn max_bytes(&self) -> usize {
         (self.nr_pages() as usize).saturating_mul(PAGE_SIZE)

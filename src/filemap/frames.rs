@@ -36,6 +36,20 @@ const CLASSES: usize = 10;
 const _: () = assert!(PAGE << (CLASSES - 1) == REGION);
 
 /// A snapshot of the folio memory's regions ([`frame_stats`]).
+///
+/// ```
+/// use kxarray::filemap::{frame_stats, Folio};
+///
+/// let before = frame_stats();
+/// let folio = Folio::new(0, 1).unwrap();
+/// folio.fill(b"bytes"); // an 8 KiB buffer, from a region
+/// let now = frame_stats();
+/// // (No regions where folio memory comes from the global allocator:
+/// // Miri, loom, `--cfg kxarray_system_alloc`.)
+/// if now.regions > 0 {
+///     assert_eq!(now.bytes_in_use, before.bytes_in_use + 8192);
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameStats {
     /// 2 MiB regions held (each advised for a transparent huge page).

@@ -27,6 +27,20 @@ use crate::{fault, pin, EntryRef, XaState};
 use std::sync::Arc;
 
 /// `add_folio` before Linux 6.10; see the module docs.
+///
+/// ```
+/// use kxarray::filemap::legacy::add_folio_legacy;
+/// use kxarray::filemap::{AddError, AddressSpace, Folio};
+/// use std::sync::Arc;
+///
+/// let mapping = AddressSpace::new();
+/// let folio = Arc::new(Folio::new(4, 2).unwrap());
+/// assert_eq!(add_folio_legacy(&mapping, &folio).unwrap(), None);
+/// assert!(Arc::ptr_eq(&mapping.lookup(6).unwrap(), &folio));
+/// let overlap = Arc::new(Folio::new(7, 0).unwrap());
+/// assert_eq!(add_folio_legacy(&mapping, &overlap), Err(AddError::Exists));
+/// assert_eq!(mapping.nr_pages(), 4);
+/// ```
 pub fn add_folio_legacy(
     space: &AddressSpace,
     folio: &Arc<Folio>,
@@ -36,6 +50,31 @@ pub fn add_folio_legacy(
 }
 
 /// [`add_folio_legacy`], adding what the call cost to `stats`.
+///
+/// ```
+/// use kxarray::filemap::legacy::add_folio_legacy_stats;
+/// use kxarray::filemap::{AddStats, AddressSpace, Folio, Shadow, ShadowFields};
+/// use std::sync::Arc;
+///
+/// // One page refaulting into an order-9 shadow, by each algorithm.
+/// let refault = |legacy: bool| {
+///     let mapping = AddressSpace::new();
+///     let big = Arc::new(Folio::new(0, 9).unwrap());
+///     mapping.add_folio(&big).unwrap();
+///     let shadow = Shadow::pack(ShadowFields { eviction: 7, ..Default::default() }).unwrap();
+///     mapping.remove_folio(&big, Some(shadow));
+///     let (page, mut stats) = (Arc::new(Folio::new(5, 0).unwrap()), AddStats::default());
+///     let got = if legacy {
+///         add_folio_legacy_stats(&mapping, &page, &mut stats)
+///     } else {
+///         mapping.add_folio_stats(&page, &mut stats)
+///     };
+///     assert_eq!(got.unwrap(), Some(shadow));
+///     stats
+/// };
+/// let (old, new) = (refault(true), refault(false));
+/// assert!(old.walks > new.walks && old.nodes > new.nodes); // 5 walks and 8 nodes against 1 and 1
+/// ```
 pub fn add_folio_legacy_stats(
     space: &AddressSpace,
     folio: &Arc<Folio>,

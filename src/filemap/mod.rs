@@ -258,6 +258,24 @@ impl AddressSpace {
     }
 
     /// [`AddressSpace::add_folio`], adding what the call cost to `stats`.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddStats, AddressSpace, Folio, Shadow, ShadowFields};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let big = Arc::new(Folio::new(0, 9).unwrap()); // 512 pages
+    /// mapping.add_folio(&big).unwrap();
+    /// let shadow = Shadow::pack(ShadowFields { eviction: 42, ..Default::default() }).unwrap();
+    /// assert!(mapping.remove_folio(&big, Some(shadow)));
+    /// // One page refaults: the order-9 shadow is split around it.
+    /// let mut stats = AddStats::default();
+    /// let page = Arc::new(Folio::new(5, 0).unwrap());
+    /// assert_eq!(mapping.add_folio_stats(&page, &mut stats).unwrap(), Some(shadow));
+    /// assert_eq!(mapping.nr_shadow_pages(), 511);
+    /// assert_eq!(stats.walks, 1); // the split leaves the cursor on the slot
+    /// assert!(stats.nodes >= 1);
+    /// ```
     pub fn add_folio_stats(
         &self,
         folio: &Arc<Folio>,
@@ -408,6 +426,22 @@ impl AddressSpace {
     }
 
     /// The folio or shadow at `index`, lock-free.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Lookup, Shadow, ShadowFields};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(0, 0).unwrap());
+    /// mapping.add_folio(&folio).unwrap();
+    /// let found = mapping.lookup_entry(0);
+    /// assert!(matches!(found, Some(Lookup::Folio(f)) if Arc::ptr_eq(&f, &folio)));
+    /// let shadow = Shadow::pack(ShadowFields { eviction: 9, ..Default::default() }).unwrap();
+    /// mapping.remove_folio(&folio, Some(shadow));
+    /// assert!(matches!(mapping.lookup_entry(0), Some(Lookup::Shadow(s)) if s == shadow));
+    /// assert!(mapping.lookup(0).is_none()); // `lookup` wants a folio
+    /// assert!(mapping.lookup_entry(1).is_none()); // a hole
+    /// ```
     pub fn lookup_entry(&self, index: u64) -> Option<Lookup> {
         let guard = pin();
         let mut xas = XaState::new(&self.pages, &guard, index);
@@ -455,8 +489,24 @@ impl AddressSpace {
         true
     }
 
-    /// Drop the shadow entry at `index` (shadow-node reclaim); true if one
-    /// was there.
+    /// Drop the shadow entry at `index` (shadow-node reclaim), all the
+    /// indices it covers; true if one was there.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Shadow, ShadowFields};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(4, 2).unwrap()); // pages 4..8
+    /// mapping.add_folio(&folio).unwrap();
+    /// let shadow = Shadow::pack(ShadowFields { eviction: 1, ..Default::default() }).unwrap();
+    /// mapping.remove_folio(&folio, Some(shadow));
+    /// assert_eq!(mapping.nr_shadow_pages(), 4);
+    /// assert!(mapping.drop_shadow(5)); // any index it covers
+    /// assert_eq!(mapping.nr_shadow_pages(), 0);
+    /// assert!((4..8).all(|i| mapping.lookup_entry(i).is_none()));
+    /// assert!(!mapping.drop_shadow(5));
+    /// ```
     pub fn drop_shadow(&self, index: u64) -> bool {
         let lock = self.pages.lock();
         let mut xas = XaState::new(&self.pages, lock.guard(), index);
@@ -471,6 +521,20 @@ impl AddressSpace {
     }
 
     /// Whether any folio carries `tag` (`mapping_tagged`): O(1).
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(0, 0).unwrap());
+    /// mapping.add_folio(&folio).unwrap();
+    /// assert!(!mapping.tagged(Tag::Dirty));
+    /// mapping.mark_dirty(0);
+    /// assert!(mapping.tagged(Tag::Dirty));
+    /// mapping.remove_folio(&folio, None); // removal clears its tags
+    /// assert!(!mapping.tagged(Tag::Dirty));
+    /// ```
     pub fn tagged(&self, tag: Tag) -> bool {
         self.pages.marked(tag.mark())
     }
@@ -494,6 +558,18 @@ impl AddressSpace {
 
     /// Mark the folio at `index` dirty: the folio flag and the DIRTY tag
     /// (`__folio_mark_dirty`). False if no folio is cached there.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, FolioFlags, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(4, 2).unwrap()); // pages 4..8
+    /// mapping.add_folio(&folio).unwrap();
+    /// assert!(mapping.mark_dirty(5)); // any index inside the folio
+    /// assert!(folio.test(FolioFlags::DIRTY) && mapping.tagged(Tag::Dirty));
+    /// assert!(!mapping.mark_dirty(8)); // nothing cached there
+    /// ```
     pub fn mark_dirty(&self, index: u64) -> bool {
         let lock = self.pages.lock();
         self.with_folio_at(&lock, index, |xas, folio| {
@@ -506,6 +582,22 @@ impl AddressSpace {
     /// (`tag_pages_for_writeback`), pausing the walk and dropping the lock
     /// every 4096 folios so writers are not starved. Returns how many folios
     /// were tagged.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// for i in 0..3 {
+    ///     mapping.add_folio(&Arc::new(Folio::new(i, 0).unwrap())).unwrap();
+    /// }
+    /// mapping.mark_dirty(0);
+    /// mapping.mark_dirty(2);
+    /// assert_eq!(mapping.tag_for_writeback(0, 1), 1); // folio 1 is clean, 2 is outside
+    /// let towrite = mapping.folios_tagged(0, u64::MAX, Tag::Towrite);
+    /// assert_eq!(towrite.len(), 1);
+    /// assert_eq!(towrite[0].index(), 0);
+    /// ```
     pub fn tag_for_writeback(&self, start: u64, end: u64) -> u64 {
         const CHECK_SCHED: u64 = 4096;
         let guard = pin();
@@ -530,7 +622,23 @@ impl AddressSpace {
     }
 
     /// Start writeback of the folio at `index` (`__folio_start_writeback`):
-    /// set WRITEBACK (flag and tag), clear DIRTY, and clear TOWRITE.
+    /// set WRITEBACK (flag and tag), clear DIRTY (flag and tag), and clear
+    /// TOWRITE. False if no folio is cached there.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, FolioFlags, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(0, 0).unwrap());
+    /// mapping.add_folio(&folio).unwrap();
+    /// mapping.mark_dirty(0);
+    /// mapping.tag_for_writeback(0, 0);
+    /// assert!(mapping.start_writeback(0));
+    /// assert!(folio.test(FolioFlags::WRITEBACK) && !folio.test(FolioFlags::DIRTY));
+    /// assert!(mapping.tagged(Tag::Writeback));
+    /// assert!(!mapping.tagged(Tag::Dirty) && !mapping.tagged(Tag::Towrite));
+    /// ```
     pub fn start_writeback(&self, index: u64) -> bool {
         let lock = self.pages.lock();
         self.with_folio_at(&lock, index, |xas, folio| {
@@ -542,7 +650,21 @@ impl AddressSpace {
         })
     }
 
-    /// End writeback of the folio at `index` (`__folio_end_writeback`).
+    /// End writeback of the folio at `index` (`__folio_end_writeback`):
+    /// clear WRITEBACK (flag and tag). False if no folio is cached there.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, FolioFlags, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(0, 0).unwrap());
+    /// mapping.add_folio(&folio).unwrap();
+    /// mapping.start_writeback(0);
+    /// assert!(mapping.end_writeback(0));
+    /// assert!(!folio.test(FolioFlags::WRITEBACK) && !mapping.tagged(Tag::Writeback));
+    /// assert!(!mapping.end_writeback(1)); // nothing cached there
+    /// ```
     pub fn end_writeback(&self, index: u64) -> bool {
         let lock = self.pages.lock();
         self.with_folio_at(&lock, index, |xas, folio| {
@@ -553,6 +675,23 @@ impl AddressSpace {
 
     /// The folios in `start..=end` carrying `tag`, in index order, found
     /// lock-free (`filemap_get_folios_tag`); shadows are skipped.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Tag};
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// for (index, order) in [(0, 0), (2, 0), (4, 2)] {
+    ///     mapping.add_folio(&Arc::new(Folio::new(index, order).unwrap())).unwrap();
+    /// }
+    /// mapping.mark_dirty(2);
+    /// mapping.mark_dirty(4);
+    /// let at = |s, e| -> Vec<u64> {
+    ///     mapping.folios_tagged(s, e, Tag::Dirty).iter().map(|f| f.index()).collect()
+    /// };
+    /// assert_eq!(at(0, 7), [2, 4]);
+    /// assert_eq!(at(5, 7), [4]); // the folio covering 4..8 overlaps 5..=7
+    /// ```
     pub fn folios_tagged(&self, start: u64, end: u64, tag: Tag) -> Vec<Arc<Folio>> {
         let guard = pin();
         self.pages

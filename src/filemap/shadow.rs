@@ -37,10 +37,16 @@ impl Shadow {
     /// Pack (`pack_shadow`). The eviction counter keeps its low
     /// [`EVICTION_BITS`] bits; a node id above `2^NODE_BITS - 1` is an error.
     ///
+    /// # Errors
+    /// [`Error::ValueOutOfRange`](crate::Error::ValueOutOfRange) with the
+    /// node id when it does not fit in [`NODE_BITS`] bits.
+    ///
     /// ```
-    /// use kxarray::filemap::{Shadow, ShadowFields};
+    /// use kxarray::filemap::{Shadow, ShadowFields, NODE_BITS};
     /// let f = ShadowFields { eviction: 123456, memcg: 7, node: 1, workingset: true };
     /// assert_eq!(Shadow::pack(f).unwrap().unpack(), f);
+    /// let too_big = ShadowFields { node: 1 << NODE_BITS, ..f };
+    /// assert_eq!(Shadow::pack(too_big), Err(kxarray::Error::ValueOutOfRange(64)));
     /// ```
     pub fn pack(f: ShadowFields) -> Result<Shadow, crate::Error> {
         if f.node as u32 >= 1 << NODE_BITS {
@@ -55,6 +61,16 @@ impl Shadow {
         Ok(Shadow(v))
     }
     /// Unpack (`unpack_shadow`).
+    ///
+    /// ```
+    /// use kxarray::filemap::{Shadow, ShadowFields, EVICTION_BITS};
+    ///
+    /// let eviction = (1 << EVICTION_BITS) + 3;
+    /// let f = ShadowFields { eviction, memcg: 2, node: 5, workingset: false };
+    /// let back = Shadow::pack(f).unwrap().unpack();
+    /// assert_eq!((back.memcg, back.node, back.workingset), (2, 5, false));
+    /// assert_eq!(back.eviction, 3); // the counter keeps its low EVICTION_BITS bits
+    /// ```
     pub fn unpack(self) -> ShadowFields {
         let mut v = self.0;
         let workingset = v & 1 != 0;
@@ -71,10 +87,35 @@ impl Shadow {
         }
     }
     /// The value-entry payload.
+    ///
+    /// ```
+    /// use kxarray::filemap::{AddressSpace, Folio, Shadow, ShadowFields};
+    /// use kxarray::EntryRef;
+    /// use std::sync::Arc;
+    ///
+    /// let mapping = AddressSpace::new();
+    /// let folio = Arc::new(Folio::new(0, 0).unwrap());
+    /// mapping.add_folio(&folio).unwrap();
+    /// let shadow = Shadow::pack(ShadowFields { eviction: 77, ..Default::default() }).unwrap();
+    /// mapping.remove_folio(&folio, Some(shadow));
+    /// let guard = kxarray::pin();
+    /// let stored = mapping.pages().load(0, &guard); // the entry the tree holds
+    /// assert!(matches!(stored, Some(EntryRef::Value(v)) if v == shadow.to_value()));
+    /// ```
     pub fn to_value(self) -> u64 {
         self.0
     }
-    /// A shadow from a value entry read out of the page cache.
+    /// A shadow from a value entry read out of the page cache (bits above
+    /// [`MAX_VALUE`] are dropped).
+    ///
+    /// ```
+    /// use kxarray::filemap::{Shadow, ShadowFields};
+    ///
+    /// let f = ShadowFields { eviction: 5, node: 2, ..Default::default() };
+    /// let shadow = Shadow::pack(f).unwrap();
+    /// assert_eq!(Shadow::from_value(shadow.to_value()), shadow);
+    /// assert_eq!(Shadow::from_value(u64::MAX).to_value(), kxarray::MAX_VALUE);
+    /// ```
     pub fn from_value(v: u64) -> Shadow {
         Shadow(v & MAX_VALUE)
     }

@@ -680,16 +680,56 @@ impl CachedFile {
     /// nothing was written; a read error of a partly overwritten page not
     /// cached, or [`io::ErrorKind::OutOfMemory`] (the bytes before that page
     /// were written).
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache, MAX_FILE_SIZE};
+    /// use std::io::ErrorKind;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(8192)).unwrap();
+    /// assert_eq!(file.write_at(b"hi", 8190).unwrap(), 2);
+    /// assert_eq!(cache.stats().dirty_bytes, 4096); // dirty in the cache
+    /// // Growing a RAM disk is refused, and nothing is written.
+    /// let e = file.write_at(b"abc", 8190).unwrap_err();
+    /// assert_eq!((e.kind(), file.len()), (ErrorKind::Unsupported, 8192));
+    /// let e = file.write_at(b"x", MAX_FILE_SIZE).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::FileTooLarge);
+    /// let mut b = [0u8; 2];
+    /// file.read_at(&mut b, 8190).unwrap();
+    /// assert_eq!(&b, b"hi");
+    /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         self.shared.write_at(buf, offset)
     }
 
     /// The file's length in bytes.
+    ///
+    /// ```
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let backend = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// let file = cache.open(backend).unwrap();
+    /// assert_eq!(file.len(), 0);
+    /// file.write_at(b"grow", 10).unwrap(); // a write past the end extends the file
+    /// assert_eq!(file.len(), 14);
+    /// ```
     pub fn len(&self) -> u64 {
         self.shared.len()
     }
 
     /// Whether the file is empty.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// assert!(cache.open(RamDisk::new(0)).unwrap().is_empty());
+    /// assert!(!cache.open(RamDisk::new(1)).unwrap().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -703,6 +743,26 @@ impl CachedFile {
     /// [`io::ErrorKind::FileTooLarge`] when `len` is past [`MAX_FILE_SIZE`];
     /// the backend's error (e.g. [`io::ErrorKind::Unsupported`] for a RAM
     /// disk); the file is unchanged then.
+    ///
+    /// ```
+    /// use kxarray::backend::{FileBackend, RamDisk};
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let tmp = tempfile::tempfile().unwrap(); // deleted when closed
+    /// let file = cache.open(FileBackend::from_file(tmp.try_clone().unwrap())).unwrap();
+    /// file.write_at(b"hello world", 0).unwrap();
+    /// file.set_len(5).unwrap(); // the cut page's tail is zeroed...
+    /// file.set_len(4096).unwrap(); // ...so the extension reads as zeros
+    /// let mut b = [1u8; 11];
+    /// file.read_at(&mut b, 0).unwrap();
+    /// assert_eq!(&b, b"hello\0\0\0\0\0\0");
+    /// assert_eq!(tmp.metadata().unwrap().len(), 4096); // the backend's length too
+    ///
+    /// let ram = cache.open(RamDisk::new(4096)).unwrap();
+    /// let e = ram.set_len(8192).unwrap_err();
+    /// assert_eq!((e.kind(), ram.len()), (std::io::ErrorKind::Unsupported, 4096));
+    /// ```
     pub fn set_len(&self, len: u64) -> io::Result<()> {
         self.shared.set_len(len)
     }
@@ -713,6 +773,23 @@ impl CachedFile {
     /// A writeback error recorded since this handle last reported one (by
     /// this call or by the flusher), once; the pages stay dirty and a later
     /// `sync` retries them. Or the backend's flush error.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::sync::Arc;
+    ///
+    /// let disk = Arc::new(RamDisk::new(1 << 16));
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(Arc::clone(&disk)).unwrap();
+    /// file.write_at(b"durable", 0).unwrap();
+    /// assert_eq!(disk.pages_allocated(), 0); // only in the cache so far
+    /// file.sync().unwrap();
+    /// let mut b = [0u8; 7];
+    /// disk.read_exact_at(&mut b, 0).unwrap();
+    /// assert_eq!(&b, b"durable");
+    /// assert_eq!(cache.stats().dirty_bytes, 0);
+    /// ```
     pub fn sync(&self) -> io::Result<()> {
         self.sync_range(0..u64::MAX)
     }
@@ -722,6 +799,21 @@ impl CachedFile {
     ///
     /// # Errors
     /// As [`sync`](CachedFile::sync).
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::sync::Arc;
+    ///
+    /// let disk = Arc::new(RamDisk::new(1 << 16));
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(Arc::clone(&disk)).unwrap();
+    /// file.write_at(&[1; 4096], 0).unwrap();
+    /// file.write_at(&[2; 4096], 8192).unwrap();
+    /// file.sync_range(0..100).unwrap(); // page 0 only
+    /// assert_eq!(disk.pages_allocated(), 1);
+    /// assert_eq!(cache.stats().dirty_bytes, 4096); // page 2 is still dirty
+    /// ```
     pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
         let written = self.write_back(range);
         let flushed = self.shared.backend.flush();
@@ -773,6 +865,22 @@ impl CachedFile {
     ///
     /// # Errors
     /// None today; the `Result` leaves room for backends that must be told.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// file.write_at(&[1; 8192], 0).unwrap();
+    /// assert_eq!(file.invalidate(0..8192).unwrap(), 0); // dirty pages stay
+    /// file.sync().unwrap();
+    /// assert_eq!(file.invalidate(0..6000).unwrap(), 1); // only page 0 is wholly inside
+    /// assert_eq!(file.cached_pages(), 1);
+    /// let mut b = [0u8; 1];
+    /// file.read_at(&mut b, 0).unwrap(); // read back from the backend
+    /// assert_eq!(b, [1]);
+    /// ```
     pub fn invalidate(&self, range: Range<u64>) -> io::Result<u64> {
         Ok(self.shared.invalidate(range))
     }
@@ -784,6 +892,20 @@ impl CachedFile {
     /// # Errors
     /// [`io::ErrorKind::UnexpectedEof`] when the page starts at or past the
     /// end of the file; the backend's read error on a miss.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(2 * 4096)).unwrap();
+    /// file.write_at(b"zero-copy", 4096).unwrap();
+    /// let folio = file.read_folio(1).unwrap();
+    /// assert_eq!(folio.index(), 1);
+    /// assert_eq!(&folio.page(1)[..9], b"zero-copy");
+    /// let e = file.read_folio(2).unwrap_err(); // page 2 starts at the end
+    /// assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    /// ```
     pub fn read_folio(&self, index: u64) -> io::Result<FolioRef> {
         let s = &self.shared;
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
@@ -942,6 +1064,26 @@ impl CachedFile {
     /// # Errors
     /// [`io::ErrorKind::WouldBlock`] as above; [`io::ErrorKind::FileTooLarge`]
     /// past [`MAX_FILE_SIZE`]; [`io::ErrorKind::OutOfMemory`].
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::io::ErrorKind;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// let e = file.try_write_begin(0, 4).unwrap_err(); // not cached
+    /// assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    /// file.write_at(&[0; 4096], 0).unwrap();
+    /// let mut w = file.try_write_begin(0, 4).unwrap();
+    /// w.copy_from_slice(b"fast");
+    /// let e = file.try_write_begin(8, 4).unwrap_err(); // `w` holds the folio's lock
+    /// assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    /// w.commit().unwrap();
+    /// let mut b = [0u8; 4];
+    /// file.read_at(&mut b, 0).unwrap();
+    /// assert_eq!(&b, b"fast");
+    /// ```
     pub fn try_write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
@@ -954,6 +1096,19 @@ impl CachedFile {
     }
 
     /// Pages of this file in the cache now.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let a = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// let b = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// a.write_at(&[1; 3 * 4096], 0).unwrap();
+    /// b.write_at(&[1; 4096], 0).unwrap();
+    /// assert_eq!((a.cached_pages(), b.cached_pages()), (3, 1));
+    /// assert_eq!(cache.stats().cached_pages, 4); // the whole cache
+    /// ```
     pub fn cached_pages(&self) -> u64 {
         self.shared.mapping.nr_pages()
     }

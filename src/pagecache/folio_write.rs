@@ -28,6 +28,24 @@ use std::sync::Arc;
 /// (or [`commit`](FolioWrite::commit)) makes the edit visible and marks the
 /// blocks whose bytes changed dirty; [`abort`](FolioWrite::abort) drops the
 /// edit.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+/// file.write_at(b"count=0", 0).unwrap();
+/// let mut w = file.write_begin(6, 1).unwrap();
+/// assert_eq!(&w[..], b"0"); // the file's bytes
+/// w[0] += 1;
+/// let mut b = [0u8; 7];
+/// file.read_at(&mut b, 0).unwrap(); // a reader does not wait...
+/// assert_eq!(&b, b"count=0"); // ...and sees the bytes as they were
+/// drop(w); // commit
+/// file.read_at(&mut b, 0).unwrap();
+/// assert_eq!(&b, b"count=1");
+/// ```
 pub struct FolioWrite<'f> {
     // Field order: the lock borrows from `folio` and is dropped first.
     lock: Option<MemWrite<'static>>,
@@ -97,6 +115,19 @@ impl<'f> FolioWrite<'f> {
     }
 
     /// The file offset the range starts at.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// let w = file.write_begin(4096 + 10, 100).unwrap();
+    /// assert_eq!((w.pos(), w.len()), (4106, 100));
+    /// drop(w);
+    /// let w = file.write_begin(4094, 100).unwrap(); // clipped at the folio's end
+    /// assert_eq!((w.pos(), w.len()), (4094, 2));
+    /// ```
     pub fn pos(&self) -> u64 {
         self.pos
     }
@@ -108,11 +139,43 @@ impl<'f> FolioWrite<'f> {
     /// # Errors
     /// [`io::ErrorKind::OutOfMemory`] when the folio's bytes are pinned and
     /// no copy could be allocated: nothing changed then.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().block_size(512);
+    /// let file = cache.open_with(RamDisk::new(1 << 16), opts).unwrap();
+    /// let mut w = file.write_begin(0, 2048).unwrap();
+    /// w[..4].copy_from_slice(&[0; 4]); // the bytes it had: no change
+    /// w.commit().unwrap();
+    /// assert_eq!(cache.stats().dirty_bytes, 0);
+    /// let mut w = file.write_begin(0, 2048).unwrap();
+    /// w[1000] = 1; // one byte, in the second 512-byte block
+    /// w.commit().unwrap();
+    /// assert_eq!(cache.stats().dirty_bytes, 512); // only that block is dirty
+    /// ```
     pub fn commit(mut self) -> io::Result<()> {
         self.finish(true)
     }
 
     /// Drop the edit: the folio keeps its bytes.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// let mut w = file.write_begin(0, 4).unwrap();
+    /// w.copy_from_slice(b"oops");
+    /// w.abort();
+    /// let mut b = [1u8; 4];
+    /// file.read_at(&mut b, 0).unwrap();
+    /// assert_eq!(b, [0; 4]);
+    /// assert_eq!(cache.stats().dirty_bytes, 0);
+    /// ```
     pub fn abort(mut self) {
         let _ = self.finish(false);
     }

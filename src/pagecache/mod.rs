@@ -106,9 +106,15 @@ pub struct CacheConfig {
     /// Dirty bytes (over the whole cache) above which the flusher starts
     /// writing back (default 10% of the capacity).
     pub dirty_background_bytes: u64,
-    /// Dirty bytes above which writers are throttled (default 20% of the
-    /// capacity): they pause, at most [`MAX_PAUSE`] at a time, until the
-    /// flusher brings the dirty bytes back under it.
+    /// Bytes not yet on the backend (dirty or under writeback) above which
+    /// writers are throttled (default 20% of the capacity): they pause, at
+    /// most [`MAX_PAUSE`] at a time, until the flusher brings those bytes
+    /// back under it (with no flusher thread, a throttled writer writes back
+    /// itself). A writer stops waiting when writeback makes no progress (a
+    /// failing backend, whose error the next `sync` reports). The flusher
+    /// writes back early only above `dirty_background_bytes`: keep that
+    /// below this limit, or a throttled writer pauses for nothing until it
+    /// gives up after ten pauses and goes on with the bytes still dirty.
     pub dirty_bytes: u64,
     /// Pages a thread dirties between two reads of the global dirty count
     /// ([`ThrottleMode::Ratelimited`]; default 32).
@@ -223,6 +229,23 @@ impl CacheInner {
 /// A page cache: one capacity shared by many files. Cloning is cheap (an
 /// `Arc`); the flusher thread stops when the last clone is dropped (files
 /// stay usable without it).
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().capacity(64 * 4096).flusher(false));
+/// let a = cache.open(RamDisk::new(1 << 20)).unwrap();
+/// let b = cache.clone().open(RamDisk::new(1 << 20)).unwrap(); // the same cache
+/// let mut buf = [0u8; 4096];
+/// for page in 0..256 {
+///     a.read_at(&mut buf, page * 4096).unwrap();
+///     b.read_at(&mut buf, page * 4096).unwrap();
+/// }
+/// let s = cache.stats(); // 512 pages read; the two files share 64
+/// assert!(s.cached_pages <= 64 && s.evictions > 0);
+/// assert_eq!(a.cached_pages() + b.cached_pages(), s.cached_pages);
+/// ```
 #[derive(Clone)]
 pub struct PageCache {
     inner: Arc<CacheInner>,
@@ -240,6 +263,14 @@ impl std::fmt::Debug for PageCache {
 
 impl PageCache {
     /// A cache with `config` (starting its flusher thread if asked).
+    ///
+    /// ```
+    /// use kxarray::pagecache::{CacheConfig, CacheStats, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+    /// assert_eq!(cache.config().capacity, 1 << 20);
+    /// assert_eq!(cache.stats(), CacheStats::default()); // nothing cached or counted yet
+    /// ```
     pub fn new(config: CacheConfig) -> PageCache {
         let capacity_pages = (config.capacity / PAGE_SIZE as u64).max(1);
         let max_order = config
@@ -275,6 +306,16 @@ impl PageCache {
     ///
     /// # Errors
     /// The backend's error from reading its length.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(3 * 4096)).unwrap();
+    /// assert_eq!(file.len(), 3 * 4096); // the backend's length
+    /// assert_eq!(file.cached_pages(), 0); // nothing read yet
+    /// ```
     pub fn open<B: Backend + 'static>(&self, backend: B) -> io::Result<CachedFile> {
         Ok(self.open_with(backend, FileOptions::default())?)
     }
@@ -286,6 +327,22 @@ impl PageCache {
     /// [`OpenError::BlockSize`] or [`OpenError::FolioSize`] for invalid
     /// options (checked before the backend is touched);
     /// [`OpenError::Io`] with the backend's error reading its length.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, OpenError, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().folio_size(16 << 10);
+    /// let file = cache.open_with(RamDisk::new(1 << 20), opts).unwrap();
+    /// file.write_at(b"x", 0).unwrap();
+    /// assert_eq!(file.cached_pages(), 4); // the write allocated one 16 KiB folio
+    ///
+    /// let e = cache.open_with(RamDisk::new(4096), FileOptions::default().folio_size(3 << 20));
+    /// let e = e.unwrap_err();
+    /// assert!(matches!(e, OpenError::FolioSize(s) if s == 3 << 20));
+    /// assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
     pub fn open_with<B: Backend + 'static>(
         &self,
         backend: B,
@@ -306,11 +363,33 @@ impl PageCache {
     }
 
     /// The configuration the cache was made with.
+    ///
+    /// ```
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().capacity(8 << 20).flusher(false));
+    /// assert_eq!(cache.config().dirty_bytes, (8 << 20) / 5); // set by `capacity`
+    /// assert_eq!(cache.clone().config(), cache.config()); // clones share it
+    /// ```
     pub fn config(&self) -> &CacheConfig {
         &self.inner.config
     }
 
     /// A snapshot of the counters.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// let mut buf = [0u8; 100];
+    /// file.read_at(&mut buf, 0).unwrap(); // a miss: the page is read from the RAM disk
+    /// file.read_at(&mut buf, 0).unwrap(); // a hit
+    /// let s = cache.stats();
+    /// assert_eq!((s.misses, s.hits, s.cached_pages), (1, 1, 1));
+    /// assert_eq!(s.backend_read_bytes, 4096);
+    /// ```
     pub fn stats(&self) -> CacheStats {
         let c = &self.inner.counters;
         let t = &self.inner.throttle;
@@ -352,6 +431,23 @@ impl PageCache {
     /// # Errors
     /// The first writeback error; it is also recorded for each file's next
     /// `sync`.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::sync::Arc;
+    ///
+    /// let disk = Arc::new(RamDisk::new(1 << 20));
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(Arc::clone(&disk)).unwrap();
+    /// file.write_at(b"dirty", 0).unwrap();
+    /// assert_eq!(cache.stats().dirty_bytes, 4096); // one dirty block
+    /// cache.writeback_all().unwrap();
+    /// assert_eq!(cache.stats().dirty_bytes, 0);
+    /// let mut b = [0u8; 5];
+    /// disk.read_exact_at(&mut b, 0).unwrap();
+    /// assert_eq!(&b, b"dirty");
+    /// ```
     pub fn writeback_all(&self) -> io::Result<()> {
         let mut first = Ok(());
         for f in self.inner.files() {

@@ -62,16 +62,59 @@ impl Default for FileOptions {
 
 impl FileOptions {
     /// Set the block size in bytes.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, OpenError, PageCache};
+    /// use kxarray::pagecache::{MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().block_size(MIN_BLOCK_SIZE);
+    /// let file = cache.open_with(RamDisk::new(1 << 20), opts).unwrap();
+    /// file.write_at(b"x", 0).unwrap(); // reads, then dirties, one 512-byte block
+    /// let s = cache.stats();
+    /// assert_eq!((s.backend_read_bytes, s.dirty_bytes), (512, 512));
+    /// let too_big = FileOptions::default().block_size(2 * MAX_BLOCK_SIZE);
+    /// let e = cache.open_with(RamDisk::new(4096), too_big).unwrap_err();
+    /// assert!(matches!(e, OpenError::BlockSize(8192)));
+    /// ```
     pub fn block_size(mut self, bytes: u32) -> Self {
         self.block_size = bytes;
         self
     }
     /// Set the folio size writes allocate, in bytes.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, OpenError, PageCache};
+    /// use kxarray::pagecache::MAX_WRITE_FOLIO_SIZE;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().folio_size(MAX_WRITE_FOLIO_SIZE); // 2 MiB
+    /// let file = cache.open_with(RamDisk::new(4 << 20), opts).unwrap();
+    /// file.write_at(b"x", 0).unwrap();
+    /// assert_eq!(file.cached_pages(), 512); // one folio
+    /// let odd = FileOptions::default().folio_size(12 << 10); // not a power of two
+    /// let e = cache.open_with(RamDisk::new(4096), odd).unwrap_err();
+    /// assert!(matches!(e, OpenError::FolioSize(s) if s == 12 << 10));
+    /// ```
     pub fn folio_size(mut self, bytes: u64) -> Self {
         self.folio_size = bytes;
         self
     }
     /// Turn whole-folio dirty tracking on or off.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let opts = FileOptions::default().folio_size(16 << 10).whole_folio(true);
+    /// let file = cache.open_with(RamDisk::new(1 << 20), opts).unwrap();
+    /// file.write_at(b"x", 0).unwrap(); // one byte: the whole 16 KiB folio is read and dirtied
+    /// let s = cache.stats();
+    /// assert_eq!((s.backend_read_bytes, s.dirty_bytes), (16 << 10, 16 << 10));
+    /// ```
     pub fn whole_folio(mut self, on: bool) -> Self {
         self.whole_folio = on;
         self
@@ -95,6 +138,23 @@ impl FileOptions {
 }
 
 /// Why [`PageCache::open_with`](super::PageCache::open_with) refused a file.
+///
+/// [`PageCache::open`](super::PageCache::open) and `?` in a function
+/// returning [`io::Result`] turn it into an [`io::Error`]: the backend's own
+/// error, or [`io::ErrorKind::InvalidInput`] for invalid options.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, FileOptions, OpenError, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let bad = FileOptions::default().block_size(1000);
+/// let e = cache.open_with(RamDisk::new(4096), bad).unwrap_err();
+/// assert!(matches!(e, OpenError::BlockSize(1000)));
+/// assert_eq!(e.to_string(), "block size 1000 is not a power of two from 512 to 4096");
+/// let e = std::io::Error::from(e);
+/// assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum OpenError {

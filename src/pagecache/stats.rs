@@ -219,6 +219,21 @@ pub(crate) fn drop_gauge(c: &AtomicU64, n: u64) {
 /// Page counts are in pages of [`PAGE_SIZE`](crate::filemap::PAGE_SIZE)
 /// bytes; `hits` and `misses` count page lookups by reads, writes and
 /// [`read_folio`](super::CachedFile::read_folio).
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+/// file.write_at(&[7; 4096], 0).unwrap(); // a whole block: nothing to read first
+/// let s = cache.stats();
+/// assert_eq!((s.misses, s.cached_pages, s.dirty_bytes), (1, 1, 4096));
+/// assert_eq!(s.backend_read_bytes, 0);
+/// file.sync().unwrap();
+/// let s = cache.stats();
+/// assert_eq!((s.dirty_bytes, s.backend_written_bytes), (0, 4096));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
     /// Page lookups that found an uptodate folio.
@@ -278,6 +293,16 @@ pub struct CacheStats {
 
 impl CacheStats {
     /// `hits / (hits + misses)`, or 0 with no lookups.
+    ///
+    /// ```
+    /// use kxarray::pagecache::CacheStats;
+    ///
+    /// let mut s = CacheStats::default();
+    /// assert_eq!(s.hit_ratio(), 0.0); // no lookups
+    /// s.hits = 3;
+    /// s.misses = 1;
+    /// assert_eq!(s.hit_ratio(), 0.75);
+    /// ```
     pub fn hit_ratio(&self) -> f64 {
         let total = self.hits + self.misses;
         if total == 0 {

@@ -42,6 +42,22 @@ use std::time::{Duration, Instant};
 
 /// The longest single pause of a throttled writer (the kernel's
 /// `MAX_PAUSE`, `HZ / 5`).
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache, MAX_PAUSE};
+/// use std::time::Duration;
+///
+/// // Throttle and flush above one dirty page, checking on every page.
+/// let config = CacheConfig::default().dirty_bytes(4096).ratelimit_pages(1);
+/// let cache = PageCache::new(config.dirty_background_bytes(4096));
+/// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+/// file.write_at(&[1; 2 * 4096], 0).unwrap(); // pauses until the flusher catches up
+/// let s = cache.stats();
+/// assert!(s.throttled >= 1 && s.pauses >= 1);
+/// assert!(Duration::from_nanos(s.max_pause_asked_ns) <= MAX_PAUSE);
+/// assert!(s.dirty_bytes <= 4096 && s.backend_written_bytes >= 4096);
+/// ```
 pub const MAX_PAUSE: Duration = Duration::from_millis(200);
 /// Shortest pause.
 const MIN_PAUSE: Duration = Duration::from_millis(1);
@@ -52,6 +68,23 @@ const EXCEEDED_RATELIMIT: u64 = 8;
 const STUCK_PAUSES: u32 = 10;
 
 /// How writers learn the cache's dirty bytes.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache, ThrottleMode};
+///
+/// let config = CacheConfig::default().flusher(false);
+/// assert_eq!(config.throttle_mode, ThrottleMode::Ratelimited);
+/// let global = PageCache::new(config.clone().throttle_mode(ThrottleMode::GlobalRead));
+/// let file = global.open(RamDisk::new(1 << 20)).unwrap();
+/// file.write_at(&[1; 8 * 4096], 0).unwrap();
+/// assert_eq!(global.stats().dirty_global_reads, 8); // one per dirtied page
+///
+/// let limited = PageCache::new(config.ratelimit_pages(32));
+/// let file = limited.open(RamDisk::new(1 << 20)).unwrap();
+/// file.write_at(&[1; 8 * 4096], 0).unwrap();
+/// assert_eq!(limited.stats().dirty_global_reads, 0); // fewer than 32 pages
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThrottleMode {
     /// Read the global gauge once per `ratelimit_pages` pages a thread
