@@ -29,9 +29,10 @@
 //!   the version and keeps the copy only if both are equal and even: it
 //!   writes nothing shared, so readers on many cores never pass a cache line
 //!   between them.
-//! - **Writer against pinner**, a Dekker handshake through `SeqCst` fences:
-//!   the writer stores the odd version, then reads the count; a pinner
-//!   raises the count, then reads the version again. Either the writer sees
+//! - **Writer against pinner**, a Dekker handshake in the `SeqCst` order:
+//!   the writer stores the odd version, issues a `SeqCst` fence, then reads
+//!   the count; a pinner raises the count (a `SeqCst` read-modify-write),
+//!   then reads the version again (a `SeqCst` load). Either the writer sees
 //!   the pin (and copies instead of writing in place) or the pinner sees the
 //!   version move (and drops its pin before lending a byte).
 //!
@@ -261,10 +262,24 @@ impl FolioMem {
             }
         }
         let pin = BufPin(p);
-        // The pinner's half of the handshake: count raised, then version
-        // read again.
+        // The pinner's half of the handshake: count raised (a SeqCst
+        // read-modify-write), then the version read again with a SeqCst
+        // load. Against the writer's store, SeqCst fence, load: if the
+        // raise is before the writer's fence in the SeqCst order, the
+        // writer's load sees it; if the fence is before the raise, so is it
+        // before this load, which then sees the writer's store (C++20
+        // [atomics.order]). On x86 the raise's locked instruction is the
+        // whole cost; no fence instruction. Loom treats SeqCst accesses as
+        // AcqRel, so there the same half is a SeqCst fence and a relaxed
+        // load (what the models check; equivalent by the same rules).
+        #[cfg(loom)]
         fence(Ordering::SeqCst);
-        if self.seq.load(Ordering::Relaxed) != s {
+        let order = if cfg!(loom) {
+            Ordering::Relaxed
+        } else {
+            Ordering::SeqCst
+        };
+        if self.seq.load(order) != s {
             return None; // `pin` drops the reference again
         }
         Some(pin)

@@ -159,10 +159,16 @@ fn runs(n: usize, mut pred: impl FnMut(usize) -> bool) -> Vec<(usize, usize)> {
     out
 }
 
+/// Lock shards of a block map: writers of different folios of one file
+/// (two jobs writing disjoint halves) rarely meet on one lock.
+const SHARDS: usize = 16;
+
 /// The block state of one file's folios.
 pub(crate) struct BlockMap {
     shift: u32,
-    map: Lock<Map>,
+    /// Entries by folio address, over `SHARDS` locks (a folio's entry lives
+    /// in the shard its address picks).
+    maps: [Lock<Map>; SHARDS],
     partial: AtomicUsize,
 }
 
@@ -175,9 +181,16 @@ impl BlockMap {
     pub(crate) fn new(shift: u32) -> BlockMap {
         BlockMap {
             shift,
-            map: Lock::new(Map::default()),
+            maps: std::array::from_fn(|_| Lock::new(Map::default())),
             partial: AtomicUsize::new(0),
         }
+    }
+
+    /// The shard holding `f`'s entry.
+    #[inline]
+    fn shard(&self, f: &Folio) -> &Lock<Map> {
+        let k = (key(f) >> 5).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.maps[(k >> (usize::BITS - 4)) % SHARDS]
     }
 
     /// Bytes per block.
@@ -211,7 +224,7 @@ impl BlockMap {
     /// Give a new folio (not yet published) no uptodate block: its bytes
     /// are zeros to be filled block by block.
     pub(crate) fn new_empty(&self, f: &Folio) {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         map.insert(key(f), Bits::new(self.nblocks(f), false));
         self.settle(&mut map, key(f), false);
     }
@@ -233,7 +246,7 @@ impl BlockMap {
     #[cold]
     #[inline(never)]
     fn is_uptodate_slow(&self, f: &Folio, from: usize, to: usize) -> bool {
-        let map = self.map.lock();
+        let map = self.shard(f).lock();
         let Some(b) = map.get(&key(f)) else {
             return true;
         };
@@ -254,7 +267,7 @@ impl BlockMap {
         if self.partial.load(Ordering::Relaxed) == 0 {
             return Vec::new(); // every folio of the file is wholly uptodate
         }
-        let map = self.map.lock();
+        let map = self.shard(f).lock();
         let Some(b) = map.get(&key(f)) else {
             return Vec::new();
         };
@@ -278,7 +291,7 @@ impl BlockMap {
         if self.partial.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         let k = key(f);
         let Some(b) = map.get_mut(&k) else { return };
         let was = !b.all_uptodate();
@@ -293,7 +306,7 @@ impl BlockMap {
     /// uptodate now): mark them uptodate and dirty under one lock. Returns
     /// the bytes newly dirty.
     pub(crate) fn wrote(&self, f: &Folio, from: usize, to: usize) -> u64 {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         let k = key(f);
         let nb = self.nblocks(f);
         let b = map.entry(k).or_insert_with(|| Bits::new(nb, true));
@@ -317,7 +330,7 @@ impl BlockMap {
     /// data lock for writing and the folio is live). Returns the bytes
     /// newly dirty.
     pub(crate) fn mark_dirty(&self, f: &Folio, from: usize, to: usize) -> u64 {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         let k = key(f);
         let nb = self.nblocks(f);
         let b = map.entry(k).or_insert_with(|| Bits::new(nb, true));
@@ -335,7 +348,7 @@ impl BlockMap {
     /// Take every dirty block of `f` for writeback: clear the bits and
     /// return the runs `(first block, count)`, in order.
     pub(crate) fn take_dirty(&self, f: &Folio) -> Vec<(usize, usize)> {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         let k = key(f);
         let Some(b) = map.get_mut(&k) else {
             return Vec::new();
@@ -351,7 +364,7 @@ impl BlockMap {
     /// unless the folio was detached meanwhile. Returns the bytes newly
     /// dirty (0 for blocks a writer re-dirtied already).
     pub(crate) fn redirty(&self, f: &Folio, first: usize, count: usize) -> u64 {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         if f.test(FolioFlags::DETACHED) {
             return 0;
         }
@@ -370,7 +383,7 @@ impl BlockMap {
     /// Drop the state of a folio leaving the cache (after `DETACHED` was
     /// set). Returns the bytes of its dirty blocks.
     pub(crate) fn forget(&self, f: &Folio) -> u64 {
-        let mut map = self.map.lock();
+        let mut map = self.shard(f).lock();
         let Some(b) = map.remove(&key(f)) else {
             return 0;
         };
@@ -384,7 +397,7 @@ impl BlockMap {
     /// Bytes of dirty blocks of `f`.
     #[cfg(test)]
     pub(crate) fn dirty_bytes(&self, f: &Folio) -> u64 {
-        let map = self.map.lock();
+        let map = self.shard(f).lock();
         map.get(&key(f)).map_or(0, |b| {
             (b.dirty.iter().map(|w| w.count_ones() as u64).sum::<u64>()) << self.shift
         })
