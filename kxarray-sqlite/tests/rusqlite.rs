@@ -318,7 +318,14 @@ fn update_with_tiny_cache_and_fetch_does_not_hang() {
                 txn.execute("INSERT INTO b VALUES (?1, zeroblob(300))", [i])?;
             }
             txn.commit()?;
+            // Reopen: the file's folios go with its last handle, and the
+            // reads below come back through readahead in large folios
+            // holding pages of both tables.
+            drop(db);
+            let db = open(&p2, "kx_fetch=1")?;
             db.execute_batch("PRAGMA mmap_size=268435456; PRAGMA cache_size=5;")?;
+            let n: i64 = db.query_row("SELECT count(*) FROM a JOIN b USING(id)", [], |r| r.get(0))?;
+            assert_eq!(n, 4000);
             db.execute("UPDATE b SET v=(SELECT v FROM a WHERE a.id=b.id)", [])?;
             db.query_row(
                 "SELECT count(*) FROM a JOIN b USING(id) WHERE a.v = b.v",
