@@ -47,6 +47,16 @@ pub(crate) fn api() -> &'static Api {
     API.get().expect("kxarray VFS used before registration")
 }
 
+/// Whether `KXARRAY_SQLITE_WRITE_BACK=1` turned write-through off (read
+/// once). For testing the crash test only: writes then stay dirty in the
+/// process's cache until `xSync`, so a SIGKILL loses what the kernel's page
+/// cache would have kept, and the crash test must notice
+/// (`tests/crash.rs`). Never set it otherwise.
+pub(crate) fn write_back_only() -> bool {
+    static W: OnceLock<bool> = OnceLock::new();
+    *W.get_or_init(|| std::env::var("KXARRAY_SQLITE_WRITE_BACK").is_ok_and(|v| v == "1"))
+}
+
 /// The VFS's own counters (beside the cache's).
 #[derive(Debug, Default)]
 pub(crate) struct VfsStats {
