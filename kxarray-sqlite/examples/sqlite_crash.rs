@@ -32,11 +32,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The environment variable that makes this program a child.
-pub const CHILD_ENV: &str = "KXARRAY_CRASH_CHILD";
+pub(crate) const CHILD_ENV: &str = "KXARRAY_CRASH_CHILD";
 
 /// One crash mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mode {
+pub(crate) struct Mode {
     /// delete, truncate, persist or wal.
     pub journal: &'static str,
     /// off, normal or full.
@@ -49,7 +49,7 @@ pub struct Mode {
 
 impl Mode {
     /// `wal-normal`, `delete-full-direct`, `wal-normal-shell`...
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         let mut s = format!("{}-{}", self.journal, self.sync);
         if self.direct {
             s.push_str("-direct");
@@ -62,7 +62,7 @@ impl Mode {
 }
 
 /// Every mode.
-pub fn all_modes() -> Vec<Mode> {
+pub(crate) fn all_modes() -> Vec<Mode> {
     let mut v = Vec::new();
     for direct in [false, true] {
         for journal in ["delete", "truncate", "persist", "wal"] {
@@ -76,7 +76,11 @@ pub fn all_modes() -> Vec<Mode> {
             }
         }
     }
-    for (journal, sync, direct) in [("wal", "normal", false), ("delete", "full", false), ("wal", "normal", true)] {
+    for (journal, sync, direct) in [
+        ("wal", "normal", false),
+        ("delete", "full", false),
+        ("wal", "normal", true),
+    ] {
         v.push(Mode {
             journal,
             sync,
@@ -89,7 +93,7 @@ pub fn all_modes() -> Vec<Mode> {
 
 /// The outcome of one mode.
 #[derive(Debug, Default, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The mode's name.
     pub mode: String,
     /// Kills done.
@@ -108,7 +112,7 @@ pub struct Outcome {
 /// The command that starts a child: this program, or the test binary with
 /// the arguments that run its child entry.
 #[derive(Clone, Debug)]
-pub struct ChildCmd {
+pub(crate) struct ChildCmd {
     /// Program and arguments.
     pub argv: Vec<OsString>,
     /// Extra environment of the writer (not of the verifiers).
@@ -129,11 +133,17 @@ impl ChildCmd {
 }
 
 fn kx_uri(db: &Path, direct: bool) -> String {
-    format!("file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m", db.display(), u8::from(direct))
+    format!(
+        "file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m",
+        db.display(),
+        u8::from(direct)
+    )
 }
 
 fn open_db(db: &Path, vfs: &str, direct: bool) -> rusqlite::Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_URI;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI;
     let c = if vfs == "kxarray" {
         kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).expect("register");
         Connection::open_with_flags(kx_uri(db, direct), flags)?
@@ -165,7 +175,7 @@ fn txn_sql(n: u64) -> String {
             1 + (n * 31) % (n - 1)
         ));
     }
-    if n % 20 == 0 {
+    if n.is_multiple_of(20) {
         // a bigger transaction: many pages, some freed again
         s.push_str(&format!(
             "WITH RECURSIVE g(k) AS (SELECT {} UNION ALL SELECT k + 1 FROM g WHERE k < {})\n\
@@ -176,7 +186,9 @@ fn txn_sql(n: u64) -> String {
             n % 3
         ));
     }
-    s.push_str(&format!("UPDATE meta SET total = total + {n}, count = count + 1 WHERE id = 1;\nCOMMIT;\n"));
+    s.push_str(&format!(
+        "UPDATE meta SET total = total + {n}, count = count + 1 WHERE id = 1;\nCOMMIT;\n"
+    ));
     s
 }
 
@@ -184,7 +196,9 @@ fn txn_sql(n: u64) -> String {
 fn writer(db: &Path, vfs: &str, m: &Mode, log: &Path) -> Result<(), String> {
     let c = open_db(db, vfs, m.direct).map_err(|e| format!("open: {e}"))?;
     let j: String = c
-        .query_row(&format!("PRAGMA journal_mode={}", m.journal), [], |r| r.get(0))
+        .query_row(&format!("PRAGMA journal_mode={}", m.journal), [], |r| {
+            r.get(0)
+        })
         .map_err(|e| format!("journal_mode: {e}"))?;
     if j != m.journal {
         return Err(format!("journal_mode is {j}, not {}", m.journal));
@@ -192,7 +206,9 @@ fn writer(db: &Path, vfs: &str, m: &Mode, log: &Path) -> Result<(), String> {
     c.execute_batch(&format!("PRAGMA synchronous={};\n{SCHEMA}", m.sync))
         .map_err(|e| format!("schema: {e}"))?;
     let mut n = c
-        .query_row("SELECT coalesce(max(n), 0) + 1 FROM t", [], |r| r.get::<_, i64>(0))
+        .query_row("SELECT coalesce(max(n), 0) + 1 FROM t", [], |r| {
+            r.get::<_, i64>(0)
+        })
         .map_err(|e| e.to_string())? as u64;
     let mut logf = OpenOptions::new()
         .create(true)
@@ -200,7 +216,8 @@ fn writer(db: &Path, vfs: &str, m: &Mode, log: &Path) -> Result<(), String> {
         .open(log)
         .map_err(|e| e.to_string())?;
     loop {
-        c.execute_batch(&txn_sql(n)).map_err(|e| format!("txn {n}: {e}"))?;
+        c.execute_batch(&txn_sql(n))
+            .map_err(|e| format!("txn {n}: {e}"))?;
         // COMMIT returned: log it (one write(2), kept by the kernel
         // when this process is killed)
         logf.write_all(format!("committed {n}\n").as_bytes())
@@ -226,23 +243,36 @@ fn verify(db: &Path, vfs: &str, direct: bool, last: u64) -> Result<Found, String
         return Err(format!("integrity_check on {vfs}: {ic}"));
     }
     let has_t: i64 = c
-        .query_row("SELECT count(*) FROM sqlite_schema WHERE name IN ('t', 'meta')", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name IN ('t', 'meta')",
+            [],
+            |r| r.get(0),
+        )
         .map_err(|e| e.to_string())?;
     if has_t < 2 {
         // killed before the schema committed
         return if last == 0 {
-            Ok(Found { max_n: 0, present: true })
+            Ok(Found {
+                max_n: 0,
+                present: true,
+            })
         } else {
-            Err(format!("on {vfs}: the tables are gone but {last} was logged"))
+            Err(format!(
+                "on {vfs}: the tables are gone but {last} was logged"
+            ))
         };
     }
     let (count, total, max_n): (i64, i64, i64) = c
-        .query_row("SELECT count(*), coalesce(sum(n), 0), coalesce(max(n), 0) FROM t", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
+        .query_row(
+            "SELECT count(*), coalesce(sum(n), 0), coalesce(max(n), 0) FROM t",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
         .map_err(|e| e.to_string())?;
     let (mt, mc): (i64, i64) = c
-        .query_row("SELECT total, count FROM meta WHERE id = 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row("SELECT total, count FROM meta WHERE id = 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .map_err(|e| e.to_string())?;
     if (mt, mc) != (total, count) || count != max_n {
         return Err(format!(
@@ -251,7 +281,9 @@ fn verify(db: &Path, vfs: &str, direct: bool, last: u64) -> Result<Found, String
     }
     let present = last == 0 || {
         let k: i64 = c
-            .query_row("SELECT count(*) FROM t WHERE n = ?1", [last as i64], |r| r.get(0))
+            .query_row("SELECT count(*) FROM t WHERE n = ?1", [last as i64], |r| {
+                r.get(0)
+            })
             .map_err(|e| e.to_string())?;
         k == 1
     };
@@ -272,7 +304,12 @@ fn parse_child(spec: &str) -> (String, Vec<(String, String)>) {
 }
 
 fn mode_from(kv: &[(String, String)]) -> (PathBuf, Mode, String, u64, PathBuf) {
-    let get = |k: &str| kv.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    let get = |k: &str| {
+        kv.iter()
+            .find(|(a, _)| a == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     (
         PathBuf::from(get("db")),
@@ -289,7 +326,7 @@ fn mode_from(kv: &[(String, String)]) -> (PathBuf, Mode, String, u64, PathBuf) {
 }
 
 /// Run the child role the environment names, if any; the exit code.
-pub fn child_main_from_env() -> Option<i32> {
+pub(crate) fn child_main_from_env() -> Option<i32> {
     let spec = std::env::var(CHILD_ENV).ok()?;
     let (role, kv) = parse_child(&spec);
     let (db, m, vfs, last, log) = mode_from(&kv);
@@ -347,7 +384,12 @@ fn run_verify(cmd: &ChildCmd, db: &Path, m: &Mode, vfs: &str, last: u64) -> Resu
     let line = text
         .lines()
         .find_map(|l| l.split_once("@@").map(|(_, r)| r))
-        .ok_or_else(|| format!("verifier said nothing: {text} {}", String::from_utf8_lossy(&out.stderr)))?;
+        .ok_or_else(|| {
+            format!(
+                "verifier said nothing: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
     if let Some(e) = line.strip_prefix("error ") {
         return Err(e.to_string());
     }
@@ -375,12 +417,27 @@ fn shell_script(lib: &Path, db: &Path, m: &Mode, start: u64, n: u64) -> String {
 
 /// Whether the stock shell and stdbuf are there.
 fn have_shell() -> bool {
-    let ok = |p: &str, a: &str| Command::new(p).arg(a).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let ok = |p: &str, a: &str| {
+        Command::new(p)
+            .arg(a)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
     ok("sqlite3", "--version") && ok("stdbuf", "--version")
 }
 
 /// Run `kills` kill-and-check rounds of mode `m` in `dir`.
-pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills: u32, rng: &mut rand::rngs::StdRng, max_delay_ms: u64) -> Outcome {
+pub(crate) fn run_mode(
+    cmd: &ChildCmd,
+    lib: Option<&Path>,
+    dir: &Path,
+    m: &Mode,
+    kills: u32,
+    rng: &mut rand::rngs::StdRng,
+    max_delay_ms: u64,
+) -> Outcome {
     let mut out = Outcome {
         mode: m.name(),
         ..Outcome::default()
@@ -419,8 +476,16 @@ pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills:
         let script_path = dir.join(format!("{}.sql", m.name()));
         let mut child = if m.shell {
             let lib = lib.expect("checked above");
-            std::fs::write(&script_path, shell_script(lib, &db, m, found_max + 1, 100_000)).expect("write script");
-            let logf = OpenOptions::new().create(true).append(true).open(&log).expect("log");
+            std::fs::write(
+                &script_path,
+                shell_script(lib, &db, m, found_max + 1, 100_000),
+            )
+            .expect("write script");
+            let logf = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .expect("log");
             Command::new("stdbuf")
                 .args(["-oL", "sqlite3", "-batch", "-init", "/dev/null"])
                 .stdin(std::fs::File::open(&script_path).expect("script"))
@@ -429,7 +494,11 @@ pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills:
                 .spawn()
                 .expect("spawn the shell")
         } else {
-            cmd.command("writer", &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn the writer")
+            cmd.command("writer", &args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn the writer")
         };
         // Kill at a random moment: sometimes during start-up and
         // recovery, mostly mid-stream.
@@ -448,7 +517,9 @@ pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills:
             if let Some(mut e) = child.stderr.take() {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
-            out.failures.push(format!("kill {k}: the writer exited by itself ({st}): {err}"));
+            out.failures.push(format!(
+                "kill {k}: the writer exited by itself ({st}): {err}"
+            ));
             continue;
         }
         let _ = child.kill(); // SIGKILL
@@ -457,7 +528,11 @@ pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills:
         let last = last_logged(&log);
         out.logged += last.saturating_sub(before);
         // Alternate which VFS recovers the crash first.
-        let order: [&str; 2] = if k % 2 == 0 { ["kxarray", "unix"] } else { ["unix", "kxarray"] };
+        let order: [&str; 2] = if k % 2 == 0 {
+            ["kxarray", "unix"]
+        } else {
+            ["unix", "kxarray"]
+        };
         let mut max_seen = 0;
         for vfs in order {
             match run_verify(cmd, &db, m, vfs, last) {
@@ -480,21 +555,28 @@ pub fn run_mode(cmd: &ChildCmd, lib: Option<&Path>, dir: &Path, m: &Mode, kills:
 }
 
 /// The markdown table of outcomes.
-pub fn table(outcomes: &[Outcome]) -> String {
+pub(crate) fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::from("| mode | kills | commits logged | committed, not yet logged | failures |\n|---|---|---|---|---|\n");
     for o in outcomes {
         if let Some(why) = &o.skipped {
             s.push_str(&format!("| {} | SKIPPED: {why} | | | |\n", o.mode));
             continue;
         }
-        s.push_str(&format!("| {} | {} | {} | {} | {} |\n", o.mode, o.kills, o.logged, o.unlogged, o.failures.len()));
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            o.mode,
+            o.kills,
+            o.logged,
+            o.unlogged,
+            o.failures.len()
+        ));
     }
     s
 }
 
 /// The shared library next to a binary in `target/<profile>/` or
 /// `target/<profile>/{deps,examples}/`.
-pub fn find_cdylib() -> Option<PathBuf> {
+pub(crate) fn find_cdylib() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let mut d = exe.parent()?;
     for _ in 0..2 {
@@ -508,7 +590,9 @@ pub fn find_cdylib() -> Option<PathBuf> {
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "SIGKILL a SQLite writer on kxarray at random moments and check every committed transaction survives")]
+#[command(
+    about = "SIGKILL a SQLite writer on kxarray at random moments and check every committed transaction survives"
+)]
 struct Args {
     /// Kills per mode.
     #[arg(long, default_value_t = 20)]
@@ -538,7 +622,9 @@ fn main() {
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).expect("directory");
     let cmd = ChildCmd {
-        argv: vec![std::env::current_exe().expect("current_exe").into_os_string()],
+        argv: vec![std::env::current_exe()
+            .expect("current_exe")
+            .into_os_string()],
         writer_env: Vec::new(),
     };
     let lib = find_cdylib();
@@ -551,7 +637,15 @@ fn main() {
             }
         }
         let t0 = Instant::now();
-        let o = run_mode(&cmd, lib.as_deref(), &dir, &m, args.kills, &mut rng, args.max_delay_ms);
+        let o = run_mode(
+            &cmd,
+            lib.as_deref(),
+            &dir,
+            &m,
+            args.kills,
+            &mut rng,
+            args.max_delay_ms,
+        );
         eprintln!(
             "{}: {} kills, {} commits logged, {} failures ({:.1} s)",
             o.mode,

@@ -58,6 +58,56 @@ mod slot {
 /// [`slot::URI_PARAMETER`].
 const MIN_VERSION: c_int = 3_007_016;
 
+/// The SQLite functions an [`Api`] holds.
+#[derive(Clone, Copy, Debug)]
+enum Func {
+    VfsRegister,
+    VfsFind,
+    UriParameter,
+    Malloc,
+    Log,
+    LibversionNumber,
+}
+
+impl Func {
+    /// Its position in `sqlite3_api_routines`.
+    fn slot(self) -> usize {
+        match self {
+            Func::VfsRegister => slot::VFS_REGISTER,
+            Func::VfsFind => slot::VFS_FIND,
+            Func::UriParameter => slot::URI_PARAMETER,
+            Func::Malloc => slot::MALLOC,
+            Func::Log => slot::LOG,
+            Func::LibversionNumber => slot::LIBVERSION_NUMBER,
+        }
+    }
+
+    /// Its exported symbol.
+    fn symbol(self) -> &'static CStr {
+        match self {
+            Func::VfsRegister => c"sqlite3_vfs_register",
+            Func::VfsFind => c"sqlite3_vfs_find",
+            Func::UriParameter => c"sqlite3_uri_parameter",
+            Func::Malloc => c"sqlite3_malloc",
+            Func::Log => c"sqlite3_log",
+            Func::LibversionNumber => c"sqlite3_libversion_number",
+        }
+    }
+}
+
+/// A function pointer of erased type as the function pointer type `T`.
+///
+/// # Safety
+/// - `T` is a function pointer type, and `f` is a function whose C
+///   signature is `T`'s.
+unsafe fn cast<T: Copy>(f: unsafe extern "C" fn()) -> T {
+    debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of_val(&f));
+    // SAFETY: per the caller, `T` is a function pointer (same size and
+    // representation as `f`), and calling it as `T` is calling `f` with its
+    // own signature.
+    unsafe { std::mem::transmute_copy::<unsafe extern "C" fn(), T>(&f) }
+}
+
 extern "C" {
     fn sqlite3_vfs_register(vfs: *mut sqlite3_vfs, make_default: c_int) -> c_int;
     fn sqlite3_vfs_find(name: *const c_char) -> *mut sqlite3_vfs;
@@ -82,30 +132,48 @@ impl Api {
             return None;
         }
         let table = routines.cast::<Option<unsafe extern "C" fn()>>();
-        // SAFETY: the caller guarantees a table of function pointers (or
-        // nulls) at least this long; `Option<fn>` has the layout of a
-        // nullable pointer.
-        let at = |i: usize| unsafe { *table.add(i) };
-        let version = at(slot::LIBVERSION_NUMBER)?;
-        // SAFETY: the slot holds `sqlite3_libversion_number`, whose
-        // signature is `LibversionNumber`; it takes no arguments.
-        let number = unsafe { std::mem::transmute::<unsafe extern "C" fn(), LibversionNumber>(version)() };
-        if number < MIN_VERSION {
+        let at = |i: usize| {
+            // SAFETY: the caller guarantees a table at least this long, so
+            // slot `i` is inside it.
+            let slot = unsafe { table.add(i) };
+            // SAFETY: each slot is a function pointer or null, which is
+            // the layout of `Option<fn>`.
+            unsafe { *slot }
+        };
+        // SAFETY: the caller's table holds, at each position of `slot`,
+        // the SQLite function of that name (or null, giving `None`).
+        unsafe { Api::build(|f| at(f.slot())) }
+    }
+
+    /// An `Api` from a lookup of each function by [`Func`].
+    ///
+    /// # Safety
+    /// - `get(f)` is `None` or the address of the SQLite function `f` names
+    ///   (whose C signature is the one its field in `Api` declares), valid
+    ///   for the rest of the process.
+    unsafe fn build(get: impl Fn(Func) -> Option<unsafe extern "C" fn()>) -> Option<Api> {
+        let version = get(Func::LibversionNumber)?;
+        // SAFETY: per the caller, `version` is `sqlite3_libversion_number`.
+        let libversion_number: LibversionNumber = unsafe { cast(version) };
+        // SAFETY: that function takes no arguments and has no
+        // precondition.
+        if unsafe { libversion_number() } < MIN_VERSION {
             return None;
         }
-        // SAFETY (each transmute below): the slot's declared signature in
-        // `sqlite3ext.h` is the target type; only the pointer's type
-        // changes.
-        unsafe {
-            Some(Api {
-                vfs_register: std::mem::transmute::<unsafe extern "C" fn(), VfsRegister>(at(slot::VFS_REGISTER)?),
-                vfs_find: std::mem::transmute::<unsafe extern "C" fn(), VfsFind>(at(slot::VFS_FIND)?),
-                uri_parameter: std::mem::transmute::<unsafe extern "C" fn(), UriParameter>(at(slot::URI_PARAMETER)?),
-                malloc: std::mem::transmute::<unsafe extern "C" fn(), Malloc>(at(slot::MALLOC)?),
-                log: std::mem::transmute::<unsafe extern "C" fn(), Log>(at(slot::LOG)?),
-                libversion_number: std::mem::transmute::<unsafe extern "C" fn(), LibversionNumber>(version),
-            })
-        }
+        Some(Api {
+            // SAFETY: per the caller, the address is the named SQLite
+            // function, of the field's type (and so for the casts below).
+            vfs_register: unsafe { cast(get(Func::VfsRegister)?) },
+            // SAFETY: as above.
+            vfs_find: unsafe { cast(get(Func::VfsFind)?) },
+            // SAFETY: as above.
+            uri_parameter: unsafe { cast(get(Func::UriParameter)?) },
+            // SAFETY: as above.
+            malloc: unsafe { cast(get(Func::Malloc)?) },
+            // SAFETY: as above.
+            log: unsafe { cast(get(Func::Log)?) },
+            libversion_number,
+        })
     }
 
     /// The SQLite the process exports dynamically (a program linked with a
@@ -116,27 +184,14 @@ impl Api {
         fn sym(name: &CStr) -> Option<unsafe extern "C" fn()> {
             // SAFETY: `name` is NUL-terminated; dlsym only reads it.
             let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-            // SAFETY: a non-null symbol address is a function's address
-            // (the names below are all SQLite functions); null stays None.
+            // SAFETY: a symbol's address is a function's address (the
+            // names looked up are all SQLite functions); null is `None`.
             unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn()>>(p) }
         }
-        let version = sym(c"sqlite3_libversion_number")?;
-        // SAFETY (each transmute below): the exported symbol of that name
-        // is the SQLite function whose C signature the target type is.
-        unsafe {
-            let libversion_number = std::mem::transmute::<unsafe extern "C" fn(), LibversionNumber>(version);
-            if libversion_number() < MIN_VERSION {
-                return None;
-            }
-            Some(Api {
-                vfs_register: std::mem::transmute::<unsafe extern "C" fn(), VfsRegister>(sym(c"sqlite3_vfs_register")?),
-                vfs_find: std::mem::transmute::<unsafe extern "C" fn(), VfsFind>(sym(c"sqlite3_vfs_find")?),
-                uri_parameter: std::mem::transmute::<unsafe extern "C" fn(), UriParameter>(sym(c"sqlite3_uri_parameter")?),
-                malloc: std::mem::transmute::<unsafe extern "C" fn(), Malloc>(sym(c"sqlite3_malloc")?),
-                log: std::mem::transmute::<unsafe extern "C" fn(), Log>(sym(c"sqlite3_log")?),
-                libversion_number,
-            })
-        }
+        // SAFETY: the process's exported symbol of each name is that
+        // SQLite function (a program does not export a different function
+        // under SQLite's names), loaded for the life of the process.
+        unsafe { Api::build(|f| sym(f.symbol())) }
     }
 
     /// The SQLite linked into this program (its `sqlite3_*` symbols
@@ -197,14 +252,18 @@ impl Api {
     /// - `filename` is a name SQLite passed to `xOpen` of a main database,
     ///   journal or WAL file (it carries the URI parameters after it), and
     ///   that file is still open.
-    pub(crate) unsafe fn uri_parameter(&self, filename: *const c_char, param: &CStr) -> Option<String> {
+    pub(crate) unsafe fn uri_parameter(
+        &self,
+        filename: *const c_char,
+        param: &CStr,
+    ) -> Option<String> {
         debug_assert!(!filename.is_null());
-        // SAFETY: per the caller, a name SQLite made; the result is null or
-        // a NUL-terminated string inside that name's allocation.
-        unsafe {
-            let v = (self.uri_parameter)(filename, param.as_ptr());
-            (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned())
-        }
+        // SAFETY: per the caller, a name SQLite made; `param` is
+        // NUL-terminated.
+        let v = unsafe { (self.uri_parameter)(filename, param.as_ptr()) };
+        // SAFETY: the result is null or a NUL-terminated string inside the
+        // name's allocation, alive while the file is open.
+        (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
     }
 
     /// A copy of `s` in memory from `sqlite3_malloc` (for strings SQLite
@@ -219,10 +278,11 @@ impl Api {
         if !p.is_null() {
             // SAFETY: `p` has room for `bytes.len() + 1` bytes and does not
             // overlap `bytes` (fresh allocation).
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
-                *p.add(bytes.len()) = 0;
-            }
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+            // SAFETY: the last of those bytes.
+            let end = unsafe { p.add(bytes.len()) };
+            // SAFETY: inside the allocation (above).
+            unsafe { *end = 0 };
         }
         p.cast()
     }

@@ -178,7 +178,9 @@ impl Settings {
     ///
     /// # Errors
     /// As [`resolve`](Settings::resolve).
-    pub fn from_uri_and_env(uri: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingError> {
+    pub fn from_uri_and_env(
+        uri: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, SettingError> {
         Settings::resolve(uri, |k| std::env::var(k).ok())
     }
 }
@@ -195,7 +197,16 @@ mod tests {
         assert_eq!(parse_size("1GiB"), Some(1 << 30));
         assert_eq!(parse_size("2gb"), Some(2 << 30));
         assert_eq!(parse_size("1t"), Some(1 << 40));
-        for bad in ["", "k", "0", "-1", "1.5g", "12q", "99999999999999999999", "16777216t"] {
+        for bad in [
+            "",
+            "k",
+            "0",
+            "-1",
+            "1.5g",
+            "12q",
+            "99999999999999999999",
+            "16777216t",
+        ] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
     }
@@ -234,8 +245,11 @@ mod tests {
         let e = Settings::resolve(|k| (k == "kx_fetch").then(|| "perhaps".into()), |_| None)
             .unwrap_err();
         assert_eq!(e.source, "kx_fetch");
-        let e = Settings::resolve(|_| None, |k| (k == "KXARRAY_SQLITE_CACHE").then(|| "4k".into()))
-            .unwrap_err();
+        let e = Settings::resolve(
+            |_| None,
+            |k| (k == "KXARRAY_SQLITE_CACHE").then(|| "4k".into()),
+        )
+        .unwrap_err();
         assert_eq!(e.source, "KXARRAY_SQLITE_CACHE");
         assert!(e.to_string().contains("at least 1m"), "{e}");
     }

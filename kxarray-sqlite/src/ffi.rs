@@ -22,6 +22,7 @@ pub type sqlite3_int64 = i64;
 
 /// `struct sqlite3_file`: the base every VFS's file object starts with.
 #[repr(C)]
+#[derive(Debug)]
 pub struct sqlite3_file {
     /// The methods of an open file; NULL when `xOpen` failed.
     pub pMethods: *const sqlite3_io_methods,
@@ -29,12 +30,12 @@ pub struct sqlite3_file {
 
 /// `struct sqlite3_io_methods`, version 3 (with `xFetch`/`xUnfetch`).
 #[repr(C)]
+#[derive(Debug)]
 pub struct sqlite3_io_methods {
     pub iVersion: c_int,
     pub xClose: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
     pub xRead: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_void, c_int, i64) -> c_int>,
-    pub xWrite:
-        Option<unsafe extern "C" fn(*mut sqlite3_file, *const c_void, c_int, i64) -> c_int>,
+    pub xWrite: Option<unsafe extern "C" fn(*mut sqlite3_file, *const c_void, c_int, i64) -> c_int>,
     pub xTruncate: Option<unsafe extern "C" fn(*mut sqlite3_file, i64) -> c_int>,
     pub xSync: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
     pub xFileSize: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut i64) -> c_int>,
@@ -60,6 +61,7 @@ pub type sqlite3_syscall_ptr = Option<unsafe extern "C" fn()>;
 
 /// `struct sqlite3_vfs`, version 3.
 #[repr(C)]
+#[derive(Debug)]
 pub struct sqlite3_vfs {
     pub iVersion: c_int,
     pub szOsFile: c_int,
@@ -96,9 +98,8 @@ pub struct sqlite3_vfs {
     pub xCurrentTime: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut f64) -> c_int>,
     pub xGetLastError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
     pub xCurrentTimeInt64: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut i64) -> c_int>,
-    pub xSetSystemCall: Option<
-        unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, sqlite3_syscall_ptr) -> c_int,
-    >,
+    pub xSetSystemCall:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, sqlite3_syscall_ptr) -> c_int>,
     pub xGetSystemCall:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> sqlite3_syscall_ptr>,
     pub xNextSystemCall:
@@ -202,12 +203,14 @@ pub const LOCK_RANGE_LEN: i64 = 2 + 510;
 
 /// Opaque `sqlite3_api_routines` (only read through [`crate::api`]).
 #[repr(C)]
+#[derive(Debug)]
 pub struct sqlite3_api_routines {
     _private: [u8; 0],
 }
 
 /// Opaque `sqlite3` connection handle.
 #[repr(C)]
+#[derive(Debug)]
 pub struct sqlite3 {
     _private: [u8; 0],
 }

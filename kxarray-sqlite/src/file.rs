@@ -129,9 +129,11 @@ pub(crate) fn guard(f: impl FnOnce() -> c_int) -> c_int {
 ///   at a time, so no other `&mut` to the handle exists during the call.
 unsafe fn handle<'a>(file: *mut sqlite3_file) -> &'a mut Handle {
     debug_assert!(!file.is_null());
-    // SAFETY: per the caller, `file` is a live `KxFile` whose `handle` is
-    // the `Box<Handle>` xOpen leaked, used by this call alone.
-    unsafe { &mut *(*file.cast::<KxFile>()).handle }
+    // SAFETY: per the caller, `file` is a live `KxFile`.
+    let boxed = unsafe { (*file.cast::<KxFile>()).handle };
+    // SAFETY: its `handle` is the `Box<Handle>` xOpen leaked, used by this
+    // call alone.
+    unsafe { &mut *boxed }
 }
 
 /// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
@@ -167,7 +169,12 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
     })
 }
 
-unsafe extern "C" fn x_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_read(
+    file: *mut sqlite3_file,
+    buf: *mut c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
@@ -188,7 +195,12 @@ unsafe extern "C" fn x_read(file: *mut sqlite3_file, buf: *mut c_void, amt: c_in
     })
 }
 
-unsafe extern "C" fn x_write(file: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_write(
+    file: *mut sqlite3_file,
+    buf: *const c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
@@ -354,8 +366,12 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
 /// - `args` is the `char*[3]` SQLite passes with this opcode.
 unsafe fn pragma(h: &Handle, args: *mut *mut c_char) -> c_int {
     debug_assert!(!args.is_null());
-    // SAFETY: per the caller; slot 1 is the pragma's name (NUL-terminated).
-    let name = unsafe { std::ffi::CStr::from_ptr(*args.add(1)) }.to_string_lossy();
+    // SAFETY: per the caller, slot 1 exists ...
+    let slot = unsafe { args.add(1) };
+    // SAFETY: ... and holds the pragma's name ...
+    let zname = unsafe { *slot };
+    // SAFETY: ... NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
     let text = match name.to_ascii_lowercase().as_str() {
         "kx_stats" => stats_text(&h.cache),
         "kx_settings" => format!(
@@ -378,92 +394,105 @@ unsafe fn pragma(h: &Handle, args: *mut *mut c_char) -> c_int {
     SQLITE_OK
 }
 
+/// The argument of a file control, as the type its opcode documents.
+///
+/// # Safety
+/// - `arg` points to a valid, writable `T` for the duration of the call
+///   (SQLite's documented argument type for the opcode).
+unsafe fn arg_mut<'a, T>(arg: *mut c_void) -> &'a mut T {
+    debug_assert!(!arg.is_null());
+    // SAFETY: per the caller.
+    unsafe { &mut *arg.cast::<T>() }
+}
+
+/// `SQLITE_FCNTL_POWERSAFE_OVERWRITE` and `PERSIST_WAL`: a negative value
+/// asks for the flag, another sets it.
+fn get_or_set(v: &mut c_int, flag: &mut bool) {
+    if *v < 0 {
+        *v = c_int::from(*flag);
+    } else {
+        *flag = *v != 0;
+    }
+}
+
 unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        // SAFETY (every dereference of `arg` below): SQLite passes the
-        // argument type each opcode documents: int* for LOCKSTATE,
-        // POWERSAFE_OVERWRITE, PERSIST_WAL, HAS_MOVED and CHUNK_SIZE;
-        // sqlite3_int64* for SIZE_HINT and MMAP_SIZE; char** for VFSNAME;
-        // char*[3] for PRAGMA.
-        unsafe {
-            match op {
-                SQLITE_FCNTL_LOCKSTATE => {
-                    *arg.cast::<c_int>() = h.level;
+        match op {
+            SQLITE_FCNTL_LOCKSTATE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                *unsafe { arg_mut::<c_int>(arg) } = h.level;
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_VFSNAME => {
+                let p = api().malloc_str(crate::VFS_NAME);
+                // SAFETY: SQLite passes a char** with this opcode.
+                *unsafe { arg_mut::<*mut c_char>(arg) } = p;
+                if p.is_null() {
+                    SQLITE_NOMEM
+                } else {
                     SQLITE_OK
                 }
-                SQLITE_FCNTL_VFSNAME => {
-                    let p = api().malloc_str(crate::VFS_NAME);
-                    *arg.cast::<*mut c_char>() = p;
-                    if p.is_null() {
-                        SQLITE_NOMEM
-                    } else {
-                        SQLITE_OK
-                    }
-                }
-                SQLITE_FCNTL_PRAGMA => pragma(h, arg.cast()),
-                SQLITE_FCNTL_CHUNK_SIZE => {
-                    h.chunk = i64::from((*arg.cast::<c_int>()).max(0));
-                    SQLITE_OK
-                }
-                SQLITE_FCNTL_SIZE_HINT => {
-                    // As the unix VFS: with a chunk size, grow the file to
-                    // the hint rounded up to whole chunks (zeros); without
-                    // one, a hint changes nothing.
-                    let want = *arg.cast::<i64>();
-                    if h.chunk > 0 && want > 0 {
-                        let size = (want + h.chunk - 1) / h.chunk * h.chunk;
-                        if size as u64 > h.inode.file.len() && !h.inode.readonly {
-                            if let Err(e) = h.inode.file.set_len(size as u64) {
-                                return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
-                            }
+            }
+            // SAFETY: SQLite passes a char*[3] with this opcode.
+            SQLITE_FCNTL_PRAGMA => unsafe { pragma(h, arg.cast()) },
+            SQLITE_FCNTL_CHUNK_SIZE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                h.chunk = i64::from((*unsafe { arg_mut::<c_int>(arg) }).max(0));
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_SIZE_HINT => {
+                // As the unix VFS: with a chunk size, grow the file to the
+                // hint rounded up to whole chunks (zeros); without one, a
+                // hint changes nothing.
+                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
+                let want = *unsafe { arg_mut::<i64>(arg) };
+                if h.chunk > 0 && want > 0 {
+                    let size = (want + h.chunk - 1) / h.chunk * h.chunk;
+                    if size as u64 > h.inode.file.len() && !h.inode.readonly {
+                        if let Err(e) = h.inode.file.set_len(size as u64) {
+                            return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
                         }
                     }
-                    SQLITE_OK
                 }
-                SQLITE_FCNTL_MMAP_SIZE => {
-                    let p = arg.cast::<i64>();
-                    let new = *p;
-                    *p = h.mmap_limit;
-                    if new >= 0 {
-                        h.mmap_limit = new;
-                    }
-                    SQLITE_OK
-                }
-                SQLITE_FCNTL_POWERSAFE_OVERWRITE => {
-                    let p = arg.cast::<c_int>();
-                    if *p < 0 {
-                        *p = c_int::from(h.psow);
-                    } else {
-                        h.psow = *p != 0;
-                    }
-                    SQLITE_OK
-                }
-                SQLITE_FCNTL_PERSIST_WAL => {
-                    let p = arg.cast::<c_int>();
-                    if *p < 0 {
-                        *p = c_int::from(h.persist_wal);
-                    } else {
-                        h.persist_wal = *p != 0;
-                    }
-                    SQLITE_OK
-                }
-                SQLITE_FCNTL_HAS_MOVED => {
-                    let moved = match h.key {
-                        None => false,
-                        Some(key) => std::fs::metadata(&h.inode.path)
-                            .map(|m| {
-                                use std::os::unix::fs::MetadataExt;
-                                (m.dev(), m.ino()) != key
-                            })
-                            .unwrap_or(true),
-                    };
-                    *arg.cast::<c_int>() = c_int::from(moved);
-                    SQLITE_OK
-                }
-                _ => SQLITE_NOTFOUND,
+                SQLITE_OK
             }
+            SQLITE_FCNTL_MMAP_SIZE => {
+                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
+                let p = unsafe { arg_mut::<i64>(arg) };
+                let new = *p;
+                *p = h.mmap_limit;
+                if new >= 0 {
+                    h.mmap_limit = new;
+                }
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_POWERSAFE_OVERWRITE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.psow);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_PERSIST_WAL => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.persist_wal);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_HAS_MOVED => {
+                let moved = match h.key {
+                    None => false,
+                    Some(key) => std::fs::metadata(&h.inode.path)
+                        .map(|m| {
+                            use std::os::unix::fs::MetadataExt;
+                            (m.dev(), m.ino()) != key
+                        })
+                        .unwrap_or(true),
+                };
+                // SAFETY: SQLite passes an int* with this opcode.
+                *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
+                SQLITE_OK
+            }
+            _ => SQLITE_NOTFOUND,
         }
     })
 }
@@ -521,7 +550,12 @@ unsafe extern "C" fn x_shm_map(
     })
 }
 
-unsafe extern "C" fn x_shm_lock(file: *mut sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
+unsafe extern "C" fn x_shm_lock(
+    file: *mut sqlite3_file,
+    offset: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
@@ -547,7 +581,12 @@ unsafe extern "C" fn x_shm_unmap(file: *mut sqlite3_file, _delete: c_int) -> c_i
     })
 }
 
-unsafe extern "C" fn x_fetch(file: *mut sqlite3_file, off: i64, amt: c_int, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn x_fetch(
+    file: *mut sqlite3_file,
+    off: i64,
+    amt: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite passes a writable pointer slot.
         unsafe { *out = std::ptr::null_mut() };

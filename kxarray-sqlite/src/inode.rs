@@ -192,8 +192,8 @@ impl Inode {
         fl.l_start = PENDING_BYTE as _;
         fl.l_len = LOCK_RANGE_LEN as _;
         fl.l_pid = 0; // required by F_OFD_SETLK
-        // SAFETY: `fd` is open for the life of `self`; `fl` is a valid
-        // `flock` the call only reads.
+                      // SAFETY: `fd` is open for the life of `self`; `fl` is a valid
+                      // `flock` the call only reads.
         let r = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
         if r == 0 {
             st.ofd = true;

@@ -64,7 +64,12 @@ impl Shm {
     /// Region `index` of `size` bytes (`xShmMap`): its address, null when it
     /// does not exist and `extend` is false, or an error code (a size
     /// different from the first region's, or out of memory).
-    pub(crate) fn map(&self, index: usize, size: usize, extend: bool) -> Result<*mut c_void, c_int> {
+    pub(crate) fn map(
+        &self,
+        index: usize,
+        size: usize,
+        extend: bool,
+    ) -> Result<*mut c_void, c_int> {
         let mut r = lock(&self.regions);
         if r.list.is_empty() {
             r.size = size;
@@ -76,7 +81,8 @@ impl Shm {
             if !extend {
                 return Ok(std::ptr::null_mut());
             }
-            let layout = Layout::from_size_align(size, REGION_ALIGN).map_err(|_| SQLITE_IOERR_SHMMAP)?;
+            let layout =
+                Layout::from_size_align(size, REGION_ALIGN).map_err(|_| SQLITE_IOERR_SHMMAP)?;
             while r.list.len() <= index {
                 // SAFETY: `layout` has a non-zero size (checked above).
                 let p = unsafe { std::alloc::alloc_zeroed(layout) };

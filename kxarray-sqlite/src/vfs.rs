@@ -80,7 +80,8 @@ pub fn cache() -> Option<&'static PageCache> {
 /// flusher thread is off: every write is written through, so nothing is
 /// left dirty for it.
 fn cache_for(capacity: u64) -> &'static PageCache {
-    let c = CACHE.get_or_init(|| PageCache::new(CacheConfig::default().capacity(capacity).flusher(false)));
+    let c = CACHE
+        .get_or_init(|| PageCache::new(CacheConfig::default().capacity(capacity).flusher(false)));
     if c.config().capacity != capacity {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
@@ -212,7 +213,14 @@ fn make_inode(
     let file = cache
         .open_with(backend, opts)
         .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: {}: {e}", path.display())))?;
-    Ok(Inode::new(path.to_path_buf(), file, fd, direct, readonly, is_db))
+    Ok(Inode::new(
+        path.to_path_buf(),
+        file,
+        fd,
+        direct,
+        readonly,
+        is_db,
+    ))
 }
 
 /// The body of `xOpen`: the handle, and the flags it was opened with.
@@ -251,7 +259,14 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         // A temporary file: anonymous, gone when closed.
         let fd = tempfile::tempfile()
             .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: temporary file: {e}")))?;
-        let inode = make_inode(&cache, Path::new("(temporary file)"), fd, false, false, false)?;
+        let inode = make_inode(
+            &cache,
+            Path::new("(temporary file)"),
+            fd,
+            false,
+            false,
+            false,
+        )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow);
         return Ok((h, out_flags));
     }
@@ -286,7 +301,12 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             // As the unix VFS: fall back to read-only and say so.
             readonly = true;
             out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
-            open(true).map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: open {}: {e}", path.display())))?
+            open(true).map_err(|e| {
+                (
+                    SQLITE_CANTOPEN,
+                    format!("kxarray: open {}: {e}", path.display()),
+                )
+            })?
         }
         Err(e) => {
             return Err((
@@ -304,7 +324,9 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     // O_DIRECT for the database and its journal or WAL (never a file that
     // is already unlinked: the direct descriptor is opened by path).
     let direct = settings.direct && !readonly && !delete_on_close && uri_name;
-    let inode = inode::open_or_insert(key, || make_inode(&cache, &path, fd, direct, readonly, is_db))?;
+    let inode = inode::open_or_insert(key, || {
+        make_inode(&cache, &path, fd, direct, readonly, is_db)
+    })?;
     if inode.direct != direct && uri_name {
         api.log(
             SQLITE_NOTICE,
@@ -339,22 +361,27 @@ unsafe extern "C" fn x_open(
     out_flags: *mut c_int,
 ) -> c_int {
     guard(|| {
-        let kf = file.cast::<KxFile>();
-        // SAFETY: SQLite passes `szOsFile` bytes for the file object.
+        // SAFETY: SQLite passes `szOsFile` bytes (a `KxFile`) for the file
+        // object, uninitialized: written whole, never read first.
         unsafe {
-            (*kf).base.pMethods = std::ptr::null();
-            (*kf).handle = std::ptr::null_mut();
-        }
+            file.cast::<KxFile>().write(KxFile {
+                base: sqlite3_file {
+                    pMethods: std::ptr::null(),
+                },
+                handle: std::ptr::null_mut(),
+            })
+        };
+        // SAFETY: now initialized, and ours until xOpen returns.
+        let kf = unsafe { &mut *file.cast::<KxFile>() };
         // SAFETY: `name` is what SQLite passes to xOpen.
         match unsafe { open(name, flags) } {
             Ok((h, got)) => {
-                // SAFETY: as above; the handle is reclaimed by xClose.
-                unsafe {
-                    (*kf).handle = Box::into_raw(Box::new(h));
-                    (*kf).base.pMethods = &METHODS;
-                    if !out_flags.is_null() {
-                        *out_flags = got;
-                    }
+                // The handle is reclaimed by xClose.
+                kf.handle = Box::into_raw(Box::new(h));
+                kf.base.pMethods = &METHODS;
+                if !out_flags.is_null() {
+                    // SAFETY: SQLite passes a writable int (or null).
+                    unsafe { *out_flags = got };
                 }
                 SQLITE_OK
             }
@@ -366,7 +393,11 @@ unsafe extern "C" fn x_open(
     })
 }
 
-unsafe extern "C" fn x_delete(_vfs: *mut sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+unsafe extern "C" fn x_delete(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
@@ -374,7 +405,10 @@ unsafe extern "C" fn x_delete(_vfs: *mut sqlite3_vfs, name: *const c_char, sync_
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return SQLITE_IOERR_DELETE_NOENT,
             Err(e) => {
-                api().log(SQLITE_IOERR_DELETE, &format!("kxarray: delete {}: {e}", path.display()));
+                api().log(
+                    SQLITE_IOERR_DELETE,
+                    &format!("kxarray: delete {}: {e}", path.display()),
+                );
                 return SQLITE_IOERR_DELETE;
             }
         }
@@ -384,7 +418,10 @@ unsafe extern "C" fn x_delete(_vfs: *mut sqlite3_vfs, name: *const c_char, sync_
                 _ => PathBuf::from("."),
             };
             if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
-                api().log(SQLITE_IOERR_DIR_FSYNC, &format!("kxarray: fsync {}: {e}", dir.display()));
+                api().log(
+                    SQLITE_IOERR_DIR_FSYNC,
+                    &format!("kxarray: fsync {}: {e}", dir.display()),
+                );
                 return SQLITE_IOERR_DIR_FSYNC;
             }
         }
@@ -392,7 +429,12 @@ unsafe extern "C" fn x_delete(_vfs: *mut sqlite3_vfs, name: *const c_char, sync_
     })
 }
 
-unsafe extern "C" fn x_access(_vfs: *mut sqlite3_vfs, name: *const c_char, flags: c_int, out: *mut c_int) -> c_int {
+unsafe extern "C" fn x_access(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    flags: c_int,
+    out: *mut c_int,
+) -> c_int {
     guard(|| {
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
@@ -442,12 +484,11 @@ unsafe extern "C" fn x_full_pathname(
         if bytes.len() + 1 > n_out {
             return SQLITE_CANTOPEN_FULLPATH;
         }
-        // SAFETY: SQLite passes `n_out` writable bytes; the copy and the
+        // SAFETY: SQLite passes `n_out` writable bytes; the name and its
         // NUL fit (checked above).
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), bytes.len());
-            *out.add(bytes.len()) = 0;
-        }
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), bytes.len() + 1) };
+        dst[..bytes.len()].copy_from_slice(bytes);
+        dst[bytes.len()] = 0;
         SQLITE_OK
     })
 }
@@ -467,27 +508,32 @@ fn default_vfs() -> *mut sqlite3_vfs {
     }
 }
 
-unsafe extern "C" fn x_dl_open(_vfs: *mut sqlite3_vfs, name: *const c_char) -> *mut c_void {
+/// The default VFS and its object, if there is one to forward to.
+fn forward() -> Option<(*mut sqlite3_vfs, &'static sqlite3_vfs)> {
     let d = default_vfs();
-    // SAFETY: `d` is null or a registered VFS; its xDlOpen takes the same
-    // arguments SQLite gave us.
-    unsafe {
-        match d.as_ref().and_then(|v| v.xDlOpen) {
-            Some(f) => f(d, name),
-            None => std::ptr::null_mut(),
-        }
+    // SAFETY: null or a registered VFS, which SQLite keeps valid while it
+    // is registered (the default VFS is never unregistered in practice).
+    unsafe { d.as_ref() }.map(|v| (d, v))
+}
+
+unsafe extern "C" fn x_dl_open(_vfs: *mut sqlite3_vfs, name: *const c_char) -> *mut c_void {
+    match forward().and_then(|(d, v)| v.xDlOpen.map(|f| (d, f))) {
+        // SAFETY: the default VFS's own method, with the arguments SQLite
+        // gave this one.
+        Some((d, f)) => unsafe { f(d, name) },
+        None => std::ptr::null_mut(),
     }
 }
 
 unsafe extern "C" fn x_dl_error(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) {
-    let d = default_vfs();
-    // SAFETY: as in x_dl_open.
-    unsafe {
-        if let Some(f) = d.as_ref().and_then(|v| v.xDlError) {
-            f(d, n, out)
-        } else if n > 0 && !out.is_null() {
-            *out = 0;
+    match forward().and_then(|(d, v)| v.xDlError.map(|f| (d, f))) {
+        // SAFETY: as in x_dl_open.
+        Some((d, f)) => unsafe { f(d, n, out) },
+        None if n > 0 && !out.is_null() => {
+            // SAFETY: SQLite passes `n` > 0 writable bytes.
+            unsafe { *out = 0 }
         }
+        None => {}
     }
 }
 
@@ -496,18 +542,15 @@ unsafe extern "C" fn x_dl_sym(
     handle: *mut c_void,
     sym: *const c_char,
 ) -> Option<unsafe extern "C" fn()> {
-    let d = default_vfs();
+    let (d, f) = forward().and_then(|(d, v)| v.xDlSym.map(|f| (d, f)))?;
     // SAFETY: as in x_dl_open.
-    unsafe { d.as_ref().and_then(|v| v.xDlSym).and_then(|f| f(d, handle, sym)) }
+    unsafe { f(d, handle, sym) }
 }
 
 unsafe extern "C" fn x_dl_close(_vfs: *mut sqlite3_vfs, handle: *mut c_void) {
-    let d = default_vfs();
-    // SAFETY: as in x_dl_open.
-    unsafe {
-        if let Some(f) = d.as_ref().and_then(|v| v.xDlClose) {
-            f(d, handle)
-        }
+    if let Some((d, f)) = forward().and_then(|(d, v)| v.xDlClose.map(|f| (d, f))) {
+        // SAFETY: as in x_dl_open.
+        unsafe { f(d, handle) }
     }
 }
 
@@ -515,9 +558,11 @@ unsafe extern "C" fn x_randomness(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_
     let Ok(n) = usize::try_from(n) else { return 0 };
     let mut done = 0;
     while done < n {
-        // SAFETY: SQLite passes `n` writable bytes; getrandom writes at
-        // most `n - done` from `out + done`.
-        let r = unsafe { libc::getrandom(out.add(done).cast(), n - done, 0) };
+        // SAFETY: SQLite passes `n` writable bytes, so `out + done` is
+        // inside them.
+        let at = unsafe { out.add(done) };
+        // SAFETY: getrandom writes at most `n - done` bytes from `at`.
+        let r = unsafe { libc::getrandom(at.cast(), n - done, 0) };
         if r <= 0 {
             break;
         }
@@ -553,6 +598,10 @@ unsafe extern "C" fn x_current_time_int64(_vfs: *mut sqlite3_vfs, out: *mut i64)
     SQLITE_OK
 }
 
-unsafe extern "C" fn x_get_last_error(_vfs: *mut sqlite3_vfs, _n: c_int, _out: *mut c_char) -> c_int {
+unsafe extern "C" fn x_get_last_error(
+    _vfs: *mut sqlite3_vfs,
+    _n: c_int,
+    _out: *mut c_char,
+) -> c_int {
     0
 }

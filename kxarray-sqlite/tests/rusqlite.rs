@@ -37,7 +37,8 @@ fn every_journal_mode_round_trips() {
             {
                 let db = open(&p, "").unwrap();
                 assert_eq!(text(&db, &format!("PRAGMA journal_mode={mode}")), mode);
-                db.execute_batch(&format!("PRAGMA synchronous={sync}")).unwrap();
+                db.execute_batch(&format!("PRAGMA synchronous={sync}"))
+                    .unwrap();
                 fill(&db, 500);
                 db.execute("UPDATE t SET s = s || '!' WHERE id % 3 = 0", [])
                     .unwrap();
@@ -51,7 +52,10 @@ fn every_journal_mode_round_trips() {
             let db = open(&p, "").unwrap();
             check(&db);
             assert_eq!(int(&db, "SELECT count(*) FROM t"), 500 - 500 / 7);
-            assert_eq!(int(&db, "SELECT count(*) FROM t WHERE s LIKE '%!'"), 167 - 24);
+            assert_eq!(
+                int(&db, "SELECT count(*) FROM t WHERE s LIKE '%!'"),
+                167 - 24
+            );
             drop(db);
             // and the unix VFS (bundled SQLite's default) reads the same
             let u = Connection::open(&p).unwrap();
@@ -72,19 +76,7 @@ fn pragmas_and_vfsname() {
     let set = text(&db, "PRAGMA kx_settings");
     assert!(set.contains("fetch=0") && set.contains("direct=0"), "{set}");
     // SQLITE_FCNTL_VFSNAME (what `.vfsname` prints)
-    let name = unsafe {
-        let mut p: *mut std::os::raw::c_char = std::ptr::null_mut();
-        let rc = rusqlite::ffi::sqlite3_file_control(
-            db.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_VFSNAME,
-            (&mut p as *mut *mut std::os::raw::c_char).cast(),
-        );
-        assert_eq!(rc, 0);
-        let s = std::ffi::CStr::from_ptr(p).to_str().unwrap().to_owned();
-        rusqlite::ffi::sqlite3_free(p.cast());
-        s
-    };
+    let name = common::vfsname(&db);
     assert_eq!(name, "kxarray");
     // other pragmas are still SQLite's
     assert_eq!(int(&db, "PRAGMA page_size"), 4096);
@@ -94,11 +86,20 @@ fn pragmas_and_vfsname() {
 #[test]
 fn bad_settings_refuse_to_open() {
     let dir = tempfile::tempdir().unwrap();
-    for bad in ["kx_cache=lots", "kx_cache=4k", "kx_direct=maybe", "kx_fetch=2"] {
+    for bad in [
+        "kx_cache=lots",
+        "kx_cache=4k",
+        "kx_direct=maybe",
+        "kx_fetch=2",
+    ] {
         let e = open(&dir.path().join("bad.db"), bad)
             .and_then(|db| db.execute_batch("CREATE TABLE x(y)"))
             .unwrap_err();
-        assert_eq!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen), "{bad}: {e}");
+        assert_eq!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::CannotOpen),
+            "{bad}: {e}"
+        );
     }
 }
 
@@ -115,7 +116,8 @@ fn lock_levels_across_connections() {
     assert_eq!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy));
     // a reader can read while a writer holds RESERVED
     assert_eq!(int(&b, "SELECT count(*) FROM t"), 10);
-    a.execute("INSERT INTO t(v, s) VALUES (1, 'a')", []).unwrap();
+    a.execute("INSERT INTO t(v, s) VALUES (1, 'a')", [])
+        .unwrap();
     // the reader does not see uncommitted rows
     assert_eq!(int(&b, "SELECT count(*) FROM t"), 10);
     // a reader inside a transaction keeps its SHARED lock: COMMIT is busy
@@ -188,17 +190,16 @@ fn wal_readers_and_a_writer_on_threads() {
 fn temporary_files_and_temp_databases() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir.path().join("tmp.db"), "").unwrap();
-    db.execute_batch("PRAGMA temp_store=FILE; PRAGMA cache_size=10;").unwrap();
+    db.execute_batch("PRAGMA temp_store=FILE; PRAGMA cache_size=10;")
+        .unwrap();
     fill(&db, 3000);
     // a sort bigger than the page cache spills to temporary files
     let first: String = db
         .query_row("SELECT s FROM t ORDER BY v LIMIT 1", [], |r| r.get(0))
         .unwrap();
     assert!(first.starts_with("row "));
-    db.execute_batch(
-        "CREATE TEMP TABLE tt AS SELECT * FROM t; CREATE INDEX temp.i ON tt(v);",
-    )
-    .unwrap();
+    db.execute_batch("CREATE TEMP TABLE tt AS SELECT * FROM t; CREATE INDEX temp.i ON tt(v);")
+        .unwrap();
     assert_eq!(int(&db, "SELECT count(*) FROM tt"), 3000);
     // an anonymous attached database (a temporary file with no name)
     db.execute_batch("ATTACH '' AS anon; CREATE TABLE anon.x AS SELECT id FROM t;")
@@ -213,25 +214,14 @@ fn truncation_shrinks_the_file() {
     let db = open(&p, "").unwrap();
     fill(&db, 4000);
     let big = std::fs::metadata(&p).unwrap().len();
-    db.execute_batch("DELETE FROM t WHERE id > 100; VACUUM;").unwrap();
+    db.execute_batch("DELETE FROM t WHERE id > 100; VACUUM;")
+        .unwrap();
     let small = std::fs::metadata(&p).unwrap().len();
     assert!(small * 4 < big, "{small} vs {big}");
     assert_eq!(small as i64, int(&db, "PRAGMA page_count") * 4096);
-    let mut size = 0i64;
     check(&db);
     // xFileSize agrees with the file
-    unsafe {
-        let mut f: *mut rusqlite::ffi::sqlite3_file = std::ptr::null_mut();
-        let rc = rusqlite::ffi::sqlite3_file_control(
-            db.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_FILE_POINTER,
-            (&mut f as *mut *mut rusqlite::ffi::sqlite3_file).cast(),
-        );
-        assert_eq!(rc, 0);
-        let m = (*f).pMethods;
-        assert_eq!(((*m).xFileSize.unwrap())(f, &mut size), 0);
-    }
+    let size = common::vfs_file_size(&db);
     assert_eq!(size as u64, small);
 }
 
@@ -240,31 +230,19 @@ fn chunk_size_and_size_hint_grow_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("chunk.db");
     let db = open(&p, "").unwrap();
-    let chunk: std::os::raw::c_int = 1 << 20;
-    unsafe {
-        let rc = rusqlite::ffi::sqlite3_file_control(
-            db.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_CHUNK_SIZE,
-            (&chunk as *const std::os::raw::c_int).cast_mut().cast(),
-        );
-        assert_eq!(rc, 0);
-    }
+    assert_eq!(
+        common::file_control_int(&db, rusqlite::ffi::SQLITE_FCNTL_CHUNK_SIZE, 1 << 20),
+        0
+    );
     fill(&db, 10);
     // SQLite hints the size before growing the file: whole chunks
     let len = std::fs::metadata(&p).unwrap().len();
     assert_eq!(len % (1 << 20), 0, "{len}");
     assert!(len >= 1 << 20);
-    unsafe {
-        let mut hint: i64 = 5 << 20;
-        let rc = rusqlite::ffi::sqlite3_file_control(
-            db.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_SIZE_HINT,
-            (&mut hint as *mut i64).cast(),
-        );
-        assert_eq!(rc, 0);
-    }
+    assert_eq!(
+        common::file_control_i64(&db, rusqlite::ffi::SQLITE_FCNTL_SIZE_HINT, 5 << 20),
+        0
+    );
     assert_eq!(std::fs::metadata(&p).unwrap().len(), 5 << 20);
     check(&db);
 }
@@ -279,10 +257,14 @@ fn fetch_serves_mmap_reads_and_stays_coherent() {
     let before = stat(&db, "fetches");
     let sum = int(&db, "SELECT sum(length(v)) FROM t");
     assert_eq!(sum, 2000 * 300);
-    assert!(stat(&db, "fetches") > before, "mmap reads went through xFetch");
+    assert!(
+        stat(&db, "fetches") > before,
+        "mmap reads went through xFetch"
+    );
     // a second connection writes; the first sees the new bytes after
     let w = open(&p, "").unwrap();
-    w.execute("UPDATE t SET s = 'changed' WHERE id = 7", []).unwrap();
+    w.execute("UPDATE t SET s = 'changed' WHERE id = 7", [])
+        .unwrap();
     drop(w);
     assert_eq!(text(&db, "SELECT s FROM t WHERE id = 7"), "changed");
     check(&db);
@@ -324,7 +306,8 @@ fn update_with_tiny_cache_and_fetch_does_not_hang() {
             drop(db);
             let db = open(&p2, "kx_fetch=1")?;
             db.execute_batch("PRAGMA mmap_size=268435456; PRAGMA cache_size=5;")?;
-            let n: i64 = db.query_row("SELECT count(*) FROM a JOIN b USING(id)", [], |r| r.get(0))?;
+            let n: i64 =
+                db.query_row("SELECT count(*) FROM a JOIN b USING(id)", [], |r| r.get(0))?;
             assert_eq!(n, 4000);
             db.execute("UPDATE b SET v=(SELECT v FROM a WHERE a.id=b.id)", [])?;
             db.query_row(
@@ -381,7 +364,9 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
     // the OFD lock conflicts with the unix VFS's POSIX locks, even in
     // the same process
     let u = Connection::open(&p).unwrap();
-    let e = u.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).unwrap_err();
+    let e = u
+        .query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
+        .unwrap_err();
     assert_eq!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy), "{e}");
     drop(db);
     // released with the last kxarray handle
@@ -389,7 +374,9 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
     // and the other way round: kxarray waits for the unix VFS's lock
     u.execute_batch("BEGIN IMMEDIATE").unwrap();
     let k = open(&p, "").unwrap();
-    let e = k.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).unwrap_err();
+    let e = k
+        .query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
+        .unwrap_err();
     assert_eq!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy), "{e}");
     u.execute_batch("COMMIT").unwrap();
     drop(u);

@@ -21,14 +21,25 @@ macro_rules! need_shell {
 #[test]
 fn cdylib_needs_no_sqlite_symbol() {
     let lib = common::cdylib();
-    let Ok(out) = Command::new("nm").args(["-D", "--undefined-only"]).arg(&lib).output() else {
+    let Ok(out) = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&lib)
+        .output()
+    else {
         eprintln!("SKIPPED: no nm (binutils)");
         return;
     };
     let undefined = String::from_utf8_lossy(&out.stdout);
-    let sqlite: Vec<_> = undefined.lines().filter(|l| l.contains("sqlite3")).collect();
+    let sqlite: Vec<_> = undefined
+        .lines()
+        .filter(|l| l.contains("sqlite3"))
+        .collect();
     assert!(sqlite.is_empty(), "{sqlite:?}");
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().unwrap();
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .unwrap();
     let defined = String::from_utf8_lossy(&out.stdout);
     assert!(defined.contains("sqlite3_kxarraysqlite_init"));
     assert!(defined.contains("sqlite3_extension_init"));
@@ -92,7 +103,11 @@ fn dump_through_kxarray_equals_dump_on_the_default_vfs() {
     }
     let (ok, plain, err) = run_shell(&[p.to_str().unwrap()], ".dump\n", &[]);
     assert!(ok, "{err}");
-    let script = format!(".load {}\n.open 'file:{}?vfs=kxarray'\n.dump\n", load_arg(), p.display());
+    let script = format!(
+        ".load {}\n.open 'file:{}?vfs=kxarray'\n.dump\n",
+        load_arg(),
+        p.display()
+    );
     let (ok, kx, err) = run_shell(&[], &script, &[]);
     assert!(ok, "{err}");
     assert!(plain.contains("CREATE TABLE k") && plain.lines().count() > 2500);
@@ -121,7 +136,10 @@ fn ld_preload_registers_the_vfs_in_an_unmodified_program() {
         .collect();
     assert_eq!(lines[0], "kxarray", "{out}");
     assert_eq!(lines[1], "6");
-    assert!(lines[2].starts_with(&format!("cache={}", 32 << 20)), "{out}");
+    assert!(
+        lines[2].starts_with(&format!("cache={}", 32 << 20)),
+        "{out}"
+    );
 }
 
 #[test]
@@ -130,7 +148,8 @@ fn a_second_process_gets_busy_not_a_second_cache() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("owned.db");
     let db = open(&p, "").unwrap();
-    db.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+    db.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+        .unwrap();
     // this process holds the database (the OFD lock is taken at the first
     // read and kept while the file is open)
     assert_eq!(common::int(&db, "SELECT count(*) FROM t"), 1);
