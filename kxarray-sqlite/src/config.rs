@@ -18,8 +18,8 @@ pub struct Settings {
     /// Capacity of the process-wide cache in bytes (used by the open that
     /// creates it; later opens cannot change it).
     pub cache_bytes: u64,
-    /// Open the database and its journal or WAL with `O_DIRECT` below the
-    /// cache (kxarray is then the only cache of their pages).
+    /// Open the database file with `O_DIRECT` below the cache (kxarray is
+    /// then the only cache of its pages; the journal or WAL stay buffered).
     pub direct: bool,
     /// Serve `xFetch` (SQLite's memory-mapped reads) with zero-copy
     /// references into the cache's folios, when `PRAGMA mmap_size` > 0.
