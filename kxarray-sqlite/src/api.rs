@@ -124,7 +124,7 @@ impl Api {
     ///
     /// # Safety
     /// - `routines` is null or the pointer SQLite passed to an extension
-    ///   entry point (a table of at least [`slot::URI_PARAMETER`]` + 1`
+    ///   entry point (a table of at least 190
     ///   function pointers, each null or of the signature `sqlite3ext.h`
     ///   gives it), valid for the rest of the process.
     pub unsafe fn from_routines(routines: *const sqlite3_api_routines) -> Option<Api> {
