@@ -179,6 +179,8 @@ pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
 pub const SQLITE_FCNTL_TEMPFILENAME: c_int = 16;
 pub const SQLITE_FCNTL_MMAP_SIZE: c_int = 18;
 pub const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
+pub const SQLITE_FCNTL_SYNC: c_int = 21;
+pub const SQLITE_FCNTL_CKPT_DONE: c_int = 37;
 
 // Device characteristics (xDeviceCharacteristics).
 pub const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;

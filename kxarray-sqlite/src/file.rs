@@ -6,11 +6,18 @@
 //! operations into [`CachedFile`](kxarray::pagecache::CachedFile) calls.
 //!
 //! Invariants:
-//! - write-through: when `xWrite` returns `SQLITE_OK` the bytes are in the
-//!   cache *and* in the backing file (written back, not yet synced), so a
-//!   process killed after any `xWrite` leaves the file as the unix VFS
-//!   would (same bytes written at the same points); `xSync` adds the
-//!   `fdatasync`;
+//! - write-through for journals and WALs: when `xWrite` returns
+//!   `SQLITE_OK` the bytes are in the cache *and* in the backing file
+//!   (written back, not yet synced); a main database's writes reach the
+//!   file by SQLite's next sync point for it ([`WritePolicy::AtSyncPoint`]:
+//!   `SQLITE_FCNTL_SYNC`, which SQLite sends at every rollback-journal
+//!   commit before it finalizes the journal, even with `synchronous=OFF`;
+//!   `SQLITE_FCNTL_CKPT_DONE` after a checkpoint's writes, before the WAL
+//!   may be reset; `xSync`; leaving a write lock; close). So at every point
+//!   where SQLite relies on bytes being in the file (a journal or WAL that
+//!   commits, a database page whose journal or WAL copy may go), they are,
+//!   as with the unix VFS, and a process killed at any moment recovers to
+//!   the same transactions; `xSync` adds the `fdatasync`;
 //! - every pointer `xFetch` handed out points into a [`FolioRef`] kept in
 //!   `fetched` until the matching `xUnfetch` (or `xUnfetch(p = NULL)`, or
 //!   close), so the bytes stay valid and unchanged while SQLite reads them;
@@ -19,7 +26,7 @@
 
 use crate::config::Settings;
 use crate::ffi::*;
-use crate::inode::{self, Inode, Key};
+use crate::inode::{self, Inode, Key, WritePolicy};
 use crate::shm::ShmHandle;
 use crate::vfs::{api, vfs_stats};
 use kxarray::pagecache::{FolioRef, PageCache};
@@ -136,6 +143,28 @@ unsafe fn handle<'a>(file: *mut sqlite3_file) -> &'a mut Handle {
     unsafe { &mut *boxed }
 }
 
+/// Write back what the cache holds dirty, without an fsync. The cache has
+/// no call that writes back one file (or one range) without flushing its
+/// backend, so this writes back every dirty folio of the cache: the range
+/// just written, any other thread's write in flight, and databases' writes
+/// waiting for their sync point (written a little early, which is
+/// harmless).
+fn write_back(h: &Handle) -> io::Result<()> {
+    h.cache.writeback_all()
+}
+
+/// A sync point of a database (`SQLITE_FCNTL_SYNC`, `CKPT_DONE`, leaving a
+/// write lock): its deferred writes reach the backing file.
+fn sync_point(h: &Handle) -> c_int {
+    if h.inode.policy != WritePolicy::AtSyncPoint || crate::vfs::write_back_only() {
+        return SQLITE_OK;
+    }
+    match write_back(h) {
+        Ok(()) => SQLITE_OK,
+        Err(e) => io_code(h, "write back", &e, SQLITE_IOERR_WRITE),
+    }
+}
+
 /// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
 /// `SQLITE_FULL`), logging it with the file's path.
 fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
@@ -160,12 +189,13 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         let mut h = unsafe { Box::from_raw(kf.handle) };
         kf.handle = std::ptr::null_mut();
         kf.base.pMethods = std::ptr::null();
+        let rc = sync_point(&h);
         let mut level = h.level;
         h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
         h.fetched.clear();
         h.shm = None;
         inode::close(h.key, &h.inode);
-        SQLITE_OK
+        rc
     })
 }
 
@@ -215,14 +245,12 @@ unsafe extern "C" fn x_write(
         if let Err(e) = h.inode.file.write_at(data, off) {
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
-        // Write-through: the bytes reach the backing file before xWrite
-        // returns (see the module notes). The cache has no call that
-        // writes back one file's range without an fsync, so this writes
-        // back every dirty folio of the cache: with every write written
-        // through, that is the range just written (and any other
-        // thread's write in flight).
-        if !crate::vfs::write_back_only() {
-            if let Err(e) = h.cache.writeback_all() {
+        // Write-through for journals and WALs: the bytes reach the backing
+        // file before xWrite returns (see the module notes). A main
+        // database waits for SQLite's next sync point, a temporary file
+        // for the cache's own writeback.
+        if h.inode.policy == WritePolicy::Through && !crate::vfs::write_back_only() {
+            if let Err(e) = write_back(h) {
                 return io_code(h, "write back", &e, SQLITE_IOERR_WRITE);
             }
         }
@@ -265,7 +293,7 @@ unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
         // cache's own `sync` runs fsync, which also commits the inode's
         // timestamps: a journal commit per transaction the unix VFS does
         // not pay.)
-        if let Err(e) = h.cache.writeback_all() {
+        if let Err(e) = write_back(h) {
             return io_code(h, "write back", &e, SQLITE_IOERR_FSYNC);
         }
         // SAFETY: the descriptor is open for the life of the inode.
@@ -315,9 +343,16 @@ unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
         let (owner, mut cur) = (h.owner, h.level);
+        // Leaving a write lock: a transaction ended (SQLite passed its
+        // sync point already; this is the safety net).
+        let rc = if cur > SQLITE_LOCK_SHARED {
+            sync_point(h)
+        } else {
+            SQLITE_OK
+        };
         h.inode.unlock(owner, &mut cur, level);
         h.level = cur;
-        SQLITE_OK
+        rc
     })
 }
 
@@ -492,6 +527,7 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
                 SQLITE_OK
             }
+            SQLITE_FCNTL_SYNC | SQLITE_FCNTL_CKPT_DONE => sync_point(h),
             _ => SQLITE_NOTFOUND,
         }
     })

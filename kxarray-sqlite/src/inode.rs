@@ -53,6 +53,24 @@ struct LockState {
     ofd: bool,
 }
 
+/// When a file's writes reach the backing file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WritePolicy {
+    /// Before `xWrite` returns (journals and WALs: SQLite's commit points
+    /// are their writes).
+    Through,
+    /// At SQLite's next sync point for the file (`SQLITE_FCNTL_SYNC`, sent
+    /// at every rollback-journal commit even with `synchronous=OFF`;
+    /// `SQLITE_FCNTL_CKPT_DONE` after a checkpoint's writes; `xSync`;
+    /// leaving a write lock; close): a main database, whose pages SQLite
+    /// relies on only after those points, while a journal or the WAL still
+    /// holds them.
+    AtSyncPoint,
+    /// Whenever the cache writes back (temporary files: nobody reads them
+    /// after a crash).
+    Cached,
+}
+
 /// One file, shared by all of the process's handles of it.
 pub(crate) struct Inode {
     /// The path it was first opened by (for messages).
@@ -68,6 +86,8 @@ pub(crate) struct Inode {
     pub(crate) readonly: bool,
     /// Whether it is a main database (locks and the OFD lock apply).
     pub(crate) is_db: bool,
+    /// When its writes reach the backing file.
+    pub(crate) policy: WritePolicy,
     locks: Mutex<LockState>,
     shm: Mutex<Weak<Shm>>,
     /// Handles open on it (changed under the table's lock only).
@@ -160,6 +180,7 @@ impl Inode {
         direct: bool,
         readonly: bool,
         is_db: bool,
+        policy: WritePolicy,
     ) -> Inode {
         Inode {
             path,
@@ -168,6 +189,7 @@ impl Inode {
             direct,
             readonly,
             is_db,
+            policy,
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),
@@ -320,7 +342,15 @@ mod tests {
         let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
         let file = cache.open(RamDisk::new(1 << 16)).unwrap();
         let fd = tempfile_fd();
-        Inode::new("t".into(), file, fd, false, false, false)
+        Inode::new(
+            "t".into(),
+            file,
+            fd,
+            false,
+            false,
+            false,
+            WritePolicy::Cached,
+        )
     }
 
     fn tempfile_fd() -> File {

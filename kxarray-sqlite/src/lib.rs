@@ -36,10 +36,14 @@
 //! `name=value ...` row; `PRAGMA kx_settings` the settings in force.
 //!
 //! What the VFS guarantees:
-//! - **write-through**: each `xWrite` reaches the backing file before it
-//!   returns, and `xSync` is `fdatasync`; so SQLite writes the same bytes
-//!   at the same points as on the unix VFS, and a transaction whose COMMIT
-//!   returned survives SIGKILL whenever it would there (WAL at
+//! - **what SQLite relies on is in the file**: journal and WAL writes are
+//!   written through (in the file when `xWrite` returns); a database's
+//!   writes reach the file at SQLite's next sync point for it
+//!   (`SQLITE_FCNTL_SYNC` at every rollback-journal commit, even with
+//!   `synchronous=OFF`; `SQLITE_FCNTL_CKPT_DONE` after a checkpoint;
+//!   `xSync`; leaving a write lock), while a journal or the WAL still holds
+//!   them; `xSync` is `fdatasync`. So a transaction whose COMMIT returned
+//!   survives SIGKILL whenever it would on the unix VFS (WAL at
 //!   `synchronous=NORMAL` included). The cache serves reads.
 //! - **one process per database**: the five lock levels hold across the
 //!   process's connections, and an OFD lock over SQLite's lock bytes keeps

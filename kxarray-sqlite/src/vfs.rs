@@ -20,7 +20,7 @@ use crate::api::Api;
 use crate::config::{SettingError, Settings};
 use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
-use crate::inode::{self, Inode};
+use crate::inode::{self, Inode, WritePolicy};
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
 use std::ffi::{CStr, OsStr};
@@ -195,6 +195,7 @@ fn make_inode(
     direct: bool,
     readonly: bool,
     is_db: bool,
+    policy: WritePolicy,
 ) -> Result<Inode, OpenErr> {
     let backend = if direct {
         FileBackend::create_direct(path).map_err(|e| {
@@ -220,6 +221,7 @@ fn make_inode(
         direct,
         readonly,
         is_db,
+        policy,
     ))
 }
 
@@ -266,6 +268,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             false,
             false,
             false,
+            WritePolicy::Cached,
         )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow);
         return Ok((h, out_flags));
@@ -329,8 +332,15 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     // it overlaps (bulk loads ran at 0.16x of buffered that way). Never a
     // file already unlinked: the direct descriptor is opened by path.
     let direct = settings.direct && !readonly && !delete_on_close && is_db;
+    let policy = if delete_on_close {
+        WritePolicy::Cached
+    } else if is_db {
+        WritePolicy::AtSyncPoint
+    } else {
+        WritePolicy::Through
+    };
     let inode = inode::open_or_insert(key, || {
-        make_inode(&cache, &path, fd, direct, readonly, is_db)
+        make_inode(&cache, &path, fd, direct, readonly, is_db, policy)
     })?;
     if inode.direct != direct && is_db {
         api.log(
