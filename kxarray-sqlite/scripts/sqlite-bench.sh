@@ -87,6 +87,8 @@ for line in open(path):
         failed[(label, w, t, c)] += 1
         continue
     runs[(label, w, t, c)].append(float(f[6]))
+def fmt(v):
+    return f'{v:,.0f}' if v >= 100 else f'{v:.1f}' if v >= 10 else f'{v:.2f}'
 cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), '?')
 print(f'SQLite on kxarray, {datetime.date.today()}, {os.cpu_count()} cores ({cpu}), '
       f'median of {rounds} interleaved rounds, {secs} s per read run; operations per second '
@@ -107,7 +109,7 @@ for label, w, t in rows:
             cells.append('')
         else:
             m = statistics.median(v)
-            cells.append(f'{m:,.0f}' + (f' ({m / b:.2f})' if b and c != 'unix' else ''))
+            cells.append(fmt(m) + (f' ({m / b:.2f})' if b and c != 'unix' else ''))
     print(f'| {label} | {w} | {t} | ' + ' | '.join(cells) + ' |')
 PY
 
