@@ -15,6 +15,8 @@
 #    the kernel's page cache, how much of the database the kernel caches.
 # 3. The crash test, CRASH_KILLS kills per mode (default 200).
 # 4. speedtest1 (scripts/speedtest1.sh) when SPEEDTEST=1 (default).
+# 5. redb on kxarray against redb's file backend, redb's cache 4 MiB
+#    (examples/redb_kxarray.rs), when REDB=1 (default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
@@ -24,6 +26,7 @@ BIG=${BIG:-1}                   # also a 1 GiB database (point and scan rows)
 BIG_ROWS=${BIG_ROWS:-2400000}   # about 1.1 GB
 CRASH_KILLS=${CRASH_KILLS:-200}
 SPEEDTEST=${SPEEDTEST:-1}
+REDB=${REDB:-1}
 CONFIGS=${CONFIGS:-"unix unix-mmap kx kx-direct kx-fetch floor"}
 READS=${READS:-"point-uniform point-zipf range scan mix"}
 WRITES=${WRITES:-"commit-full commit-wal bulk"}
@@ -33,7 +36,7 @@ OUT=$DIR/results.tsv
 : > "$OUT"
 
 echo "building (release)..." >&2
-cargo build --release -p kxarray-sqlite --example sqlite_bench --example sqlite_crash >/dev/null 2>&1
+cargo build --release -p kxarray-sqlite --example sqlite_bench --example sqlite_crash --example redb_kxarray >/dev/null 2>&1
 B=target/release/examples/sqlite_bench
 
 rotate() { # round, list... -> the list rotated by round
@@ -135,4 +138,11 @@ fi
 if [ "$SPEEDTEST" = 1 ]; then
   echo
   bash kxarray-sqlite/scripts/speedtest1.sh
+fi
+
+if [ "$REDB" = 1 ]; then
+  echo
+  echo '| redb workload | redb file backend | redb on kxarray | ratio |'
+  echo '|---|---|---|---|'
+  target/release/examples/redb_kxarray --keys 400000 --seconds "$SECS" --rounds "$ROUNDS" --dir "$DIR"
 fi
