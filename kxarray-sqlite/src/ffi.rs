@@ -13,63 +13,71 @@
 //! SQLite. Names keep SQLite's spelling so they can be checked against the
 //! header line by line.
 
-#![allow(non_camel_case_types, non_snake_case, missing_docs)]
+#![allow(non_camel_case_types, non_snake_case)]
+// A faithful excerpt of sqlite3.h: some constants are kept for the
+// reader's cross-check though no code path uses them yet.
+#![allow(dead_code)]
 
 use std::os::raw::{c_char, c_int, c_void};
 
 /// `sqlite3_int64`.
-pub type sqlite3_int64 = i64;
+pub(crate) type sqlite3_int64 = i64;
 
 /// `struct sqlite3_file`: the base every VFS's file object starts with.
 #[repr(C)]
 #[derive(Debug)]
-pub struct sqlite3_file {
+pub(crate) struct sqlite3_file {
     /// The methods of an open file; NULL when `xOpen` failed.
-    pub pMethods: *const sqlite3_io_methods,
+    pub(crate) pMethods: *const sqlite3_io_methods,
 }
 
 /// `struct sqlite3_io_methods`, version 3 (with `xFetch`/`xUnfetch`).
 #[repr(C)]
 #[derive(Debug)]
-pub struct sqlite3_io_methods {
-    pub iVersion: c_int,
-    pub xClose: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
-    pub xRead: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_void, c_int, i64) -> c_int>,
-    pub xWrite: Option<unsafe extern "C" fn(*mut sqlite3_file, *const c_void, c_int, i64) -> c_int>,
-    pub xTruncate: Option<unsafe extern "C" fn(*mut sqlite3_file, i64) -> c_int>,
-    pub xSync: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
-    pub xFileSize: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut i64) -> c_int>,
-    pub xLock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
-    pub xUnlock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
-    pub xCheckReservedLock: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_int) -> c_int>,
-    pub xFileControl: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, *mut c_void) -> c_int>,
-    pub xSectorSize: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
-    pub xDeviceCharacteristics: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
-    pub xShmMap: Option<
+pub(crate) struct sqlite3_io_methods {
+    pub(crate) iVersion: c_int,
+    pub(crate) xClose: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    pub(crate) xRead:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_void, c_int, i64) -> c_int>,
+    pub(crate) xWrite:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, *const c_void, c_int, i64) -> c_int>,
+    pub(crate) xTruncate: Option<unsafe extern "C" fn(*mut sqlite3_file, i64) -> c_int>,
+    pub(crate) xSync: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub(crate) xFileSize: Option<unsafe extern "C" fn(*mut sqlite3_file, *mut i64) -> c_int>,
+    pub(crate) xLock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub(crate) xUnlock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub(crate) xCheckReservedLock:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, *mut c_int) -> c_int>,
+    pub(crate) xFileControl:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, *mut c_void) -> c_int>,
+    pub(crate) xSectorSize: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    pub(crate) xDeviceCharacteristics: Option<unsafe extern "C" fn(*mut sqlite3_file) -> c_int>,
+    pub(crate) xShmMap: Option<
         unsafe extern "C" fn(*mut sqlite3_file, c_int, c_int, c_int, *mut *mut c_void) -> c_int,
     >,
-    pub xShmLock: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, c_int, c_int) -> c_int>,
-    pub xShmBarrier: Option<unsafe extern "C" fn(*mut sqlite3_file)>,
-    pub xShmUnmap: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
-    pub xFetch:
+    pub(crate) xShmLock:
+        Option<unsafe extern "C" fn(*mut sqlite3_file, c_int, c_int, c_int) -> c_int>,
+    pub(crate) xShmBarrier: Option<unsafe extern "C" fn(*mut sqlite3_file)>,
+    pub(crate) xShmUnmap: Option<unsafe extern "C" fn(*mut sqlite3_file, c_int) -> c_int>,
+    pub(crate) xFetch:
         Option<unsafe extern "C" fn(*mut sqlite3_file, i64, c_int, *mut *mut c_void) -> c_int>,
-    pub xUnfetch: Option<unsafe extern "C" fn(*mut sqlite3_file, i64, *mut c_void) -> c_int>,
+    pub(crate) xUnfetch: Option<unsafe extern "C" fn(*mut sqlite3_file, i64, *mut c_void) -> c_int>,
 }
 
 /// `sqlite3_syscall_ptr`.
-pub type sqlite3_syscall_ptr = Option<unsafe extern "C" fn()>;
+pub(crate) type sqlite3_syscall_ptr = Option<unsafe extern "C" fn()>;
 
 /// `struct sqlite3_vfs`, version 3.
 #[repr(C)]
 #[derive(Debug)]
-pub struct sqlite3_vfs {
-    pub iVersion: c_int,
-    pub szOsFile: c_int,
-    pub mxPathname: c_int,
-    pub pNext: *mut sqlite3_vfs,
-    pub zName: *const c_char,
-    pub pAppData: *mut c_void,
-    pub xOpen: Option<
+pub(crate) struct sqlite3_vfs {
+    pub(crate) iVersion: c_int,
+    pub(crate) szOsFile: c_int,
+    pub(crate) mxPathname: c_int,
+    pub(crate) pNext: *mut sqlite3_vfs,
+    pub(crate) zName: *const c_char,
+    pub(crate) pAppData: *mut c_void,
+    pub(crate) xOpen: Option<
         unsafe extern "C" fn(
             *mut sqlite3_vfs,
             *const c_char,
@@ -78,139 +86,144 @@ pub struct sqlite3_vfs {
             *mut c_int,
         ) -> c_int,
     >,
-    pub xDelete: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int) -> c_int>,
-    pub xAccess:
+    pub(crate) xDelete:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int) -> c_int>,
+    pub(crate) xAccess:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int, *mut c_int) -> c_int>,
-    pub xFullPathname:
+    pub(crate) xFullPathname:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, c_int, *mut c_char) -> c_int>,
-    pub xDlOpen: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> *mut c_void>,
-    pub xDlError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char)>,
-    pub xDlSym: Option<
+    pub(crate) xDlOpen:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> *mut c_void>,
+    pub(crate) xDlError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char)>,
+    pub(crate) xDlSym: Option<
         unsafe extern "C" fn(
             *mut sqlite3_vfs,
             *mut c_void,
             *const c_char,
         ) -> Option<unsafe extern "C" fn()>,
     >,
-    pub xDlClose: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut c_void)>,
-    pub xRandomness: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
-    pub xSleep: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int>,
-    pub xCurrentTime: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut f64) -> c_int>,
-    pub xGetLastError: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
-    pub xCurrentTimeInt64: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut i64) -> c_int>,
-    pub xSetSystemCall:
+    pub(crate) xDlClose: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut c_void)>,
+    pub(crate) xRandomness:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
+    pub(crate) xSleep: Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int>,
+    pub(crate) xCurrentTime: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut f64) -> c_int>,
+    pub(crate) xGetLastError:
+        Option<unsafe extern "C" fn(*mut sqlite3_vfs, c_int, *mut c_char) -> c_int>,
+    pub(crate) xCurrentTimeInt64: Option<unsafe extern "C" fn(*mut sqlite3_vfs, *mut i64) -> c_int>,
+    pub(crate) xSetSystemCall:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char, sqlite3_syscall_ptr) -> c_int>,
-    pub xGetSystemCall:
+    pub(crate) xGetSystemCall:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> sqlite3_syscall_ptr>,
-    pub xNextSystemCall:
+    pub(crate) xNextSystemCall:
         Option<unsafe extern "C" fn(*mut sqlite3_vfs, *const c_char) -> *const c_char>,
 }
 
 // Result codes.
-pub const SQLITE_OK: c_int = 0;
-pub const SQLITE_ERROR: c_int = 1;
-pub const SQLITE_BUSY: c_int = 5;
-pub const SQLITE_NOMEM: c_int = 7;
-pub const SQLITE_READONLY: c_int = 8;
-pub const SQLITE_IOERR: c_int = 10;
-pub const SQLITE_NOTFOUND: c_int = 12;
-pub const SQLITE_FULL: c_int = 13;
-pub const SQLITE_CANTOPEN: c_int = 14;
-pub const SQLITE_MISUSE: c_int = 21;
-pub const SQLITE_WARNING: c_int = 28;
-pub const SQLITE_NOTICE: c_int = 27;
-pub const SQLITE_OK_LOAD_PERMANENTLY: c_int = SQLITE_OK | (1 << 8);
-pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
-pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
-pub const SQLITE_IOERR_WRITE: c_int = SQLITE_IOERR | (3 << 8);
-pub const SQLITE_IOERR_FSYNC: c_int = SQLITE_IOERR | (4 << 8);
-pub const SQLITE_IOERR_DIR_FSYNC: c_int = SQLITE_IOERR | (5 << 8);
-pub const SQLITE_IOERR_TRUNCATE: c_int = SQLITE_IOERR | (6 << 8);
-pub const SQLITE_IOERR_FSTAT: c_int = SQLITE_IOERR | (7 << 8);
-pub const SQLITE_IOERR_DELETE: c_int = SQLITE_IOERR | (10 << 8);
-pub const SQLITE_IOERR_NOMEM: c_int = SQLITE_IOERR | (12 << 8);
-pub const SQLITE_IOERR_ACCESS: c_int = SQLITE_IOERR | (13 << 8);
-pub const SQLITE_IOERR_LOCK: c_int = SQLITE_IOERR | (15 << 8);
-pub const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);
-pub const SQLITE_IOERR_DELETE_NOENT: c_int = SQLITE_IOERR | (23 << 8);
-pub const SQLITE_CANTOPEN_FULLPATH: c_int = SQLITE_CANTOPEN | (3 << 8);
+pub(crate) const SQLITE_OK: c_int = 0;
+pub(crate) const SQLITE_ERROR: c_int = 1;
+pub(crate) const SQLITE_BUSY: c_int = 5;
+pub(crate) const SQLITE_NOMEM: c_int = 7;
+pub(crate) const SQLITE_READONLY: c_int = 8;
+pub(crate) const SQLITE_IOERR: c_int = 10;
+pub(crate) const SQLITE_NOTFOUND: c_int = 12;
+pub(crate) const SQLITE_FULL: c_int = 13;
+pub(crate) const SQLITE_CANTOPEN: c_int = 14;
+pub(crate) const SQLITE_MISUSE: c_int = 21;
+pub(crate) const SQLITE_WARNING: c_int = 28;
+pub(crate) const SQLITE_NOTICE: c_int = 27;
+pub(crate) const SQLITE_OK_LOAD_PERMANENTLY: c_int = SQLITE_OK | (1 << 8);
+pub(crate) const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
+pub(crate) const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
+pub(crate) const SQLITE_IOERR_WRITE: c_int = SQLITE_IOERR | (3 << 8);
+pub(crate) const SQLITE_IOERR_FSYNC: c_int = SQLITE_IOERR | (4 << 8);
+pub(crate) const SQLITE_IOERR_DIR_FSYNC: c_int = SQLITE_IOERR | (5 << 8);
+pub(crate) const SQLITE_IOERR_TRUNCATE: c_int = SQLITE_IOERR | (6 << 8);
+pub(crate) const SQLITE_IOERR_FSTAT: c_int = SQLITE_IOERR | (7 << 8);
+pub(crate) const SQLITE_IOERR_DELETE: c_int = SQLITE_IOERR | (10 << 8);
+pub(crate) const SQLITE_IOERR_NOMEM: c_int = SQLITE_IOERR | (12 << 8);
+pub(crate) const SQLITE_IOERR_ACCESS: c_int = SQLITE_IOERR | (13 << 8);
+pub(crate) const SQLITE_IOERR_LOCK: c_int = SQLITE_IOERR | (15 << 8);
+pub(crate) const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);
+pub(crate) const SQLITE_IOERR_DELETE_NOENT: c_int = SQLITE_IOERR | (23 << 8);
+pub(crate) const SQLITE_CANTOPEN_FULLPATH: c_int = SQLITE_CANTOPEN | (3 << 8);
 
 // Open flags (xOpen).
-pub const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
-pub const SQLITE_OPEN_READWRITE: c_int = 0x0000_0002;
-pub const SQLITE_OPEN_CREATE: c_int = 0x0000_0004;
-pub const SQLITE_OPEN_DELETEONCLOSE: c_int = 0x0000_0008;
-pub const SQLITE_OPEN_EXCLUSIVE: c_int = 0x0000_0010;
-pub const SQLITE_OPEN_URI: c_int = 0x0000_0040;
-pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
-pub const SQLITE_OPEN_TEMP_DB: c_int = 0x0000_0200;
-pub const SQLITE_OPEN_TRANSIENT_DB: c_int = 0x0000_0400;
-pub const SQLITE_OPEN_MAIN_JOURNAL: c_int = 0x0000_0800;
-pub const SQLITE_OPEN_TEMP_JOURNAL: c_int = 0x0000_1000;
-pub const SQLITE_OPEN_SUBJOURNAL: c_int = 0x0000_2000;
-pub const SQLITE_OPEN_SUPER_JOURNAL: c_int = 0x0000_4000;
-pub const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
+pub(crate) const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
+pub(crate) const SQLITE_OPEN_READWRITE: c_int = 0x0000_0002;
+pub(crate) const SQLITE_OPEN_CREATE: c_int = 0x0000_0004;
+pub(crate) const SQLITE_OPEN_DELETEONCLOSE: c_int = 0x0000_0008;
+pub(crate) const SQLITE_OPEN_EXCLUSIVE: c_int = 0x0000_0010;
+pub(crate) const SQLITE_OPEN_URI: c_int = 0x0000_0040;
+pub(crate) const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
+pub(crate) const SQLITE_OPEN_TEMP_DB: c_int = 0x0000_0200;
+pub(crate) const SQLITE_OPEN_TRANSIENT_DB: c_int = 0x0000_0400;
+pub(crate) const SQLITE_OPEN_MAIN_JOURNAL: c_int = 0x0000_0800;
+pub(crate) const SQLITE_OPEN_TEMP_JOURNAL: c_int = 0x0000_1000;
+pub(crate) const SQLITE_OPEN_SUBJOURNAL: c_int = 0x0000_2000;
+pub(crate) const SQLITE_OPEN_SUPER_JOURNAL: c_int = 0x0000_4000;
+pub(crate) const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
 
 // xAccess flags.
-pub const SQLITE_ACCESS_EXISTS: c_int = 0;
-pub const SQLITE_ACCESS_READWRITE: c_int = 1;
-pub const SQLITE_ACCESS_READ: c_int = 2;
+pub(crate) const SQLITE_ACCESS_EXISTS: c_int = 0;
+pub(crate) const SQLITE_ACCESS_READWRITE: c_int = 1;
+pub(crate) const SQLITE_ACCESS_READ: c_int = 2;
 
 // Lock levels (xLock / xUnlock).
-pub const SQLITE_LOCK_NONE: c_int = 0;
-pub const SQLITE_LOCK_SHARED: c_int = 1;
-pub const SQLITE_LOCK_RESERVED: c_int = 2;
-pub const SQLITE_LOCK_PENDING: c_int = 3;
-pub const SQLITE_LOCK_EXCLUSIVE: c_int = 4;
+pub(crate) const SQLITE_LOCK_NONE: c_int = 0;
+pub(crate) const SQLITE_LOCK_SHARED: c_int = 1;
+pub(crate) const SQLITE_LOCK_RESERVED: c_int = 2;
+pub(crate) const SQLITE_LOCK_PENDING: c_int = 3;
+pub(crate) const SQLITE_LOCK_EXCLUSIVE: c_int = 4;
 
 // xSync flags.
-pub const SQLITE_SYNC_NORMAL: c_int = 0x0000_0002;
-pub const SQLITE_SYNC_FULL: c_int = 0x0000_0003;
-pub const SQLITE_SYNC_DATAONLY: c_int = 0x0000_0010;
+pub(crate) const SQLITE_SYNC_NORMAL: c_int = 0x0000_0002;
+pub(crate) const SQLITE_SYNC_FULL: c_int = 0x0000_0003;
+pub(crate) const SQLITE_SYNC_DATAONLY: c_int = 0x0000_0010;
 
 // File control opcodes (xFileControl).
-pub const SQLITE_FCNTL_LOCKSTATE: c_int = 1;
-pub const SQLITE_FCNTL_SIZE_HINT: c_int = 5;
-pub const SQLITE_FCNTL_CHUNK_SIZE: c_int = 6;
-pub const SQLITE_FCNTL_PERSIST_WAL: c_int = 10;
-pub const SQLITE_FCNTL_VFSNAME: c_int = 12;
-pub const SQLITE_FCNTL_POWERSAFE_OVERWRITE: c_int = 13;
-pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
-pub const SQLITE_FCNTL_TEMPFILENAME: c_int = 16;
-pub const SQLITE_FCNTL_MMAP_SIZE: c_int = 18;
-pub const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
-pub const SQLITE_FCNTL_SYNC: c_int = 21;
-pub const SQLITE_FCNTL_CKPT_DONE: c_int = 37;
+pub(crate) const SQLITE_FCNTL_LOCKSTATE: c_int = 1;
+pub(crate) const SQLITE_FCNTL_SIZE_HINT: c_int = 5;
+pub(crate) const SQLITE_FCNTL_CHUNK_SIZE: c_int = 6;
+pub(crate) const SQLITE_FCNTL_PERSIST_WAL: c_int = 10;
+pub(crate) const SQLITE_FCNTL_VFSNAME: c_int = 12;
+pub(crate) const SQLITE_FCNTL_POWERSAFE_OVERWRITE: c_int = 13;
+pub(crate) const SQLITE_FCNTL_PRAGMA: c_int = 14;
+pub(crate) const SQLITE_FCNTL_TEMPFILENAME: c_int = 16;
+pub(crate) const SQLITE_FCNTL_MMAP_SIZE: c_int = 18;
+pub(crate) const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
+pub(crate) const SQLITE_FCNTL_SYNC: c_int = 21;
+pub(crate) const SQLITE_FCNTL_CKPT_DONE: c_int = 37;
 
 // Device characteristics (xDeviceCharacteristics).
-pub const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;
-pub const SQLITE_IOCAP_SAFE_APPEND: c_int = 0x0000_0200;
-pub const SQLITE_IOCAP_SEQUENTIAL: c_int = 0x0000_0400;
-pub const SQLITE_IOCAP_UNDELETABLE_WHEN_OPEN: c_int = 0x0000_0800;
-pub const SQLITE_IOCAP_POWERSAFE_OVERWRITE: c_int = 0x0000_1000;
+pub(crate) const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;
+pub(crate) const SQLITE_IOCAP_SAFE_APPEND: c_int = 0x0000_0200;
+pub(crate) const SQLITE_IOCAP_SEQUENTIAL: c_int = 0x0000_0400;
+pub(crate) const SQLITE_IOCAP_UNDELETABLE_WHEN_OPEN: c_int = 0x0000_0800;
+pub(crate) const SQLITE_IOCAP_POWERSAFE_OVERWRITE: c_int = 0x0000_1000;
 
 // Shared-memory lock flags (xShmLock) and the number of lock slots.
-pub const SQLITE_SHM_UNLOCK: c_int = 1;
-pub const SQLITE_SHM_LOCK: c_int = 2;
-pub const SQLITE_SHM_SHARED: c_int = 4;
-pub const SQLITE_SHM_EXCLUSIVE: c_int = 8;
-pub const SQLITE_SHM_NLOCK: c_int = 8;
+pub(crate) const SQLITE_SHM_UNLOCK: c_int = 1;
+pub(crate) const SQLITE_SHM_LOCK: c_int = 2;
+pub(crate) const SQLITE_SHM_SHARED: c_int = 4;
+pub(crate) const SQLITE_SHM_EXCLUSIVE: c_int = 8;
+pub(crate) const SQLITE_SHM_NLOCK: c_int = 8;
 
 /// The first byte of SQLite's lock range in a database file
 /// (`PENDING_BYTE`, `os.h`); the reserved byte follows, then the 510
 /// shared bytes (`SHARED_FIRST`, `SHARED_SIZE`).
-pub const PENDING_BYTE: i64 = 0x4000_0000;
+pub(crate) const PENDING_BYTE: i64 = 0x4000_0000;
 /// Bytes from [`PENDING_BYTE`] to the end of the shared range.
-pub const LOCK_RANGE_LEN: i64 = 2 + 510;
+pub(crate) const LOCK_RANGE_LEN: i64 = 2 + 510;
 
-/// Opaque `sqlite3_api_routines` (only read through [`crate::api`]).
+/// SQLite's `sqlite3_api_routines`, the table of function pointers a
+/// loadable extension receives (opaque here; read by [`crate::Api::from_routines`]).
 #[repr(C)]
 #[derive(Debug)]
 pub struct sqlite3_api_routines {
     _private: [u8; 0],
 }
 
-/// Opaque `sqlite3` connection handle.
+/// SQLite's connection handle, `sqlite3` (opaque).
 #[repr(C)]
 #[derive(Debug)]
 pub struct sqlite3 {

@@ -59,7 +59,7 @@
 
 pub mod api;
 pub mod config;
-pub mod ffi;
+mod ffi;
 mod file;
 mod inode;
 mod shm;
@@ -67,6 +67,7 @@ mod vfs;
 
 pub use api::Api;
 pub use config::{default_capacity, parse_size, SettingError, Settings};
+pub use ffi::{sqlite3, sqlite3_api_routines};
 pub use inode::open_files;
 pub use vfs::{cache, RegisterError};
 
@@ -118,9 +119,9 @@ pub fn stats() -> Option<String> {
 ///   `sqlite3_api_routines` table, `err` null or a writable pointer slot.
 #[no_mangle]
 pub unsafe extern "C" fn sqlite3_kxarraysqlite_init(
-    _db: *mut ffi::sqlite3,
+    _db: *mut sqlite3,
     err: *mut *mut c_char,
-    api: *const ffi::sqlite3_api_routines,
+    api: *const sqlite3_api_routines,
 ) -> c_int {
     // SAFETY: per the caller, `api` is SQLite's routines table.
     let Some(a) = (unsafe { Api::from_routines(api) }) else {
@@ -145,9 +146,9 @@ pub unsafe extern "C" fn sqlite3_kxarraysqlite_init(
 /// As [`sqlite3_kxarraysqlite_init`].
 #[no_mangle]
 pub unsafe extern "C" fn sqlite3_extension_init(
-    db: *mut ffi::sqlite3,
+    db: *mut sqlite3,
     err: *mut *mut c_char,
-    api: *const ffi::sqlite3_api_routines,
+    api: *const sqlite3_api_routines,
 ) -> c_int {
     // SAFETY: same contract.
     unsafe { sqlite3_kxarraysqlite_init(db, err, api) }
