@@ -382,3 +382,65 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
     drop(u);
     assert_eq!(int(&k, "SELECT count(*) FROM t"), 5);
 }
+
+/// Two connections of one thread in WAL mode with fetch on: a reader in
+/// the middle of a scan holds fetched pages; the other connection's
+/// checkpoint writes pages of the same folios. Today's `FolioRef` makes the
+/// checkpoint's write wait for the reader, on the reader's own thread. Run
+/// in a thread; a hang fails the test after 60 s.
+#[test]
+#[ignore = "needs the non-blocking FolioRef"]
+fn checkpoint_under_a_reader_holding_fetched_pages_does_not_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ckpt.db");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = (|| -> rusqlite::Result<i64> {
+            {
+                let db = open(&p, "kx_fetch=1")?;
+                db.execute_batch(
+                    "PRAGMA journal_mode=wal;
+                     CREATE TABLE a(id INTEGER PRIMARY KEY, v BLOB);
+                     CREATE TABLE b(id INTEGER PRIMARY KEY, v BLOB);",
+                )?;
+                let txn = db.unchecked_transaction()?;
+                for i in 0..4000 {
+                    txn.execute("INSERT INTO a VALUES (?1, randomblob(300))", [i])?;
+                    txn.execute("INSERT INTO b VALUES (?1, zeroblob(300))", [i])?;
+                }
+                txn.commit()?;
+                int(&db, "PRAGMA wal_checkpoint(TRUNCATE)");
+            }
+            // Fresh inode: reads come back in large folios.
+            let w = open(&p, "kx_fetch=1")?;
+            let r = open(&p, "kx_fetch=1")?;
+            r.execute_batch("PRAGMA mmap_size=268435456")?;
+            let both: i64 =
+                r.query_row("SELECT count(*) FROM a JOIN b USING(id)", [], |x| x.get(0))?;
+            assert_eq!(both, 4000);
+            w.execute_batch("PRAGMA wal_autocheckpoint=0; UPDATE b SET v = randomblob(300);")?;
+            let mut st = r.prepare("SELECT length(v) FROM a")?;
+            let mut rows = st.query([])?;
+            let mut n = 0i64;
+            // into the middle of the table, where readahead made the folios
+            // large
+            for _ in 0..2000 {
+                n += rows.next()?.unwrap().get::<_, i64>(0)?;
+            }
+            // the reader holds fetched pages of a; b's pages go to the db
+            let ck: (i64, i64, i64) = w.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |x| {
+                Ok((x.get(0)?, x.get(1)?, x.get(2)?))
+            })?;
+            assert!(ck.2 > 0, "the checkpoint wrote pages: {ck:?}");
+            while let Some(row) = rows.next()? {
+                n += row.get::<_, i64>(0)?;
+            }
+            Ok(n)
+        })();
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(r) => assert_eq!(r.unwrap(), 4000 * 300),
+        Err(_) => panic!("the checkpoint hung for 60 s behind a fetched folio"),
+    }
+}
