@@ -54,13 +54,20 @@ pub(crate) fn shell() -> Option<PathBuf> {
     out.status.success().then(|| PathBuf::from("sqlite3"))
 }
 
-/// The cdylib built beside this test binary (target/<profile>/).
+/// The cdylib of this build: `cargo test` leaves it in `target/<profile>/deps/`
+/// beside the test binary (a `cargo build` also copies it one level up).
 pub(crate) fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap(); // deps/ -> <profile>/
-    let p = dir.join("libkxarray_sqlite.so");
-    assert!(p.exists(), "{} not built", p.display());
-    p
+    let deps = exe.parent().unwrap();
+    let candidates = [
+        deps.join("libkxarray_sqlite.so"),
+        deps.parent().unwrap().join("libkxarray_sqlite.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("the shared library is not built (looked for {candidates:?})"))
+        .clone()
 }
 
 /// The extension path as `.load` takes it (no suffix).
