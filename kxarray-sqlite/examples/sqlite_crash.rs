@@ -580,19 +580,21 @@ pub(crate) fn table(outcomes: &[Outcome]) -> String {
     s
 }
 
-/// The shared library next to a binary in `target/<profile>/` or
-/// `target/<profile>/{deps,examples}/`.
+/// The shared library of this build, next to a binary in
+/// `target/<profile>/`, `deps/` or `examples/` (`cargo test` leaves it in
+/// `deps/`, `cargo build` copies it to `target/<profile>/`).
 pub(crate) fn find_cdylib() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let mut d = exe.parent()?;
-    for _ in 0..2 {
-        let p = d.join("libkxarray_sqlite.so");
-        if p.exists() {
-            return Some(p);
-        }
-        d = d.parent()?;
-    }
-    None
+    let dir = exe.parent()?;
+    let profile = dir.parent()?;
+    [
+        dir.to_path_buf(),
+        profile.to_path_buf(),
+        profile.join("deps"),
+    ]
+    .into_iter()
+    .map(|d| d.join("libkxarray_sqlite.so"))
+    .find(|p| p.exists())
 }
 
 #[derive(Parser, Debug)]

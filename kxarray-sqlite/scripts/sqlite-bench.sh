@@ -36,7 +36,7 @@ OUT=$DIR/results.tsv
 : > "$OUT"
 
 echo "building (release)..." >&2
-cargo build --release -p kxarray-sqlite --example sqlite_bench --example sqlite_crash --example redb_kxarray >/dev/null 2>&1
+cargo build --release -p kxarray-sqlite --lib --example sqlite_bench --example sqlite_crash --example redb_kxarray >/dev/null 2>&1
 B=target/release/examples/sqlite_bench
 
 rotate() { # round, list... -> the list rotated by round
