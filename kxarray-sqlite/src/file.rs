@@ -30,7 +30,6 @@ use crate::inode::{self, Inode, Key, WritePolicy};
 use crate::shm::ShmHandle;
 use crate::vfs::{api, vfs_stats};
 use kxarray::pagecache::{FolioRef, PageCache};
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::raw::{c_char, c_int, c_void};
@@ -63,7 +62,10 @@ pub(crate) struct Handle {
     pub(crate) settings: Settings,
     /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
     mmap_limit: i64,
-    fetched: HashMap<i64, Vec<FolioRef>>,
+    /// The folio references behind the pointers `xFetch` handed out, by
+    /// offset (a few at a time: SQLite holds the pages of its open cursors,
+    /// so a vector searched from the end beats a hash map).
+    fetched: Vec<(i64, FolioRef)>,
     shm: Option<ShmHandle>,
     chunk: i64,
     psow: bool,
@@ -89,7 +91,7 @@ impl Handle {
             level: SQLITE_LOCK_NONE,
             settings,
             mmap_limit: 0,
-            fetched: HashMap::new(),
+            fetched: Vec::new(),
             shm: None,
             chunk: 0,
             psow,
@@ -651,7 +653,7 @@ unsafe extern "C" fn x_fetch(
         // The FolioRef's bytes do not move while it lives (it owns the
         // folio's data); it is kept below until xUnfetch.
         let p = folio[start as usize..].as_ptr().cast_mut().cast::<c_void>();
-        h.fetched.entry(off).or_default().push(folio);
+        h.fetched.push((off, folio));
         vfs_stats().fetches.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as above.
         unsafe { *out = p };
@@ -669,11 +671,8 @@ unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void
             h.fetched.clear();
             return SQLITE_OK;
         }
-        if let Some(v) = h.fetched.get_mut(&off) {
-            v.pop();
-            if v.is_empty() {
-                h.fetched.remove(&off);
-            }
+        if let Some(i) = h.fetched.iter().rposition(|(o, _)| *o == off) {
+            h.fetched.swap_remove(i);
         }
         SQLITE_OK
     })
