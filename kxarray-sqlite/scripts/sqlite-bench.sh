@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# SQLite on kxarray against the unix VFS, side by side, interleaved.
+#
+#   bash kxarray-sqlite/scripts/sqlite-bench.sh              # everything
+#   ROUNDS=5 SECONDS_PER_RUN=3 bash kxarray-sqlite/scripts/sqlite-bench.sh
+#   BIG=0 CRASH_KILLS=0 SPEEDTEST=0 bash kxarray-sqlite/scripts/sqlite-bench.sh
+#
+# 1. Read and write workloads (examples/sqlite_bench.rs), each run in its
+#    own process, over six configurations: unix (kernel page cache warm),
+#    unix-mmap, kx (kxarray over a buffered file), kx-direct (O_DIRECT
+#    below kxarray), kx-fetch (zero-copy xFetch), floor (SQLite's own cache
+#    holding the database). The order of the configurations rotates every
+#    round; the table shows medians and ratios against unix.
+# 2. fincore: after a kx-direct run that started with the file dropped from
+#    the kernel's page cache, how much of the database the kernel caches.
+# 3. The crash test, CRASH_KILLS kills per mode (default 200).
+# 4. speedtest1 (scripts/speedtest1.sh) when SPEEDTEST=1 (default).
+# 5. redb on kxarray against redb's file backend, redb's cache 4 MiB
+#    (examples/redb_kxarray.rs), when REDB=1 (default).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-3}
+SECS=${SECONDS_PER_RUN:-2}
+ROWS=${ROWS:-400000}            # about 180 MB
+BIG=${BIG:-1}                   # also a 1 GiB database (point and scan rows)
+BIG_ROWS=${BIG_ROWS:-2400000}   # about 1.1 GB
+CRASH_KILLS=${CRASH_KILLS:-200}
+SPEEDTEST=${SPEEDTEST:-1}
+REDB=${REDB:-1}
+CONFIGS=${CONFIGS:-"unix unix-mmap kx kx-direct kx-fetch floor"}
+READS=${READS:-"point-uniform point-zipf range scan mix"}
+WRITES=${WRITES:-"commit-full commit-wal bulk"}
+DIR=${DIR:-target/sqlite-bench}
+mkdir -p "$DIR"
+OUT=$DIR/results.tsv
+: > "$OUT"
+
+echo "building (release)..." >&2
+cargo build --release -p kxarray-sqlite --lib --example sqlite_bench --example sqlite_crash --example redb_kxarray >/dev/null 2>&1
+B=target/release/examples/sqlite_bench
+
+rotate() { # round, list... -> the list rotated by round
+  local r=$1; shift; local a=("$@") n=$#
+  for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + r) % n))]}"; done
+}
+
+run() { # label db config workload threads [extra]
+  local label=$1 db=$2 c=$3 w=$4 t=$5; shift 5
+  local line
+  if line=$(timeout 300 "$B" run --db "$db" --config "$c" --workload "$w" --threads "$t" --seconds "$SECS" "$@" 2>/dev/null); then
+    printf '%s\t%s\n' "$label" "$line" >> "$OUT"
+  else
+    printf '%s\t%s\t%s\t%s\tFAILED\n' "$label" "$c" "$w" "$t" >> "$OUT"
+    echo "FAILED (or timed out): $label $c $w $t" >&2
+  fi
+}
+
+DB=$DIR/read.db
+"$B" prepare --db "$DB" --rows "$ROWS"
+if [ "$BIG" = 1 ]; then "$B" prepare --db "$DIR/big.db" --rows "$BIG_ROWS"; fi
+
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r/$ROUNDS" >&2
+  for w in $READS; do
+    for t in 1 2; do
+      for c in $(rotate "$r" $CONFIGS); do run 180MB "$DB" "$c" "$w" "$t"; done
+    done
+  done
+  if [ "$BIG" = 1 ]; then
+    for w in point-uniform scan; do
+      for c in $(rotate "$r" $CONFIGS); do run 1GiB "$DIR/big.db" "$c" "$w" 1; done
+    done
+  fi
+  for w in $WRITES; do
+    for c in $(rotate "$r" unix kx kx-direct); do run write "$DIR/w.db" "$c" "$w" 1; done
+  done
+done
+
+python3 - "$OUT" "$ROUNDS" "$SECS" <<'PY'
+import collections, statistics, sys, datetime, platform, os
+path, rounds, secs = sys.argv[1], sys.argv[2], sys.argv[3]
+runs = collections.defaultdict(list)
+failed = collections.Counter()
+configs = []
+for line in open(path):
+    f = line.rstrip('\n').split('\t')
+    label, c, w, t = f[0], f[1], f[2], f[3]
+    if c not in configs: configs.append(c)
+    if f[4] == 'FAILED':
+        failed[(label, w, t, c)] += 1
+        continue
+    runs[(label, w, t, c)].append(float(f[6]))
+def fmt(v):
+    return f'{v:,.0f}' if v >= 100 else f'{v:.1f}' if v >= 10 else f'{v:.2f}'
+cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), '?')
+print(f'SQLite on kxarray, {datetime.date.today()}, {os.cpu_count()} cores ({cpu}), '
+      f'median of {rounds} interleaved rounds, {secs} s per read run; operations per second '
+      f'(ratio against unix)\n')
+rows = sorted({k[:3] for k in list(runs) + list(failed)}, key=lambda k: (k[0] != '180MB', k[0], k[1], k[2]))
+cols = [c for c in ['unix', 'unix-mmap', 'kx', 'kx-direct', 'kx-fetch', 'floor'] if c in configs]
+print('| database | workload | conns | ' + ' | '.join(cols) + ' |')
+print('|---|---|---|' + '---|' * len(cols))
+for label, w, t in rows:
+    base = runs.get((label, w, t, 'unix'))
+    b = statistics.median(base) if base else None
+    cells = []
+    for c in cols:
+        v = runs.get((label, w, t, c))
+        if failed[(label, w, t, c)]:
+            cells.append(f'FAILED x{failed[(label, w, t, c)]}' + (f' / {statistics.median(v):,.0f}' if v else ''))
+        elif not v:
+            cells.append('')
+        else:
+            m = statistics.median(v)
+            cells.append(fmt(m) + (f' ({m / b:.2f})' if b and c != 'unix' else ''))
+    print(f'| {label} | {w} | {t} | ' + ' | '.join(cells) + ' |')
+PY
+
+# One copy of each page: after a kx-direct run over a file dropped from the
+# kernel's page cache, fincore shows what the kernel holds of it.
+if command -v fincore >/dev/null; then
+  line=$("$B" run --db "$DB" --config kx-direct --workload scan --seconds 1 --drop-kernel-cache)
+  echo
+  echo "kx-direct, full scans after dropping the file from the kernel's cache: $(echo "$line" | cut -f6) scans/s"
+  echo '```'
+  fincore "$DB"
+  echo '```'
+fi
+
+if [ "$CRASH_KILLS" -gt 0 ]; then
+  echo
+  echo "Crash test, $CRASH_KILLS kills per mode:"
+  echo
+  target/release/examples/sqlite_crash --kills "$CRASH_KILLS" --dir "$DIR/crash" 2> "$DIR/crash.log" || {
+    echo "CRASH TEST FAILED (see $DIR/crash.log)"; }
+fi
+
+if [ "$SPEEDTEST" = 1 ]; then
+  echo
+  bash kxarray-sqlite/scripts/speedtest1.sh
+fi
+
+if [ "$REDB" = 1 ]; then
+  echo
+  echo '| redb workload | redb file backend | redb on kxarray | ratio |'
+  echo '|---|---|---|---|'
+  target/release/examples/redb_kxarray --keys 400000 --seconds "$SECS" --rounds "$ROUNDS" --dir "$DIR"
+fi

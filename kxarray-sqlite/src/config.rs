@@ -1,0 +1,263 @@
+//! Settings: the cache capacity, O_DIRECT below the cache, zero-copy
+//! fetch. [`Settings`] is what one open asks for; it is read from URI
+//! parameters (`kx_cache`, `kx_direct`, `kx_fetch`), then environment
+//! variables (`KXARRAY_SQLITE_CACHE`, `KXARRAY_SQLITE_DIRECT`,
+//! `KXARRAY_SQLITE_FETCH`), then the defaults.
+//!
+//! Owns the parsing of sizes (`parse_size`: bytes with an optional
+//! `k`/`m`/`g`/`t` suffix, powers of 1024) and booleans, and the default
+//! capacity ([`default_capacity`]). Invariant: a setting that does not
+//! parse is an error the open reports (SQLITE_CANTOPEN with a message in
+//! SQLite's log), never silently replaced by a default.
+
+use std::fmt;
+
+/// What one open asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Capacity of the process-wide cache in bytes (used by the open that
+    /// creates it; later opens cannot change it).
+    pub cache_bytes: u64,
+    /// Open the database file with `O_DIRECT` below the cache (kxarray is
+    /// then the only cache of its pages; the journal or WAL stay buffered).
+    pub direct: bool,
+    /// Serve `xFetch` (SQLite's memory-mapped reads) with zero-copy
+    /// references into the cache's folios, when `PRAGMA mmap_size` > 0.
+    pub fetch: bool,
+}
+
+/// A setting that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingError {
+    /// Where it came from (`kx_cache` or `KXARRAY_SQLITE_CACHE`...).
+    pub source: String,
+    /// The text that did not parse.
+    pub value: String,
+    /// What was expected.
+    pub expected: &'static str,
+}
+
+impl fmt::Display for SettingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}={:?} is not {}",
+            self.source, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for SettingError {}
+
+/// Smallest default capacity: 256 MiB, so a newcomer's database (speedtest1
+/// at `--size 100` is about 50 MB; the read benchmark's is 180 MB) fits.
+pub const MIN_DEFAULT_CACHE: u64 = 256 << 20;
+/// Largest default capacity: 64 GiB.
+pub const MAX_DEFAULT_CACHE: u64 = 64 << 30;
+/// Smallest capacity accepted from a setting: 1 MiB.
+pub const MIN_CACHE: u64 = 1 << 20;
+
+/// The default capacity: a quarter of physical memory, at least
+/// [`MIN_DEFAULT_CACHE`] (but never more than half of physical memory) and
+/// at most [`MAX_DEFAULT_CACHE`]. 6 GiB on a 24 GiB machine.
+pub fn default_capacity() -> u64 {
+    let ram = physical_memory().unwrap_or(4 << 30);
+    (ram / 4)
+        .max(MIN_DEFAULT_CACHE.min(ram / 2))
+        .min(MAX_DEFAULT_CACHE)
+}
+
+/// Physical memory in bytes (`sysconf(_SC_PHYS_PAGES) * _SC_PAGESIZE`).
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    // SAFETY: as above.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
+}
+
+/// Parse a size: decimal bytes with an optional suffix `k`, `m`, `g` or
+/// `t` (any case, an optional trailing `b` or `ib`: `64m`, `1GiB`, `4096`).
+/// `None` for anything else, zero, or an overflow.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (digits, shift) = match t.char_indices().last()? {
+        (i, 'k') => (&t[..i], 10),
+        (i, 'm') => (&t[..i], 20),
+        (i, 'g') => (&t[..i], 30),
+        (i, 't') => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let v = n.checked_mul(1u64 << shift)?;
+    (v > 0).then_some(v)
+}
+
+/// Parse a boolean as SQLite's `sqlite3_uri_boolean` does: `1`, `yes`,
+/// `true`, `on` or `0`, `no`, `false`, `off` (any case).
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "yes" | "true" | "on" => Some(true),
+        "0" | "no" | "false" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+/// The names of one setting.
+struct Names {
+    uri: &'static str,
+    env: &'static str,
+}
+
+const CACHE: Names = Names {
+    uri: "kx_cache",
+    env: "KXARRAY_SQLITE_CACHE",
+};
+const DIRECT: Names = Names {
+    uri: "kx_direct",
+    env: "KXARRAY_SQLITE_DIRECT",
+};
+const FETCH: Names = Names {
+    uri: "kx_fetch",
+    env: "KXARRAY_SQLITE_FETCH",
+};
+
+impl Settings {
+    /// The settings for an open: each from `uri(name)` (the URI parameter,
+    /// if the open has one), else from `env(name)`, else the default
+    /// (cache [`default_capacity`], direct off, fetch on).
+    ///
+    /// # Errors
+    /// A [`SettingError`] naming the first value that does not parse (or a
+    /// cache below [`MIN_CACHE`]).
+    pub fn resolve(
+        uri: impl Fn(&str) -> Option<String>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, SettingError> {
+        let pick = |n: &Names| -> Option<(String, String)> {
+            uri(n.uri)
+                .map(|v| (n.uri.to_string(), v))
+                .or_else(|| env(n.env).map(|v| (n.env.to_string(), v)))
+        };
+        let cache_bytes = match pick(&CACHE) {
+            None => default_capacity(),
+            Some((source, value)) => match parse_size(&value).filter(|&v| v >= MIN_CACHE) {
+                Some(v) => v,
+                None => {
+                    return Err(SettingError {
+                        source,
+                        value,
+                        expected: "a size of at least 1m (bytes, or with a k/m/g/t suffix)",
+                    })
+                }
+            },
+        };
+        let boolean = |n: &Names, default: bool| match pick(n) {
+            None => Ok(default),
+            Some((source, value)) => parse_bool(&value).ok_or(SettingError {
+                source,
+                value,
+                expected: "0 or 1",
+            }),
+        };
+        Ok(Settings {
+            cache_bytes,
+            direct: boolean(&DIRECT, false)?,
+            fetch: boolean(&FETCH, true)?,
+        })
+    }
+
+    /// [`resolve`](Settings::resolve) with the process environment.
+    ///
+    /// # Errors
+    /// As [`resolve`](Settings::resolve).
+    pub fn from_uri_and_env(
+        uri: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, SettingError> {
+        Settings::resolve(uri, |k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("2gb"), Some(2 << 30));
+        assert_eq!(parse_size("1t"), Some(1 << 40));
+        for bad in [
+            "",
+            "k",
+            "0",
+            "-1",
+            "1.5g",
+            "12q",
+            "99999999999999999999",
+            "16777216t",
+        ] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn booleans() {
+        assert_eq!(parse_bool("ON"), Some(true));
+        assert_eq!(parse_bool("0"), Some(false));
+        assert_eq!(parse_bool("maybe"), None);
+    }
+
+    #[test]
+    fn uri_beats_env_beats_default() {
+        let uri = |k: &str| (k == "kx_cache").then(|| "8m".to_string());
+        let env = |k: &str| match k {
+            "KXARRAY_SQLITE_CACHE" => Some("16m".to_string()),
+            "KXARRAY_SQLITE_DIRECT" => Some("1".to_string()),
+            _ => None,
+        };
+        let s = Settings::resolve(uri, env).unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                cache_bytes: 8 << 20,
+                direct: true,
+                fetch: true
+            }
+        );
+        let d = Settings::resolve(|_| None, |_| None).unwrap();
+        assert_eq!(d.cache_bytes, default_capacity());
+        assert!(!d.direct && d.fetch);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        let e = Settings::resolve(|k| (k == "kx_fetch").then(|| "perhaps".into()), |_| None)
+            .unwrap_err();
+        assert_eq!(e.source, "kx_fetch");
+        let e = Settings::resolve(
+            |_| None,
+            |k| (k == "KXARRAY_SQLITE_CACHE").then(|| "4k".into()),
+        )
+        .unwrap_err();
+        assert_eq!(e.source, "KXARRAY_SQLITE_CACHE");
+        assert!(e.to_string().contains("at least 1m"), "{e}");
+    }
+
+    #[test]
+    fn default_capacity_is_bounded() {
+        let c = default_capacity();
+        assert!(c <= MAX_DEFAULT_CACHE);
+        assert!(c >= MIN_DEFAULT_CACHE.min(physical_memory().unwrap() / 2));
+    }
+}

@@ -1,0 +1,679 @@
+//! One open file of the VFS: [`Handle`] (what a `sqlite3_file` points to)
+//! and the `sqlite3_io_methods` callbacks over it.
+//!
+//! Owns the per-handle state (lock level, fetched folios, WAL-index
+//! attachment, chunk size, mmap limit) and the translation of SQLite's file
+//! operations into [`CachedFile`](kxarray::pagecache::CachedFile) calls.
+//!
+//! Invariants:
+//! - write-through for journals and WALs: when `xWrite` returns
+//!   `SQLITE_OK` the bytes are in the cache *and* in the backing file
+//!   (written back, not yet synced); a main database's writes reach the
+//!   file by SQLite's next sync point for it ([`WritePolicy::AtSyncPoint`]:
+//!   `SQLITE_FCNTL_SYNC`, which SQLite sends at every rollback-journal
+//!   commit before it finalizes the journal, even with `synchronous=OFF`;
+//!   `SQLITE_FCNTL_CKPT_DONE` after a checkpoint's writes, before the WAL
+//!   may be reset; `xSync`; leaving a write lock; close). So at every point
+//!   where SQLite relies on bytes being in the file (a journal or WAL that
+//!   commits, a database page whose journal or WAL copy may go), they are,
+//!   as with the unix VFS, and a process killed at any moment recovers to
+//!   the same transactions; `xSync` adds the `fdatasync`;
+//! - every pointer `xFetch` handed out points into a [`FolioRef`] kept in
+//!   `fetched` until the matching `xUnfetch` (or `xUnfetch(p = NULL)`, or
+//!   close), so the bytes stay valid and unchanged while SQLite reads them;
+//! - a callback never unwinds into C: the bodies catch panics
+//!   ([`guard`]) and report `SQLITE_IOERR`.
+
+use crate::config::Settings;
+use crate::ffi::*;
+use crate::inode::{self, Inode, Key, WritePolicy};
+use crate::shm::ShmHandle;
+use crate::vfs::{api, vfs_stats};
+use kxarray::pagecache::{FolioRef, PageCache};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The page size of the cache's folios.
+const PAGE: i64 = kxarray::filemap::PAGE_SIZE as i64;
+/// The sector size reported to SQLite (as the unix VFS does).
+const SECTOR_SIZE: c_int = 4096;
+
+/// The `sqlite3_file` this VFS fills in: the base, then a pointer to the
+/// handle (SQLite allocates `szOsFile` bytes and never looks past `base`).
+#[repr(C)]
+pub(crate) struct KxFile {
+    pub(crate) base: sqlite3_file,
+    pub(crate) handle: *mut Handle,
+}
+
+/// The state of one open file.
+pub(crate) struct Handle {
+    pub(crate) inode: Arc<Inode>,
+    /// The inode's key in the process table (`None` for a temporary file,
+    /// which no other handle can open).
+    pub(crate) key: Option<Key>,
+    pub(crate) cache: PageCache,
+    owner: u64,
+    level: c_int,
+    pub(crate) settings: Settings,
+    /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
+    mmap_limit: i64,
+    /// The folio references behind the pointers `xFetch` handed out, by
+    /// offset (a few at a time: SQLite holds the pages of its open cursors,
+    /// so a vector searched from the end beats a hash map).
+    fetched: Vec<(i64, FolioRef)>,
+    shm: Option<ShmHandle>,
+    chunk: i64,
+    psow: bool,
+    persist_wal: bool,
+    /// The directory to `fsync` at the first `xSync` (a new journal or
+    /// WAL, as the unix VFS does).
+    pub(crate) dirsync: Option<PathBuf>,
+}
+
+impl Handle {
+    pub(crate) fn new(
+        inode: Arc<Inode>,
+        key: Option<Key>,
+        cache: PageCache,
+        settings: Settings,
+        psow: bool,
+    ) -> Handle {
+        Handle {
+            inode,
+            key,
+            cache,
+            owner: inode::next_owner(),
+            level: SQLITE_LOCK_NONE,
+            settings,
+            mmap_limit: 0,
+            fetched: Vec::new(),
+            shm: None,
+            chunk: 0,
+            psow,
+            persist_wal: false,
+            dirsync: None,
+        }
+    }
+}
+
+/// The methods of every file this VFS opens.
+pub(crate) static METHODS: sqlite3_io_methods = sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(x_close),
+    xRead: Some(x_read),
+    xWrite: Some(x_write),
+    xTruncate: Some(x_truncate),
+    xSync: Some(x_sync),
+    xFileSize: Some(x_file_size),
+    xLock: Some(x_lock),
+    xUnlock: Some(x_unlock),
+    xCheckReservedLock: Some(x_check_reserved_lock),
+    xFileControl: Some(x_file_control),
+    xSectorSize: Some(x_sector_size),
+    xDeviceCharacteristics: Some(x_device_characteristics),
+    xShmMap: Some(x_shm_map),
+    xShmLock: Some(x_shm_lock),
+    xShmBarrier: Some(x_shm_barrier),
+    xShmUnmap: Some(x_shm_unmap),
+    xFetch: Some(x_fetch),
+    xUnfetch: Some(x_unfetch),
+};
+
+/// Run a callback body, turning a panic into `SQLITE_IOERR` (a panic must
+/// not unwind into SQLite's C frames).
+pub(crate) fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(SQLITE_IOERR)
+}
+
+/// The handle behind a file SQLite passes to a method.
+///
+/// # Safety
+/// - `file` is a `KxFile` this VFS's `xOpen` filled in successfully and
+///   that is not closed yet; SQLite calls a file's methods from one thread
+///   at a time, so no other `&mut` to the handle exists during the call.
+unsafe fn handle<'a>(file: *mut sqlite3_file) -> &'a mut Handle {
+    debug_assert!(!file.is_null());
+    // SAFETY: per the caller, `file` is a live `KxFile`.
+    let boxed = unsafe { (*file.cast::<KxFile>()).handle };
+    // SAFETY: its `handle` is the `Box<Handle>` xOpen leaked, used by this
+    // call alone.
+    unsafe { &mut *boxed }
+}
+
+/// Write back what the cache holds dirty, without an fsync. The cache has
+/// no call that writes back one file (or one range) without flushing its
+/// backend, so this writes back every dirty folio of the cache: the range
+/// just written, any other thread's write in flight, and databases' writes
+/// waiting for their sync point (written a little early, which is
+/// harmless).
+fn write_back(h: &Handle) -> io::Result<()> {
+    h.cache.writeback_all()
+}
+
+/// A sync point of a database (`SQLITE_FCNTL_SYNC`, `CKPT_DONE`, leaving a
+/// write lock): its deferred writes reach the backing file.
+fn sync_point(h: &Handle) -> c_int {
+    if h.inode.policy != WritePolicy::AtSyncPoint || crate::vfs::write_back_only() {
+        return SQLITE_OK;
+    }
+    match write_back(h) {
+        Ok(()) => SQLITE_OK,
+        Err(e) => io_code(h, "write back", &e, SQLITE_IOERR_WRITE),
+    }
+}
+
+/// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
+/// `SQLITE_FULL`), logging it with the file's path.
+fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
+    let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+        SQLITE_FULL
+    } else {
+        code
+    };
+    api().log(
+        code,
+        &format!("kxarray: {op} {}: {e}", h.inode.path.display()),
+    );
+    code
+}
+
+unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite closes a file it opened through this VFS, once;
+        // the Box was leaked by xOpen and is reclaimed here only.
+        let kf = unsafe { &mut *file.cast::<KxFile>() };
+        // SAFETY: as above: the pointer came from Box::into_raw.
+        let mut h = unsafe { Box::from_raw(kf.handle) };
+        kf.handle = std::ptr::null_mut();
+        kf.base.pMethods = std::ptr::null();
+        let rc = sync_point(&h);
+        let mut level = h.level;
+        h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
+        h.fetched.clear();
+        h.shm = None;
+        inode::close(h.key, &h.inode);
+        rc
+    })
+}
+
+unsafe extern "C" fn x_read(
+    file: *mut sqlite3_file,
+    buf: *mut c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let (Ok(n), Ok(off)) = (usize::try_from(amt), u64::try_from(off)) else {
+            return SQLITE_IOERR_READ;
+        };
+        // SAFETY: SQLite passes a buffer of `amt` writable bytes.
+        let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        match h.inode.file.read_at(out, off) {
+            Ok(got) if got == n => SQLITE_OK,
+            Ok(got) => {
+                // SQLite requires the rest zeroed on a short read.
+                out[got..].fill(0);
+                SQLITE_IOERR_SHORT_READ
+            }
+            Err(e) => io_code(h, "read", &e, SQLITE_IOERR_READ),
+        }
+    })
+}
+
+unsafe extern "C" fn x_write(
+    file: *mut sqlite3_file,
+    buf: *const c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let (Ok(n), Ok(off)) = (usize::try_from(amt), u64::try_from(off)) else {
+            return SQLITE_IOERR_WRITE;
+        };
+        if h.inode.readonly {
+            return SQLITE_READONLY;
+        }
+        // SAFETY: SQLite passes `amt` readable bytes.
+        let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+        if let Err(e) = h.inode.file.write_at(data, off) {
+            return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
+        }
+        // Write-through for journals and WALs: the bytes reach the backing
+        // file before xWrite returns (see the module notes). A main
+        // database waits for SQLite's next sync point, a temporary file
+        // for the cache's own writeback.
+        if h.inode.policy == WritePolicy::Through && !crate::vfs::write_back_only() {
+            if let Err(e) = write_back(h) {
+                return io_code(h, "write back", &e, SQLITE_IOERR_WRITE);
+            }
+        }
+        vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let mut size = size;
+        if h.chunk > 0 {
+            // As the unix VFS: round up to the chunk size.
+            size = (size + h.chunk - 1) / h.chunk * h.chunk;
+        }
+        let Ok(size) = u64::try_from(size) else {
+            return SQLITE_IOERR_TRUNCATE;
+        };
+        match h.inode.file.set_len(size) {
+            Ok(()) => SQLITE_OK,
+            Err(e) => io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE),
+        }
+    })
+}
+
+/// `fsync` a directory (after creating a journal or WAL in it).
+fn sync_dir(dir: &std::path::Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        // Nothing is dirty (write-through), but a write another thread
+        // has in flight may be: write everything back, then make it
+        // durable with fdatasync, as the unix VFS does on Linux. (The
+        // cache's own `sync` runs fsync, which also commits the inode's
+        // timestamps: a journal commit per transaction the unix VFS does
+        // not pay.)
+        if let Err(e) = write_back(h) {
+            return io_code(h, "write back", &e, SQLITE_IOERR_FSYNC);
+        }
+        // SAFETY: the descriptor is open for the life of the inode.
+        if unsafe { libc::fdatasync(h.inode.fd.as_raw_fd()) } != 0 {
+            let e = io::Error::last_os_error();
+            return io_code(h, "fdatasync", &e, SQLITE_IOERR_FSYNC);
+        }
+        if let Some(dir) = h.dirsync.take() {
+            if let Err(e) = sync_dir(&dir) {
+                return io_code(h, "fsync of the directory of", &e, SQLITE_IOERR_DIR_FSYNC);
+            }
+        }
+        vfs_stats().syncs.fetch_add(1, Ordering::Relaxed);
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        // SAFETY: SQLite passes a writable i64.
+        unsafe { *size = h.inode.file.len() as i64 };
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_lock(file: *mut sqlite3_file, level: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let (owner, mut cur) = (h.owner, h.level);
+        let r = h.inode.lock(owner, &mut cur, level);
+        h.level = cur;
+        match r {
+            Ok(code) => code,
+            Err((code, msg)) => {
+                api().log(code, &msg);
+                code
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let (owner, mut cur) = (h.owner, h.level);
+        // Leaving a write lock: a transaction ended (SQLite passed its
+        // sync point already; this is the safety net).
+        let rc = if cur > SQLITE_LOCK_SHARED {
+            sync_point(h)
+        } else {
+            SQLITE_OK
+        };
+        h.inode.unlock(owner, &mut cur, level);
+        h.level = cur;
+        rc
+    })
+}
+
+unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_int) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        // SAFETY: SQLite passes a writable int.
+        unsafe { *out = c_int::from(h.inode.reserved()) };
+        SQLITE_OK
+    })
+}
+
+/// The text of `PRAGMA kx_stats`: the cache's counters and the VFS's, as
+/// `name=value` pairs separated by spaces.
+pub(crate) fn stats_text(cache: &PageCache) -> String {
+    let s = cache.stats();
+    let v = vfs_stats();
+    let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    format!(
+        "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
+         refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
+         writes={} syncs={} fetches={} fetch_fallbacks={} open_files={}",
+        cache.config().capacity,
+        s.cached_pages,
+        s.hits,
+        s.misses,
+        s.readahead_pages,
+        s.evictions,
+        s.refaults,
+        s.backend_read_bytes,
+        s.backend_written_bytes,
+        s.dirty_bytes,
+        r(&v.writes),
+        r(&v.syncs),
+        r(&v.fetches),
+        r(&v.fetch_fallbacks),
+        inode::open_files(),
+    )
+}
+
+/// `SQLITE_FCNTL_PRAGMA`: `kx_stats` and `kx_settings`; anything else is
+/// SQLite's (`SQLITE_NOTFOUND`).
+///
+/// # Safety
+/// - `args` is the `char*[3]` SQLite passes with this opcode.
+unsafe fn pragma(h: &Handle, args: *mut *mut c_char) -> c_int {
+    debug_assert!(!args.is_null());
+    // SAFETY: per the caller, slot 1 exists ...
+    let slot = unsafe { args.add(1) };
+    // SAFETY: ... and holds the pragma's name ...
+    let zname = unsafe { *slot };
+    // SAFETY: ... NUL-terminated.
+    let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
+    let text = match name.to_ascii_lowercase().as_str() {
+        "kx_stats" => stats_text(&h.cache),
+        "kx_settings" => format!(
+            "cache={} direct={} fetch={} mmap_size={} block_size={}",
+            h.cache.config().capacity,
+            u8::from(h.inode.direct),
+            u8::from(h.settings.fetch),
+            h.mmap_limit,
+            if h.inode.is_db { 4096 } else { 512 },
+        ),
+        _ => return SQLITE_NOTFOUND,
+    };
+    let p = api().malloc_str(&text);
+    if p.is_null() {
+        return SQLITE_NOMEM;
+    }
+    // SAFETY: slot 0 is where SQLite takes the result (it frees it with
+    // sqlite3_free; `p` came from sqlite3_malloc).
+    unsafe { *args = p };
+    SQLITE_OK
+}
+
+/// The argument of a file control, as the type its opcode documents.
+///
+/// # Safety
+/// - `arg` points to a valid, writable `T` for the duration of the call
+///   (SQLite's documented argument type for the opcode).
+unsafe fn arg_mut<'a, T>(arg: *mut c_void) -> &'a mut T {
+    debug_assert!(!arg.is_null());
+    // SAFETY: per the caller.
+    unsafe { &mut *arg.cast::<T>() }
+}
+
+/// `SQLITE_FCNTL_POWERSAFE_OVERWRITE` and `PERSIST_WAL`: a negative value
+/// asks for the flag, another sets it.
+fn get_or_set(v: &mut c_int, flag: &mut bool) {
+    if *v < 0 {
+        *v = c_int::from(*flag);
+    } else {
+        *flag = *v != 0;
+    }
+}
+
+unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        match op {
+            SQLITE_FCNTL_LOCKSTATE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                *unsafe { arg_mut::<c_int>(arg) } = h.level;
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_VFSNAME => {
+                let p = api().malloc_str(crate::VFS_NAME);
+                // SAFETY: SQLite passes a char** with this opcode.
+                *unsafe { arg_mut::<*mut c_char>(arg) } = p;
+                if p.is_null() {
+                    SQLITE_NOMEM
+                } else {
+                    SQLITE_OK
+                }
+            }
+            // SAFETY: SQLite passes a char*[3] with this opcode.
+            SQLITE_FCNTL_PRAGMA => unsafe { pragma(h, arg.cast()) },
+            SQLITE_FCNTL_CHUNK_SIZE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                h.chunk = i64::from((*unsafe { arg_mut::<c_int>(arg) }).max(0));
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_SIZE_HINT => {
+                // As the unix VFS: with a chunk size, grow the file to the
+                // hint rounded up to whole chunks (zeros); without one, a
+                // hint changes nothing.
+                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
+                let want = *unsafe { arg_mut::<i64>(arg) };
+                if h.chunk > 0 && want > 0 {
+                    let size = (want + h.chunk - 1) / h.chunk * h.chunk;
+                    if size as u64 > h.inode.file.len() && !h.inode.readonly {
+                        if let Err(e) = h.inode.file.set_len(size as u64) {
+                            return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
+                        }
+                    }
+                }
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_MMAP_SIZE => {
+                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
+                let p = unsafe { arg_mut::<i64>(arg) };
+                let new = *p;
+                *p = h.mmap_limit;
+                if new >= 0 {
+                    h.mmap_limit = new;
+                }
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_POWERSAFE_OVERWRITE => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.psow);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_PERSIST_WAL => {
+                // SAFETY: SQLite passes an int* with this opcode.
+                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.persist_wal);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_HAS_MOVED => {
+                let moved = match h.key {
+                    None => false,
+                    Some(key) => std::fs::metadata(&h.inode.path)
+                        .map(|m| {
+                            use std::os::unix::fs::MetadataExt;
+                            (m.dev(), m.ino()) != key
+                        })
+                        .unwrap_or(true),
+                };
+                // SAFETY: SQLite passes an int* with this opcode.
+                *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_SYNC | SQLITE_FCNTL_CKPT_DONE => sync_point(h),
+            _ => SQLITE_NOTFOUND,
+        }
+    })
+}
+
+unsafe extern "C" fn x_sector_size(_file: *mut sqlite3_file) -> c_int {
+    SECTOR_SIZE
+}
+
+unsafe extern "C" fn x_device_characteristics(file: *mut sqlite3_file) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        // No ATOMIC, SAFE_APPEND or SEQUENTIAL: a write-back cache over a
+        // file keeps none of them. POWERSAFE_OVERWRITE (unless psow=0):
+        // writeback writes whole 4 KiB (database) or 512-byte blocks whose
+        // bytes outside the written range are the file's own (the cache is
+        // the file's only writer and is coherent with it), so a power loss
+        // can damage no more than the kernel's page cache, which writes
+        // whole pages too and for which the unix VFS claims the same.
+        if h.psow {
+            SQLITE_IOCAP_POWERSAFE_OVERWRITE
+        } else {
+            0
+        }
+    })
+}
+
+unsafe extern "C" fn x_shm_map(
+    file: *mut sqlite3_file,
+    region: c_int,
+    size: c_int,
+    extend: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let (Ok(region), Ok(size)) = (usize::try_from(region), usize::try_from(size)) else {
+            return SQLITE_IOERR_SHMMAP;
+        };
+        let inode = Arc::clone(&h.inode);
+        let shm = h.shm.get_or_insert_with(|| ShmHandle::new(inode.shm()));
+        match shm.shm.map(region, size, extend != 0) {
+            Ok(p) => {
+                // SAFETY: SQLite passes a writable pointer slot.
+                unsafe { *out = p };
+                SQLITE_OK
+            }
+            Err(code) => {
+                // SAFETY: as above.
+                unsafe { *out = std::ptr::null_mut() };
+                code
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn x_shm_lock(
+    file: *mut sqlite3_file,
+    offset: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        match h.shm.as_mut() {
+            Some(s) => s.lock(offset, n, flags),
+            None => SQLITE_IOERR_SHMMAP,
+        }
+    })
+}
+
+unsafe extern "C" fn x_shm_barrier(_file: *mut sqlite3_file) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+unsafe extern "C" fn x_shm_unmap(file: *mut sqlite3_file, _delete: c_int) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        // The regions go when the last handle lets go; there is no file
+        // to delete.
+        h.shm = None;
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_fetch(
+    file: *mut sqlite3_file,
+    off: i64,
+    amt: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite passes a writable pointer slot.
+        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        let amt = i64::from(amt);
+        if !h.settings.fetch || h.mmap_limit <= 0 || off < 0 || amt <= 0 {
+            return SQLITE_OK;
+        }
+        let end = off + amt;
+        if end > h.mmap_limit || end as u64 > h.inode.file.len() {
+            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            return SQLITE_OK;
+        }
+        let Ok(folio) = h.inode.file.read_folio((off / PAGE) as u64) else {
+            // SQLite reads with xRead instead, which reports the error.
+            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            return SQLITE_OK;
+        };
+        let start = off - folio.index() as i64 * PAGE;
+        if start < 0 || start + amt > folio.len() as i64 {
+            // The page straddles two folios: no one pointer covers it.
+            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            return SQLITE_OK;
+        }
+        // The FolioRef's bytes do not move while it lives (it owns the
+        // folio's data); it is kept below until xUnfetch.
+        let p = folio[start as usize..].as_ptr().cast_mut().cast::<c_void>();
+        h.fetched.push((off, folio));
+        vfs_stats().fetches.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { *out = p };
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
+        let h = unsafe { handle(file) };
+        if p.is_null() {
+            // "Unmap the whole file" (the unix VFS's meaning): SQLite
+            // holds no fetched page then; drop anything left.
+            h.fetched.clear();
+            return SQLITE_OK;
+        }
+        if let Some(i) = h.fetched.iter().rposition(|(o, _)| *o == off) {
+            h.fetched.swap_remove(i);
+        }
+        SQLITE_OK
+    })
+}

@@ -1,0 +1,173 @@
+//! SQLite on kxarray's page cache: a VFS named `kxarray` whose database,
+//! journal and WAL files are [`CachedFile`](kxarray::pagecache::CachedFile)s
+//! of one process-wide [`PageCache`](kxarray::pagecache::PageCache).
+//!
+//! How to run SQLite on kxarray, in the stock shell and in Rust:
+//!
+//! ```text
+//! sqlite3 -cmd '.load target/release/libkxarray_sqlite' -cmd ".open 'file:test.db?vfs=kxarray'"
+//! kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false)?; Connection::open_with_flags_and_vfs(path, flags, "kxarray")?
+//! ```
+//!
+//! Three ways in, one VFS object per process:
+//! - **loadable extension**: `cargo build --release -p kxarray-sqlite`, then
+//!   `.load target/release/libkxarray_sqlite` in the `sqlite3` shell (entry
+//!   points `sqlite3_kxarraysqlite_init` and `sqlite3_extension_init`) and
+//!   `.open 'file:test.db?vfs=kxarray'`; `.vfsname` prints `kxarray`;
+//! - **Rust**: [`register`] with [`Api::linked`] (the SQLite linked into
+//!   the program, e.g. rusqlite's `bundled`), then
+//!   `Connection::open_with_flags_and_vfs(path, flags, "kxarray")`;
+//! - **`LD_PRELOAD`** into an unmodified C program linked with a shared
+//!   `libsqlite3`: a constructor registers the VFS through `dlsym`, so
+//!   `LD_PRELOAD=target/release/libkxarray_sqlite.so speedtest1 --vfs kxarray`
+//!   works. (Registration initializes SQLite, so speedtest1's `--heap`,
+//!   `--pcache` and `--lookaside` options, which must come before, fail.)
+//!
+//! Settings, from URI parameters, else environment variables, else the
+//! defaults ([`Settings`]):
+//!
+//! | URI | environment | meaning | default |
+//! |---|---|---|---|
+//! | `kx_cache=<size>` | `KXARRAY_SQLITE_CACHE` | the process-wide cache's capacity (`k`/`m`/`g` suffixes); the first open makes the cache, later values are ignored with a notice in SQLite's log | a quarter of physical memory, at least 256 MiB, at most 64 GiB |
+//! | `kx_direct=0\|1` | `KXARRAY_SQLITE_DIRECT` | `O_DIRECT` below the cache for the database file (its journal or WAL stay buffered) | 0 |
+//! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
+//!
+//! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
+//! `name=value ...` row; `PRAGMA kx_settings` the settings in force.
+//!
+//! What the VFS guarantees:
+//! - **what SQLite relies on is in the file**: journal and WAL writes are
+//!   written through (in the file when `xWrite` returns); a database's
+//!   writes reach the file at SQLite's next sync point for it
+//!   (`SQLITE_FCNTL_SYNC` at every rollback-journal commit, even with
+//!   `synchronous=OFF`; `SQLITE_FCNTL_CKPT_DONE` after a checkpoint;
+//!   `xSync`; leaving a write lock), while a journal or the WAL still holds
+//!   them; `xSync` is `fdatasync`. So a transaction whose COMMIT returned
+//!   survives SIGKILL whenever it would on the unix VFS (WAL at
+//!   `synchronous=NORMAL` included). The cache serves reads.
+//! - **one process per database**: the five lock levels hold across the
+//!   process's connections, and an OFD lock over SQLite's lock bytes keeps
+//!   every other process out (they get `SQLITE_BUSY`, "database is
+//!   locked"), so two caches of one file never exist.
+//! - **WAL** in normal locking mode, its index in process memory (no `-shm`
+//!   file); after a crash any VFS rebuilds the index from the WAL.
+//! - a database written through kxarray is an ordinary SQLite file: the
+//!   stock shell opens it on its default VFS.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod api;
+pub mod config;
+mod ffi;
+mod file;
+mod inode;
+mod shm;
+mod vfs;
+
+pub use api::Api;
+pub use config::{default_capacity, parse_size, SettingError, Settings};
+pub use ffi::{sqlite3, sqlite3_api_routines};
+pub use inode::open_files;
+pub use vfs::{cache, RegisterError};
+
+use std::os::raw::{c_char, c_int};
+
+/// The name the VFS registers under.
+pub const VFS_NAME: &str = "kxarray";
+
+/// Register the `kxarray` VFS with the SQLite `api` belongs to (and make it
+/// the default VFS if `make_default`). Idempotent: the process has one VFS
+/// object, registered again by each call (the first `api` is the one the
+/// VFS uses for URI parameters, logging and allocation).
+///
+/// # Errors
+/// [`RegisterError::Sqlite`] with `sqlite3_vfs_register`'s code.
+///
+/// ```
+/// use rusqlite::{Connection, OpenFlags};
+///
+/// kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).unwrap();
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = Connection::open_with_flags_and_vfs(
+///     dir.path().join("doc.db"),
+///     OpenFlags::default(),
+///     "kxarray",
+/// )
+/// .unwrap();
+/// db.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (42);").unwrap();
+/// let x: i64 = db.query_row("SELECT x FROM t", [], |r| r.get(0)).unwrap();
+/// assert_eq!(x, 42);
+/// ```
+pub fn register(api: Api, make_default: bool) -> Result<(), RegisterError> {
+    vfs::register_with(api, make_default)
+}
+
+/// The text of `PRAGMA kx_stats` (`None` before the first open made the
+/// cache).
+pub fn stats() -> Option<String> {
+    cache().map(file::stats_text)
+}
+
+/// The loadable extension's entry point, by the name SQLite derives from
+/// the file name `libkxarray_sqlite.so` (`sqlite3_kxarraysqlite_init`).
+/// Registers the VFS and asks SQLite to keep the library loaded after the
+/// connection that loaded it closes.
+///
+/// # Safety
+/// - called by SQLite's extension loader: `api` is its
+///   `sqlite3_api_routines` table, `err` null or a writable pointer slot.
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_kxarraysqlite_init(
+    _db: *mut sqlite3,
+    err: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    // SAFETY: per the caller, `api` is SQLite's routines table.
+    let Some(a) = (unsafe { Api::from_routines(api) }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    match register(a, false) {
+        Ok(()) => ffi::SQLITE_OK_LOAD_PERMANENTLY,
+        Err(e) => {
+            if !err.is_null() {
+                // SAFETY: `err` is a writable slot SQLite frees with
+                // sqlite3_free; the string comes from sqlite3_malloc.
+                unsafe { *err = a.malloc_str(&format!("kxarray: {e}")) };
+            }
+            ffi::SQLITE_ERROR
+        }
+    }
+}
+
+/// The generic entry point name SQLite also tries.
+///
+/// # Safety
+/// As [`sqlite3_kxarraysqlite_init`].
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_extension_init(
+    db: *mut sqlite3,
+    err: *mut *mut c_char,
+    api: *const sqlite3_api_routines,
+) -> c_int {
+    // SAFETY: same contract.
+    unsafe { sqlite3_kxarraysqlite_init(db, err, api) }
+}
+
+/// The `LD_PRELOAD` constructor: when the process exports SQLite's
+/// functions (it links a shared `libsqlite3`), register the VFS. A process
+/// without them (a Rust program with a bundled SQLite) is left alone; it
+/// registers with [`register`]. Setting `KXARRAY_SQLITE_DEFAULT=1` makes
+/// `kxarray` the default VFS.
+extern "C" fn preload_constructor() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(api) = Api::from_dlsym() {
+            let default = std::env::var("KXARRAY_SQLITE_DEFAULT").is_ok_and(|v| v == "1");
+            let _ = register(api, default);
+        }
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static PRELOAD_CONSTRUCTOR: extern "C" fn() = preload_constructor;

@@ -1,0 +1,622 @@
+//! The VFS object and its `sqlite3_vfs` callbacks, and the process-wide
+//! state behind them: the [`Api`] table, the one [`PageCache`], the VFS's
+//! own counters.
+//!
+//! Owns `xOpen` (which files become which [`Inode`]s, with which settings),
+//! `xDelete`, `xAccess`, `xFullPathname` and the helpers SQLite asks any
+//! VFS for (randomness, sleep, time; `xDl*` go to the default VFS).
+//!
+//! Invariants:
+//! - one `sqlite3_vfs` object per process, allocated once and never freed
+//!   or moved (SQLite links it into its list); registering again
+//!   re-registers the same object;
+//! - one `PageCache` per process, made by the first open with that open's
+//!   capacity; a later open asking for another capacity gets a notice in
+//!   SQLite's log and the existing cache;
+//! - `xOpen` leaves `pMethods` null unless it succeeds (SQLite then never
+//!   calls `xClose`).
+
+use crate::api::Api;
+use crate::config::{SettingError, Settings};
+use crate::ffi::*;
+use crate::file::{guard, Handle, KxFile, METHODS};
+use crate::inode::{self, Inode, WritePolicy};
+use kxarray::backend::FileBackend;
+use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
+use std::ffi::{CStr, OsStr};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::raw::{c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
+/// The longest path name the VFS accepts (as the unix VFS).
+const MAX_PATHNAME: c_int = 512;
+
+static API: OnceLock<Api> = OnceLock::new();
+static CACHE: OnceLock<PageCache> = OnceLock::new();
+
+/// The SQLite entry points, set by the first registration.
+///
+/// # Panics
+/// Before any registration (never: SQLite calls the VFS only after one).
+pub(crate) fn api() -> &'static Api {
+    API.get().expect("kxarray VFS used before registration")
+}
+
+/// Whether `KXARRAY_SQLITE_WRITE_BACK=1` turned write-through off (read
+/// once). For testing the crash test only: writes then stay dirty in the
+/// process's cache until `xSync`, so a SIGKILL loses what the kernel's page
+/// cache would have kept, and the crash test must notice
+/// (`tests/crash.rs`). Never set it otherwise.
+pub(crate) fn write_back_only() -> bool {
+    static W: OnceLock<bool> = OnceLock::new();
+    *W.get_or_init(|| std::env::var("KXARRAY_SQLITE_WRITE_BACK").is_ok_and(|v| v == "1"))
+}
+
+/// The VFS's own counters (beside the cache's).
+#[derive(Debug, Default)]
+pub(crate) struct VfsStats {
+    pub(crate) writes: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) fetches: AtomicU64,
+    pub(crate) fetch_fallbacks: AtomicU64,
+}
+
+pub(crate) fn vfs_stats() -> &'static VfsStats {
+    static S: OnceLock<VfsStats> = OnceLock::new();
+    S.get_or_init(VfsStats::default)
+}
+
+/// The process-wide cache, if an open has made it.
+pub fn cache() -> Option<&'static PageCache> {
+    CACHE.get()
+}
+
+/// The cache, made with `capacity` bytes if it does not exist yet. The
+/// flusher thread is off: every write is written through, so nothing is
+/// left dirty for it.
+fn cache_for(capacity: u64) -> &'static PageCache {
+    let c = CACHE
+        .get_or_init(|| PageCache::new(CacheConfig::default().capacity(capacity).flusher(false)));
+    if c.config().capacity != capacity {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            api().log(
+                SQLITE_NOTICE,
+                &format!(
+                    "kxarray: the process's cache already exists with {} bytes; an open asked \
+                     for {capacity} (kx_cache applies to the first open only)",
+                    c.config().capacity
+                ),
+            )
+        });
+    }
+    c
+}
+
+/// The VFS object (leaked once: SQLite keeps a pointer to it for ever).
+struct VfsBox(*mut sqlite3_vfs);
+// SAFETY: the object is only written by SQLite's registration (under
+// SQLite's own mutex) and read by SQLite; this crate only hands out the
+// pointer.
+unsafe impl Send for VfsBox {}
+// SAFETY: as above.
+unsafe impl Sync for VfsBox {}
+
+fn vfs_object() -> *mut sqlite3_vfs {
+    static VFS: OnceLock<VfsBox> = OnceLock::new();
+    VFS.get_or_init(|| {
+        VfsBox(Box::into_raw(Box::new(sqlite3_vfs {
+            iVersion: 3,
+            szOsFile: std::mem::size_of::<KxFile>() as c_int,
+            mxPathname: MAX_PATHNAME,
+            pNext: std::ptr::null_mut(),
+            zName: c"kxarray".as_ptr(),
+            pAppData: std::ptr::null_mut(),
+            xOpen: Some(x_open),
+            xDelete: Some(x_delete),
+            xAccess: Some(x_access),
+            xFullPathname: Some(x_full_pathname),
+            xDlOpen: Some(x_dl_open),
+            xDlError: Some(x_dl_error),
+            xDlSym: Some(x_dl_sym),
+            xDlClose: Some(x_dl_close),
+            xRandomness: Some(x_randomness),
+            xSleep: Some(x_sleep),
+            xCurrentTime: Some(x_current_time),
+            xGetLastError: Some(x_get_last_error),
+            xCurrentTimeInt64: Some(x_current_time_int64),
+            xSetSystemCall: None,
+            xGetSystemCall: None,
+            xNextSystemCall: None,
+        })))
+    })
+    .0
+}
+
+/// Why [`register`](crate::register) failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegisterError {
+    /// `sqlite3_vfs_register` returned this SQLite result code.
+    Sqlite(i32),
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::Sqlite(c) => write!(f, "sqlite3_vfs_register failed with code {c}"),
+        }
+    }
+}
+
+impl std::error::Error for RegisterError {}
+
+/// Register the VFS with the SQLite `api` belongs to.
+pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), RegisterError> {
+    let api = *API.get_or_init(|| api);
+    // SAFETY: the VFS object is leaked, so it lives for ever and never
+    // moves.
+    let rc = unsafe { api.vfs_register(vfs_object(), make_default) };
+    if rc == SQLITE_OK {
+        Ok(())
+    } else {
+        Err(RegisterError::Sqlite(rc))
+    }
+}
+
+/// An error for `xOpen`: a code and a message for SQLite's log.
+type OpenErr = (c_int, String);
+
+fn setting_err(e: SettingError) -> OpenErr {
+    (SQLITE_CANTOPEN, format!("kxarray: {e}"))
+}
+
+/// The path of a name SQLite passes.
+///
+/// # Safety
+/// - `name` is a NUL-terminated string.
+unsafe fn path_of(name: *const c_char) -> PathBuf {
+    debug_assert!(!name.is_null());
+    // SAFETY: per the caller.
+    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+    PathBuf::from(OsStr::from_bytes(bytes))
+}
+
+/// Open (create) the backend and the cached file of a new inode.
+fn make_inode(
+    cache: &PageCache,
+    path: &Path,
+    fd: File,
+    direct: bool,
+    readonly: bool,
+    is_db: bool,
+    policy: WritePolicy,
+) -> Result<Inode, OpenErr> {
+    let backend = if direct {
+        FileBackend::create_direct(path).map_err(|e| {
+            (
+                SQLITE_CANTOPEN,
+                format!("kxarray: kx_direct=1 on {}: {e}", path.display()),
+            )
+        })?
+    } else {
+        let dup = fd
+            .try_clone()
+            .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: dup: {e}")))?;
+        FileBackend::from_file(dup)
+    };
+    let opts = FileOptions::default().block_size(if is_db { 4096 } else { 512 });
+    let file = cache
+        .open_with(backend, opts)
+        .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: {}: {e}", path.display())))?;
+    Ok(Inode::new(
+        path.to_path_buf(),
+        file,
+        fd,
+        direct,
+        readonly,
+        is_db,
+        policy,
+    ))
+}
+
+/// The body of `xOpen`: the handle, and the flags it was opened with.
+///
+/// # Safety
+/// - `name` is null or the name SQLite passes to `xOpen` (NUL-terminated,
+///   with URI parameters after it for databases, journals and WALs).
+unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), OpenErr> {
+    let api = api();
+    let kind = flags & 0x000f_ff00;
+    let uri_name = !name.is_null()
+        && kind & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0;
+    let settings = Settings::from_uri_and_env(|k| {
+        if !uri_name {
+            return None;
+        }
+        let k = std::ffi::CString::new(k).ok()?;
+        // SAFETY: a main database, journal or WAL name from xOpen (see the
+        // caller's contract).
+        unsafe { api.uri_parameter(name, &k) }
+    })
+    .map_err(setting_err)?;
+    let psow = if uri_name && kind & SQLITE_OPEN_MAIN_DB != 0 {
+        // SAFETY: a main database name from xOpen.
+        unsafe { api.uri_parameter(name, c"psow") }
+            .and_then(|v| crate::config::parse_bool(&v))
+            .unwrap_or(true)
+    } else {
+        true
+    };
+    let cache = cache_for(settings.cache_bytes).clone();
+    let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
+    let mut out_flags = flags;
+
+    if name.is_null() {
+        // A temporary file: anonymous, gone when closed.
+        let fd = tempfile::tempfile()
+            .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: temporary file: {e}")))?;
+        let inode = make_inode(
+            &cache,
+            Path::new("(temporary file)"),
+            fd,
+            false,
+            false,
+            false,
+            WritePolicy::Cached,
+        )?;
+        let h = Handle::new(Arc::new(inode), None, cache, settings, psow);
+        return Ok((h, out_flags));
+    }
+
+    // SAFETY: a non-null name from xOpen is NUL-terminated.
+    let path = unsafe { path_of(name) };
+    let create = flags & SQLITE_OPEN_CREATE != 0;
+    let mut readonly = flags & SQLITE_OPEN_READWRITE == 0;
+    let open = |readonly: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(!readonly).mode(0o644);
+        if !readonly && create {
+            if flags & SQLITE_OPEN_EXCLUSIVE != 0 {
+                o.create_new(true);
+            } else {
+                o.create(true);
+            }
+        }
+        o.open(&path)
+    };
+    let existed = path.exists();
+    let fd = match open(readonly) {
+        Ok(f) => f,
+        Err(e)
+            if !readonly
+                && matches!(
+                    e.kind(),
+                    io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+                )
+                && existed =>
+        {
+            // As the unix VFS: fall back to read-only and say so.
+            readonly = true;
+            out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
+            open(true).map_err(|e| {
+                (
+                    SQLITE_CANTOPEN,
+                    format!("kxarray: open {}: {e}", path.display()),
+                )
+            })?
+        }
+        Err(e) => {
+            return Err((
+                SQLITE_CANTOPEN,
+                format!("kxarray: open {}: {e}", path.display()),
+            ))
+        }
+    };
+    let key = inode::key_of(&fd).map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: fstat: {e}")))?;
+    let delete_on_close = flags & SQLITE_OPEN_DELETEONCLOSE != 0;
+    if delete_on_close {
+        // As the unix VFS: unlink now, the descriptor keeps the file.
+        let _ = std::fs::remove_file(&path);
+    }
+    // O_DIRECT for the main database only: its pages are what the machine
+    // would otherwise cache twice. A journal or WAL is written in frames
+    // that straddle 4 KiB blocks, so direct writes of whole blocks would
+    // mix with buffered writes of the partial ones, and each direct write
+    // then waits for the kernel to write back and drop the buffered pages
+    // it overlaps (bulk loads ran at 0.16x of buffered that way). Never a
+    // file already unlinked: the direct descriptor is opened by path.
+    let direct = settings.direct && !readonly && !delete_on_close && is_db;
+    let policy = if delete_on_close {
+        WritePolicy::Cached
+    } else if is_db {
+        WritePolicy::AtSyncPoint
+    } else {
+        WritePolicy::Through
+    };
+    let inode = inode::open_or_insert(key, || {
+        make_inode(&cache, &path, fd, direct, readonly, is_db, policy)
+    })?;
+    if inode.direct != direct && is_db {
+        api.log(
+            SQLITE_NOTICE,
+            &format!(
+                "kxarray: {} is already open with kx_direct={}; this open shares it",
+                path.display(),
+                u8::from(inode.direct)
+            ),
+        );
+    }
+    let mut h = Handle::new(inode, Some(key), cache, settings, psow);
+    let new_journal = create
+        && !existed
+        && kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL) != 0;
+    if new_journal {
+        h.dirsync = path.parent().map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        });
+    }
+    Ok((h, out_flags))
+}
+
+unsafe extern "C" fn x_open(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    file: *mut sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite passes `szOsFile` bytes (a `KxFile`) for the file
+        // object, uninitialized: written whole, never read first.
+        unsafe {
+            file.cast::<KxFile>().write(KxFile {
+                base: sqlite3_file {
+                    pMethods: std::ptr::null(),
+                },
+                handle: std::ptr::null_mut(),
+            })
+        };
+        // SAFETY: now initialized, and ours until xOpen returns.
+        let kf = unsafe { &mut *file.cast::<KxFile>() };
+        // SAFETY: `name` is what SQLite passes to xOpen.
+        match unsafe { open(name, flags) } {
+            Ok((h, got)) => {
+                // The handle is reclaimed by xClose.
+                kf.handle = Box::into_raw(Box::new(h));
+                kf.base.pMethods = &METHODS;
+                if !out_flags.is_null() {
+                    // SAFETY: SQLite passes a writable int (or null).
+                    unsafe { *out_flags = got };
+                }
+                SQLITE_OK
+            }
+            Err((code, msg)) => {
+                api().log(code, &msg);
+                code
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn x_delete(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite passes a NUL-terminated name.
+        let path = unsafe { path_of(name) };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return SQLITE_IOERR_DELETE_NOENT,
+            Err(e) => {
+                api().log(
+                    SQLITE_IOERR_DELETE,
+                    &format!("kxarray: delete {}: {e}", path.display()),
+                );
+                return SQLITE_IOERR_DELETE;
+            }
+        }
+        if sync_dir != 0 {
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
+                api().log(
+                    SQLITE_IOERR_DIR_FSYNC,
+                    &format!("kxarray: fsync {}: {e}", dir.display()),
+                );
+                return SQLITE_IOERR_DIR_FSYNC;
+            }
+        }
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_access(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    flags: c_int,
+    out: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite passes a NUL-terminated name.
+        let path = unsafe { path_of(name) };
+        let yes = match flags {
+            // As the unix VFS: an empty regular file does not exist (an
+            // empty journal is no journal).
+            SQLITE_ACCESS_EXISTS => std::fs::metadata(&path)
+                .map(|m| !m.is_file() || m.len() > 0)
+                .unwrap_or(false),
+            _ => {
+                let mode = if flags == SQLITE_ACCESS_READWRITE {
+                    libc::R_OK | libc::W_OK
+                } else {
+                    libc::R_OK
+                };
+                // SAFETY: `name` is NUL-terminated; access(2) only reads it.
+                unsafe { libc::access(name, mode) == 0 }
+            }
+        };
+        // SAFETY: SQLite passes a writable int.
+        unsafe { *out = c_int::from(yes) };
+        SQLITE_OK
+    })
+}
+
+unsafe extern "C" fn x_full_pathname(
+    _vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    n_out: c_int,
+    out: *mut c_char,
+) -> c_int {
+    guard(|| {
+        // SAFETY: SQLite passes a NUL-terminated name.
+        let path = unsafe { path_of(name) };
+        let full = if path.is_absolute() {
+            path
+        } else {
+            match std::env::current_dir() {
+                Ok(d) => d.join(path),
+                Err(_) => return SQLITE_CANTOPEN_FULLPATH,
+            }
+        };
+        let bytes = full.as_os_str().as_bytes();
+        let Ok(n_out) = usize::try_from(n_out) else {
+            return SQLITE_CANTOPEN_FULLPATH;
+        };
+        if bytes.len() + 1 > n_out {
+            return SQLITE_CANTOPEN_FULLPATH;
+        }
+        // SAFETY: SQLite passes `n_out` writable bytes; the name and its
+        // NUL fit (checked above).
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), bytes.len() + 1) };
+        dst[..bytes.len()].copy_from_slice(bytes);
+        dst[bytes.len()] = 0;
+        SQLITE_OK
+    })
+}
+
+/// The default VFS (normally "unix"), which serves the `xDl*` calls
+/// (`load_extension` on a connection opened through this VFS).
+fn default_vfs() -> *mut sqlite3_vfs {
+    let unix = api().vfs_find(Some(c"unix"));
+    if !unix.is_null() {
+        return unix;
+    }
+    let d = api().vfs_find(None);
+    if d == vfs_object() {
+        std::ptr::null_mut()
+    } else {
+        d
+    }
+}
+
+/// The default VFS and its object, if there is one to forward to.
+fn forward() -> Option<(*mut sqlite3_vfs, &'static sqlite3_vfs)> {
+    let d = default_vfs();
+    // SAFETY: null or a registered VFS, which SQLite keeps valid while it
+    // is registered (the default VFS is never unregistered in practice).
+    unsafe { d.as_ref() }.map(|v| (d, v))
+}
+
+unsafe extern "C" fn x_dl_open(_vfs: *mut sqlite3_vfs, name: *const c_char) -> *mut c_void {
+    match forward().and_then(|(d, v)| v.xDlOpen.map(|f| (d, f))) {
+        // SAFETY: the default VFS's own method, with the arguments SQLite
+        // gave this one.
+        Some((d, f)) => unsafe { f(d, name) },
+        None => std::ptr::null_mut(),
+    }
+}
+
+unsafe extern "C" fn x_dl_error(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) {
+    match forward().and_then(|(d, v)| v.xDlError.map(|f| (d, f))) {
+        // SAFETY: as in x_dl_open.
+        Some((d, f)) => unsafe { f(d, n, out) },
+        None if n > 0 && !out.is_null() => {
+            // SAFETY: SQLite passes `n` > 0 writable bytes.
+            unsafe { *out = 0 }
+        }
+        None => {}
+    }
+}
+
+unsafe extern "C" fn x_dl_sym(
+    _vfs: *mut sqlite3_vfs,
+    handle: *mut c_void,
+    sym: *const c_char,
+) -> Option<unsafe extern "C" fn()> {
+    let (d, f) = forward().and_then(|(d, v)| v.xDlSym.map(|f| (d, f)))?;
+    // SAFETY: as in x_dl_open.
+    unsafe { f(d, handle, sym) }
+}
+
+unsafe extern "C" fn x_dl_close(_vfs: *mut sqlite3_vfs, handle: *mut c_void) {
+    if let Some((d, f)) = forward().and_then(|(d, v)| v.xDlClose.map(|f| (d, f))) {
+        // SAFETY: as in x_dl_open.
+        unsafe { f(d, handle) }
+    }
+}
+
+unsafe extern "C" fn x_randomness(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
+    let Ok(n) = usize::try_from(n) else { return 0 };
+    let mut done = 0;
+    while done < n {
+        // SAFETY: SQLite passes `n` writable bytes, so `out + done` is
+        // inside them.
+        let at = unsafe { out.add(done) };
+        // SAFETY: getrandom writes at most `n - done` bytes from `at`.
+        let r = unsafe { libc::getrandom(at.cast(), n - done, 0) };
+        if r <= 0 {
+            break;
+        }
+        done += r as usize;
+    }
+    done as c_int
+}
+
+unsafe extern "C" fn x_sleep(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
+    std::thread::sleep(std::time::Duration::from_micros(micros.max(0) as u64));
+    micros
+}
+
+/// Milliseconds since the Julian epoch (noon, 24 November 4714 BC).
+fn julian_ms() -> i64 {
+    const UNIX_EPOCH_JULIAN_MS: i64 = 24_405_875 * 8_640_000;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    UNIX_EPOCH_JULIAN_MS + since
+}
+
+unsafe extern "C" fn x_current_time(_vfs: *mut sqlite3_vfs, out: *mut f64) -> c_int {
+    // SAFETY: SQLite passes a writable double.
+    unsafe { *out = julian_ms() as f64 / 86_400_000.0 };
+    SQLITE_OK
+}
+
+unsafe extern "C" fn x_current_time_int64(_vfs: *mut sqlite3_vfs, out: *mut i64) -> c_int {
+    // SAFETY: SQLite passes a writable i64.
+    unsafe { *out = julian_ms() };
+    SQLITE_OK
+}
+
+unsafe extern "C" fn x_get_last_error(
+    _vfs: *mut sqlite3_vfs,
+    _n: c_int,
+    _out: *mut c_char,
+) -> c_int {
+    0
+}

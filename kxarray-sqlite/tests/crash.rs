@@ -1,0 +1,111 @@
+//! The crash test, short: a few SIGKILLs per mode (the benchmark script
+//! runs 200), and a control run showing the test catches a VFS that keeps
+//! writes in its private cache.
+
+#[path = "../examples/sqlite_crash.rs"]
+#[allow(dead_code)]
+mod crash_tool;
+
+use crash_tool::{all_modes, find_cdylib, run_mode, table, ChildCmd, Mode};
+use rand::SeedableRng;
+
+/// The child entry: the crash tool's writer and verifier run in this test
+/// binary, started with `--ignored --exact crash_child`.
+#[test]
+#[ignore = "a child process of the crash tests, not a test"]
+fn crash_child() {
+    if let Some(code) = crash_tool::child_main_from_env() {
+        std::process::exit(code);
+    }
+}
+
+fn child_cmd(writer_env: Vec<(String, String)>) -> ChildCmd {
+    let exe = std::env::current_exe().unwrap();
+    ChildCmd {
+        argv: [
+            exe.as_os_str(),
+            "--ignored".as_ref(),
+            "--exact".as_ref(),
+            "crash_child".as_ref(),
+            "--nocapture".as_ref(),
+            "--test-threads=1".as_ref(),
+        ]
+        .iter()
+        .map(|s| s.to_os_string())
+        .collect(),
+        writer_env,
+    }
+}
+
+#[test]
+fn every_mode_survives_sigkill() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let cmd = child_cmd(Vec::new());
+    let lib = find_cdylib();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let kills = std::env::var("KXARRAY_CRASH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut outcomes = Vec::new();
+    for m in all_modes() {
+        if m.direct
+            && kxarray::backend::FileBackend::create_direct(&dir.path().join("probe")).is_err()
+        {
+            eprintln!("SKIPPED {}: the filesystem refuses O_DIRECT", m.name());
+            continue;
+        }
+        outcomes.push(run_mode(
+            &cmd,
+            lib.as_deref(),
+            dir.path(),
+            &m,
+            kills,
+            &mut rng,
+            300,
+        ));
+    }
+    println!("{}", table(&outcomes));
+    for o in &outcomes {
+        if let Some(why) = &o.skipped {
+            eprintln!("SKIPPED {}: {why}", o.mode);
+            continue;
+        }
+        assert!(o.failures.is_empty(), "{}: {:?}", o.mode, o.failures);
+        assert_eq!(o.kills, kills, "{}", o.mode);
+    }
+    // the transactions really ran (not a check that cannot fail)
+    let logged: u64 = outcomes.iter().map(|o| o.logged).sum();
+    assert!(logged > 100, "only {logged} commits in all modes");
+}
+
+/// With write-through off (writes kept in the process's cache until
+/// xSync), WAL at synchronous=NORMAL loses committed transactions on
+/// SIGKILL, and the crash test says so.
+#[test]
+fn the_crash_test_catches_a_cache_that_loses_commits() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let cmd = child_cmd(vec![("KXARRAY_SQLITE_WRITE_BACK".into(), "1".into())]);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let m = Mode {
+        journal: "wal",
+        sync: "normal",
+        direct: false,
+        shell: false,
+    };
+    // A kill lands before the first commit on a loaded machine now and
+    // then: try a few rounds; one must log commits and catch their loss.
+    let mut rounds = Vec::new();
+    for _ in 0..6 {
+        let o = run_mode(&cmd, None, dir.path(), &m, 3, &mut rng, 800);
+        let caught = o.logged > 0
+            && o.failures.iter().any(|f| {
+                f.contains("was logged as committed") || f.contains("the tables are gone")
+            });
+        rounds.push(o);
+        if caught {
+            return;
+        }
+    }
+    panic!("lost commits went unnoticed: {rounds:?}");
+}
