@@ -280,7 +280,6 @@ fn fetch_serves_mmap_reads_and_stays_coherent() {
 /// a folio that a fetched page of the other table holds. Run in a thread;
 /// a hang fails the test after 60 s instead of hanging it.
 #[test]
-#[ignore = "needs the non-blocking FolioRef"]
 fn update_with_tiny_cache_and_fetch_does_not_hang() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("spill.db");
@@ -389,7 +388,6 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
 /// checkpoint's write wait for the reader, on the reader's own thread. Run
 /// in a thread; a hang fails the test after 60 s.
 #[test]
-#[ignore = "needs the non-blocking FolioRef"]
 fn checkpoint_under_a_reader_holding_fetched_pages_does_not_hang() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("ckpt.db");
