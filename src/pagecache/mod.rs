@@ -467,8 +467,8 @@ mod tests {
     use crate::backend::RamDisk;
     use crate::sync::AtomicBool;
 
-    /// A reader hitting under light pins while another thread evicts,
-    /// truncates and rewrites the pages it reads, driving the epoch and the
+    /// A reader hitting under light pins while another thread invalidates
+    /// and rewrites the pages it reads, driving the epoch and the
     /// light limbo: under Miri a folio or buffer freed while the reader
     /// copies from it is reported; every byte read is its page's or zero.
     #[test]
@@ -479,8 +479,9 @@ mod tests {
             file.write_at(&[p + 1; 4096], p as u64 * 4096).unwrap();
         }
         let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let reads = std::sync::Arc::new(crate::sync::AtomicU64::new(0));
         let reader = {
-            let (file, stop) = (file.clone(), stop.clone());
+            let (file, stop, reads) = (file.clone(), stop.clone(), reads.clone());
             std::thread::spawn(move || {
                 let mut buf = [0u8; 64];
                 let mut n = 0u64;
@@ -489,16 +490,22 @@ mod tests {
                     let got = file.read_at(&mut buf, p * 4096 + 100).unwrap();
                     assert!(buf[..got].iter().all(|&b| b == p as u8 + 1 || b == 0));
                     n += 1;
+                    reads.store(n, Ordering::Relaxed);
                 }
                 n
             })
         };
-        for round in 0..if cfg!(miri) { 6 } else { 200 } {
+        // Rounds go on until the reader has run beside them (on a loaded
+        // machine it may start late).
+        let (rounds, min_reads) = if cfg!(miri) { (6, 4) } else { (200, 1000) };
+        let mut round = 0;
+        while round < rounds || reads.load(Ordering::Relaxed) < min_reads {
             let p = round % 4;
             file.sync().unwrap();
             file.invalidate(p * 4096..(p + 1) * 4096).unwrap();
             file.write_at(&[p as u8 + 1; 4096], p * 4096).unwrap();
             crate::pin().flush();
+            round += 1;
         }
         stop.store(true, Ordering::Relaxed);
         assert!(reader.join().unwrap() > 0);
