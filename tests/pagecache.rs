@@ -269,3 +269,79 @@ fn flusher_writes_back_aged_data_without_sync() {
     // Dropping the cache stops the flusher thread (joined in drop).
     drop(c);
 }
+
+/// Appends to a backend that grows when written past its end (a file)
+/// neither resize it one by one nor read it: the cache's size grows now,
+/// the backend's when writeback writes the blocks; after `sync` the two
+/// agree, byte for byte. A SQLite WAL appends frames of 4 KiB + 24 bytes.
+#[test]
+fn appends_to_a_file_neither_resize_nor_read_it() {
+    #[derive(Debug)]
+    struct Growing {
+        data: std::sync::Mutex<Vec<u8>>,
+        set_lens: std::sync::atomic::AtomicU64,
+        reads: std::sync::atomic::AtomicU64,
+    }
+    impl Backend for Growing {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let d = self.data.lock().unwrap();
+            let at = (offset as usize).min(d.len());
+            let n = buf.len().min(d.len() - at);
+            buf[..n].copy_from_slice(&d[at..at + n]);
+            Ok(n)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<usize> {
+            let mut d = self.data.lock().unwrap();
+            let end = offset as usize + buf.len();
+            if d.len() < end {
+                d.resize(end, 0);
+            }
+            d[offset as usize..end].copy_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            Ok(self.data.lock().unwrap().len() as u64)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.set_lens
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.data.lock().unwrap().resize(len as usize, 0);
+            Ok(())
+        }
+        fn extends_on_write(&self) -> bool {
+            true
+        }
+    }
+    let b = Arc::new(Growing {
+        data: std::sync::Mutex::new(Vec::new()),
+        set_lens: Default::default(),
+        reads: Default::default(),
+    });
+    let c = cache(1024);
+    let f = c.open(Arc::clone(&b)).unwrap();
+    let frame = 4096 + 24;
+    let mut model = Vec::new();
+    for i in 0..100u32 {
+        let bytes: Vec<u8> = (0..frame).map(|j| (i as usize * 7 + j) as u8).collect();
+        f.write_at(&bytes, model.len() as u64).unwrap();
+        model.extend_from_slice(&bytes);
+        if i % 10 == 9 {
+            f.write_back(0..u64::MAX).unwrap(); // a WAL's write-through
+        }
+    }
+    assert_eq!(f.len(), model.len() as u64);
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(b.set_lens.load(Relaxed), 0, "no resize per append");
+    assert_eq!(b.reads.load(Relaxed), 0, "an append reads nothing");
+    f.sync().unwrap();
+    assert_eq!(*b.data.lock().unwrap(), model);
+    // An explicit resize still reaches the backend.
+    f.set_len(100).unwrap();
+    assert_eq!(b.set_lens.load(Relaxed), 1);
+    assert_eq!(b.len().unwrap(), 100);
+}

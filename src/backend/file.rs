@@ -253,6 +253,15 @@ impl Backend for FileBackend {
         self.file.sync_all()
     }
 
+    fn flush_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// `pwrite` past the end extends a file.
+    fn extends_on_write(&self) -> bool {
+        true
+    }
+
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }

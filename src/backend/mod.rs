@@ -29,7 +29,7 @@ pub use ramdisk::{RamDisk, RAMDISK_PAGE_SIZE};
 /// retry [`io::ErrorKind::Interrupted`], so callers can use those and stay
 /// correct over a backend that returns short counts or `EINTR`.
 ///
-/// A backend of your own, cached in a [`PageCache`](crate::pagecache::PageCache):
+/// A backend of your own, cached in a `PageCache` (`kxarray::pagecache`):
 ///
 /// ```
 /// use kxarray::backend::{checked_end, Backend};
@@ -126,6 +126,41 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// [`io::ErrorKind::Unsupported`] for a fixed-size device, or any I/O
     /// error of the medium.
     fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// Make every completed write's data durable, and the metadata needed
+    /// to read it back (`fdatasync`): what a database's commit needs,
+    /// without the timestamps `fsync` also writes. The default is
+    /// [`flush`](Backend::flush).
+    ///
+    /// # Errors
+    /// Any I/O error of the medium.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// f.write_all_at(b"commit", 0).unwrap();
+    /// f.flush_data().unwrap();
+    /// ```
+    fn flush_data(&self) -> io::Result<()> {
+        self.flush()
+    }
+
+    /// Whether a write past the end grows the backend by itself (a file:
+    /// `pwrite` extends it; `true`), so a cache may grow the file in memory
+    /// and let writeback extend the backend, as the kernel grows `i_size`
+    /// and writes the blocks later, instead of calling
+    /// [`set_len`](Backend::set_len) on every extending write. `false` (the
+    /// default) makes the cache grow the backend first, so a fixed-size
+    /// device refuses an extending write before anything is cached.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend, RamDisk};
+    /// assert!(FileBackend::from_file(tempfile::tempfile().unwrap()).extends_on_write());
+    /// assert!(!RamDisk::new(4096).extends_on_write());
+    /// ```
+    fn extends_on_write(&self) -> bool {
+        false
+    }
 
     /// Whether every operation completes in memory, never waiting on a
     /// device (a RAM disk: `true`; a file, or a cache over one: `false`,
@@ -299,6 +334,12 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn in_memory(&self) -> bool {
         (**self).in_memory()
+    }
+    fn flush_data(&self) -> io::Result<()> {
+        (**self).flush_data()
+    }
+    fn extends_on_write(&self) -> bool {
+        (**self).extends_on_write()
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).discard(offset, len)

@@ -40,7 +40,9 @@ pub(crate) struct FileShared {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) size: AtomicU64,
     pub(crate) size_lock: Lock<()>,
-    pub(crate) wb_lock: Lock<()>,
+    /// Writeback of this file, one pass at a time, and the buffer its runs
+    /// are copied into (kept from pass to pass).
+    pub(crate) wb_lock: Lock<Vec<u8>>,
     pub(crate) errseq: ErrSeq,
     /// When the file first became dirty since its last writeback
     /// ([`CacheInner::now_ms`]), 0 when clean.
@@ -70,7 +72,7 @@ impl FileShared {
             backend,
             size: AtomicU64::new(len),
             size_lock: Lock::new(()),
-            wb_lock: Lock::new(()),
+            wb_lock: Lock::new(Vec::new()),
             errseq: ErrSeq::new(),
             dirtied_at: AtomicU64::new(0),
             ra: Readahead::new(),

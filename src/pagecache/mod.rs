@@ -56,6 +56,7 @@ mod folio_write;
 mod inode;
 mod lru;
 mod options;
+mod paths;
 mod readahead;
 mod reclaim;
 mod stats;
@@ -64,10 +65,11 @@ mod workingset;
 mod writeback;
 
 pub use borrow::FolioBorrow;
-pub use file::{CachedFile, MAX_FILE_SIZE};
+pub use file::CachedFile;
 pub use folio::FolioRef;
 pub use folio_write::FolioWrite;
 pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
+pub use paths::MAX_FILE_SIZE;
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE};
 

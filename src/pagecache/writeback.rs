@@ -64,7 +64,7 @@ struct Run {
 /// # Errors
 /// The first backend error (also recorded in the file's error sequence).
 pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> io::Result<()> {
-    let _wb = match mode {
+    let mut wb = match mode {
         Mode::Wait => file.wb_lock.lock(),
         Mode::Background => match file.wb_lock.try_lock() {
             Some(g) => g,
@@ -78,9 +78,13 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     file.dirtied_at.store(0, Ordering::Relaxed);
     file.mapping.tag_for_writeback(start, end);
     let mut result = Ok(());
+    // The run's buffer is the file's, kept from one pass to the next
+    // under its writeback lock (a write-through SQLite journal writes back
+    // after every write: no allocation per pass).
+    let scratch: &mut Vec<u8> = &mut wb;
     let mut run = Run {
         offset: 0,
-        buf: Vec::new(),
+        buf: core::mem::take(scratch),
         parts: Vec::new(),
     };
     let bs = file.blocks.block_size();
@@ -142,6 +146,9 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         }
     }
     finish(file, &mut run, &mut result);
+    // Keep the buffer for the next pass (emptied by `finish`; a run is at
+    // most `MAX_RUN` bytes).
+    *scratch = run.buf;
     if result.is_err() {
         let _ = file.dirtied_at.compare_exchange(
             0,
