@@ -1,5 +1,6 @@
 //! The crate's modules run one way: no import cycle between the top-level
-//! modules of `src/`, nor among the files of any folder module
+//! modules of `src/` (and of the servers' crates, `kxarray-nbd/src/` and
+//! `kxarray-sqlite/src/`), nor among the files of any folder module
 //! (`src/pagecache/file.rs` may use `inode`, `writeback` and `stats`, but
 //! none of them may use `file`). A folder's `mod.rs` is its face and is left
 //! out, as are `#[cfg(test)] mod tests` bodies and comments.
@@ -168,6 +169,29 @@ fn graphs(src: &Path) -> (Graph, BTreeMap<String, Graph>) {
         }
     }
     (top, folders)
+}
+
+/// The servers' crates run one way too (checked when they are there: a
+/// packaged `kxarray` has no workspace around it).
+#[test]
+fn no_import_cycle_in_the_servers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for krate in ["kxarray-nbd", "kxarray-sqlite"] {
+        let src = root.join(krate).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let (top, folders) = graphs(&src);
+        assert!(top.len() >= 5, "{krate}: found {} modules", top.len());
+        if let Some(c) = cycle(&top) {
+            panic!("import cycle in {krate}: {}", c.join(" -> "));
+        }
+        for (folder, g) in &folders {
+            if let Some(c) = cycle(g) {
+                panic!("import cycle inside {krate}/src/{folder}/: {}", c.join(" -> "));
+            }
+        }
+    }
 }
 
 #[test]

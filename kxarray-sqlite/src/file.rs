@@ -27,11 +27,10 @@
 use crate::config::Settings;
 use crate::ffi::*;
 use crate::inode::{self, Inode, Key, WritePolicy};
+use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
-use crate::vfs::{api, vfs_stats};
 use kxarray::pagecache::{FolioRef, PageCache};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -145,23 +144,20 @@ unsafe fn handle<'a>(file: *mut sqlite3_file) -> &'a mut Handle {
     unsafe { &mut *boxed }
 }
 
-/// Write back what the cache holds dirty, without an fsync. The cache has
-/// no call that writes back one file (or one range) without flushing its
-/// backend, so this writes back every dirty folio of the cache: the range
-/// just written, any other thread's write in flight, and databases' writes
-/// waiting for their sync point (written a little early, which is
-/// harmless).
-fn write_back(h: &Handle) -> io::Result<()> {
-    h.cache.writeback_all()
+/// Write back what this file holds dirty in `range` to the backing file,
+/// without an fsync (`CachedFile::write_back`, the kernel's
+/// `sync_file_range`): the bytes then survive this process.
+fn write_back(h: &Handle, range: std::ops::Range<u64>) -> io::Result<()> {
+    h.inode.file.write_back(range)
 }
 
 /// A sync point of a database (`SQLITE_FCNTL_SYNC`, `CKPT_DONE`, leaving a
 /// write lock): its deferred writes reach the backing file.
 fn sync_point(h: &Handle) -> c_int {
-    if h.inode.policy != WritePolicy::AtSyncPoint || crate::vfs::write_back_only() {
+    if h.inode.policy != WritePolicy::AtSyncPoint || crate::process::write_back_only() {
         return SQLITE_OK;
     }
-    match write_back(h) {
+    match write_back(h, 0..u64::MAX) {
         Ok(()) => SQLITE_OK,
         Err(e) => io_code(h, "write back", &e, SQLITE_IOERR_WRITE),
     }
@@ -251,8 +247,8 @@ unsafe extern "C" fn x_write(
         // file before xWrite returns (see the module notes). A main
         // database waits for SQLite's next sync point, a temporary file
         // for the cache's own writeback.
-        if h.inode.policy == WritePolicy::Through && !crate::vfs::write_back_only() {
-            if let Err(e) = write_back(h) {
+        if h.inode.policy == WritePolicy::Through && !crate::process::write_back_only() {
+            if let Err(e) = write_back(h, off..off + n as u64) {
                 return io_code(h, "write back", &e, SQLITE_IOERR_WRITE);
             }
         }
@@ -289,19 +285,14 @@ unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        // Nothing is dirty (write-through), but a write another thread
-        // has in flight may be: write everything back, then make it
-        // durable with fdatasync, as the unix VFS does on Linux. (The
-        // cache's own `sync` runs fsync, which also commits the inode's
-        // timestamps: a journal commit per transaction the unix VFS does
-        // not pay.)
-        if let Err(e) = write_back(h) {
-            return io_code(h, "write back", &e, SQLITE_IOERR_FSYNC);
-        }
-        // SAFETY: the descriptor is open for the life of the inode.
-        if unsafe { libc::fdatasync(h.inode.fd.as_raw_fd()) } != 0 {
-            let e = io::Error::last_os_error();
-            return io_code(h, "fdatasync", &e, SQLITE_IOERR_FSYNC);
+        // Write back what this file holds dirty (a database's writes since
+        // its last sync point, another thread's write in flight), then
+        // make it durable with fdatasync, as the unix VFS does on Linux
+        // (`sync_data`: `sync` would run fsync, which also commits the
+        // inode's timestamps, a journal commit per transaction the unix
+        // VFS does not pay).
+        if let Err(e) = h.inode.file.sync_data() {
+            return io_code(h, "write back and fdatasync", &e, SQLITE_IOERR_FSYNC);
         }
         if let Some(dir) = h.dirsync.take() {
             if let Err(e) = sync_dir(&dir) {

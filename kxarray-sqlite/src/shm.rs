@@ -3,7 +3,7 @@
 //! (one handle's view: the locks it holds).
 //!
 //! No `-shm` file is made: the other processes that could share one are
-//! kept out by the database's OFD lock ([`crate::inode`]). After a crash
+//! kept out by the database's OFD lock (see `inode`). After a crash
 //! the index is gone with the process, and the next opener (this VFS with
 //! zeroed regions, or the unix VFS with a fresh `-shm`) rebuilds it from
 //! the WAL, as SQLite does after any crash.

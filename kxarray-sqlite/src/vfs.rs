@@ -1,6 +1,6 @@
-//! The VFS object and its `sqlite3_vfs` callbacks, and the process-wide
-//! state behind them: the [`Api`] table, the one [`PageCache`], the VFS's
-//! own counters.
+//! The VFS object and its `sqlite3_vfs` callbacks, and the one
+//! [`PageCache`] of the process (the [`Api`] table and the counters the
+//! files share are in `process`).
 //!
 //! Owns `xOpen` (which files become which [`Inode`]s, with which settings),
 //! `xDelete`, `xAccess`, `xFullPathname` and the helpers SQLite asks any
@@ -21,6 +21,7 @@ use crate::config::{SettingError, Settings};
 use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
+use crate::process::api;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
 use std::ffi::{CStr, OsStr};
@@ -30,46 +31,12 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 /// The longest path name the VFS accepts (as the unix VFS).
 const MAX_PATHNAME: c_int = 512;
 
-static API: OnceLock<Api> = OnceLock::new();
 static CACHE: OnceLock<PageCache> = OnceLock::new();
-
-/// The SQLite entry points, set by the first registration.
-///
-/// # Panics
-/// Before any registration (never: SQLite calls the VFS only after one).
-pub(crate) fn api() -> &'static Api {
-    API.get().expect("kxarray VFS used before registration")
-}
-
-/// Whether `KXARRAY_SQLITE_WRITE_BACK=1` turned write-through off (read
-/// once). For testing the crash test only: writes then stay dirty in the
-/// process's cache until `xSync`, so a SIGKILL loses what the kernel's page
-/// cache would have kept, and the crash test must notice
-/// (`tests/crash.rs`). Never set it otherwise.
-pub(crate) fn write_back_only() -> bool {
-    static W: OnceLock<bool> = OnceLock::new();
-    *W.get_or_init(|| std::env::var("KXARRAY_SQLITE_WRITE_BACK").is_ok_and(|v| v == "1"))
-}
-
-/// The VFS's own counters (beside the cache's).
-#[derive(Debug, Default)]
-pub(crate) struct VfsStats {
-    pub(crate) writes: AtomicU64,
-    pub(crate) syncs: AtomicU64,
-    pub(crate) fetches: AtomicU64,
-    pub(crate) fetch_fallbacks: AtomicU64,
-}
-
-pub(crate) fn vfs_stats() -> &'static VfsStats {
-    static S: OnceLock<VfsStats> = OnceLock::new();
-    S.get_or_init(VfsStats::default)
-}
 
 /// The process-wide cache, if an open has made it.
 pub fn cache() -> Option<&'static PageCache> {
@@ -158,7 +125,7 @@ impl std::error::Error for RegisterError {}
 
 /// Register the VFS with the SQLite `api` belongs to.
 pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), RegisterError> {
-    let api = *API.get_or_init(|| api);
+    let api = *crate::process::set_api(api);
     // SAFETY: the VFS object is leaked, so it lives for ever and never
     // moves.
     let rc = unsafe { api.vfs_register(vfs_object(), make_default) };

@@ -1,0 +1,50 @@
+//! The process-wide state the VFS and its files share, below both: the
+//! SQLite entry points ([`Api`], set by the first registration), the VFS's
+//! own counters, and the crash test's knob.
+//!
+//! Invariant: the `Api` is set once and never changes (every registration
+//! after the first gets the first's table back).
+
+use crate::api::Api;
+use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// The SQLite entry points, set by the first registration.
+///
+/// # Panics
+/// Before any registration (never: SQLite calls the VFS only after one).
+pub(crate) fn api() -> &'static Api {
+    API.get().expect("kxarray VFS used before registration")
+}
+
+/// Whether `KXARRAY_SQLITE_WRITE_BACK=1` turned write-through off (read
+/// once). For testing the crash test only: writes then stay dirty in the
+/// process's cache until `xSync`, so a SIGKILL loses what the kernel's page
+/// cache would have kept, and the crash test must notice
+/// (`tests/crash.rs`). Never set it otherwise.
+pub(crate) fn write_back_only() -> bool {
+    static W: OnceLock<bool> = OnceLock::new();
+    *W.get_or_init(|| std::env::var("KXARRAY_SQLITE_WRITE_BACK").is_ok_and(|v| v == "1"))
+}
+
+/// The VFS's own counters (beside the cache's).
+#[derive(Debug, Default)]
+pub(crate) struct VfsStats {
+    pub(crate) writes: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) fetches: AtomicU64,
+    pub(crate) fetch_fallbacks: AtomicU64,
+}
+
+pub(crate) fn vfs_stats() -> &'static VfsStats {
+    static S: OnceLock<VfsStats> = OnceLock::new();
+    S.get_or_init(VfsStats::default)
+}
+
+/// Set the SQLite entry points if no registration did yet; the table in
+/// force either way.
+pub(crate) fn set_api(api: Api) -> &'static Api {
+    API.get_or_init(|| api)
+}
