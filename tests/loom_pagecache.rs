@@ -177,6 +177,35 @@ mod tests {
         });
     }
 
+    /// A borrow under a guard (`read_folio_in`) taken while another thread
+    /// rewrites the folio: one whole version, kept after the writer is
+    /// done (the borrow count on the folio against the writer's check).
+    #[test]
+    fn a_borrowed_folio_keeps_its_bytes_while_a_writer_rewrites_it() {
+        builder().check(|| {
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Mem(std::sync::Mutex::new(vec![1; 4096])));
+                let file = cache.open(Arc::clone(&backend)).unwrap();
+                file.write_at(&[1u8; 64], 0).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    other.write_at(&[2u8; 64], 0).unwrap();
+                });
+                let guard = kxarray::pin();
+                let b = file.read_folio_in(0, &guard).unwrap();
+                let first = b[0];
+                assert!(first == 1 || first == 2);
+                assert!(b[..64].iter().all(|&x| x == first), "torn borrow");
+                t.join().unwrap();
+                assert!(
+                    b[..64].iter().all(|&x| x == first),
+                    "borrowed bytes changed"
+                );
+            })
+        });
+    }
+
     /// A lock-free read racing a writer to the same bytes: all old or all
     /// new.
     #[test]

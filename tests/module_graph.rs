@@ -188,7 +188,10 @@ fn no_import_cycle_in_the_servers() {
         }
         for (folder, g) in &folders {
             if let Some(c) = cycle(g) {
-                panic!("import cycle inside {krate}/src/{folder}/: {}", c.join(" -> "));
+                panic!(
+                    "import cycle inside {krate}/src/{folder}/: {}",
+                    c.join(" -> ")
+                );
             }
         }
     }

@@ -46,7 +46,7 @@
 use super::frames;
 use crate::bytewise;
 use crate::guard::ProtectsBuffers;
-use crate::sync::{fence, AtomicPtr, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
+use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
 
@@ -179,6 +179,10 @@ pub(crate) struct FolioMem {
     /// The current buffer's bytes (null: none yet, or dropped), beside its
     /// header so the lock-free read follows one pointer less.
     data: AtomicPtr<u8>,
+    /// Borrows under a guard ([`MemBorrow`]) of the current buffer: counted
+    /// here, on the folio's own line, not on the buffer's header (a
+    /// borrow's bytes are kept alive by its guard, not by a reference).
+    borrows: AtomicU32,
     /// The current buffer (null when `data` is).
     buf: AtomicPtr<Buf>,
     /// Bytes of every buffer of this folio; never changes.
@@ -193,6 +197,7 @@ impl FolioMem {
         FolioMem {
             seq: AtomicU64::new(0),
             data: AtomicPtr::new(core::ptr::null_mut()),
+            borrows: AtomicU32::new(0),
             buf: AtomicPtr::new(core::ptr::null_mut()),
             len,
             lock: Lock::new(()),
@@ -283,6 +288,37 @@ impl FolioMem {
             return None; // `pin` drops the reference again
         }
         Some(pin)
+    }
+
+    /// Borrow the current buffer's bytes for as long as `_pin` lives,
+    /// without a reference on the buffer: the count of borrows sits on the
+    /// folio's own line (a zero-copy hit touches no other), writers copy
+    /// instead of writing in place while it is non-zero, and the pin (a
+    /// guard) keeps the borrowed buffer allocated if a writer replaces it
+    /// meanwhile (a replaced buffer is freed only after a grace period).
+    /// `None` if there is no buffer or a writer is at work.
+    #[inline]
+    pub(crate) fn borrow<'g, P: ProtectsBuffers>(&'g self, _pin: &'g P) -> Option<MemBorrow<'g>> {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            return None;
+        }
+        let data = NonNull::new(self.data.load(Ordering::Acquire))?;
+        self.borrows.fetch_add(1, Ordering::SeqCst);
+        let b = MemBorrow { mem: self, data };
+        // The borrower's half of the handshake, as `pin`'s: count raised,
+        // then the version read again.
+        #[cfg(loom)]
+        fence(Ordering::SeqCst);
+        let order = if cfg!(loom) {
+            Ordering::Relaxed
+        } else {
+            Ordering::SeqCst
+        };
+        if self.seq.load(order) != s {
+            return None; // `b` lowers the count again
+        }
+        Some(b)
     }
 
     /// Take the lock (waiting for the writer that holds it).
@@ -409,6 +445,43 @@ impl fmt::Debug for BufPin {
     }
 }
 
+/// A borrow of a folio's bytes under a guard ([`FolioMem::borrow`]): they
+/// stay allocated (the guard) and unchanged (writers copy while the folio's
+/// borrow count is non-zero) for `'g`.
+pub(crate) struct MemBorrow<'g> {
+    mem: &'g FolioMem,
+    data: NonNull<u8>,
+}
+
+impl<'g> MemBorrow<'g> {
+    /// The borrowed bytes.
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `data` is the bytes of a buffer that was current when
+        // loaded under the guard `'g` (this borrow's lifetime), `len` bytes
+        // long as every buffer of the folio; it is freed only after a grace
+        // period that began after it stopped being current, so it lives for
+        // `'g`; while the borrow is counted, a writer does not write the
+        // current buffer in place (and a replaced one never changes).
+        unsafe { core::slice::from_raw_parts(self.data.as_ptr(), self.mem.len) }
+    }
+}
+
+impl Drop for MemBorrow<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.mem.borrows.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for MemBorrow<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemBorrow")
+            .field("len", &self.mem.len)
+            .finish()
+    }
+}
+
 /// The folio's lock, held: the only way to change its buffer or bytes.
 pub(crate) struct MemWrite<'a> {
     mem: &'a FolioMem,
@@ -444,8 +517,10 @@ impl MemWrite<'_> {
 
     /// Whether a pin holds the current buffer (reclaim leaves such folios).
     pub(crate) fn is_pinned(&self) -> bool {
-        self.cur()
-            .is_some_and(|b| b.refs.load(Ordering::Acquire) > 1)
+        self.mem.borrows.load(Ordering::Acquire) > 0
+            || self
+                .cur()
+                .is_some_and(|b| b.refs.load(Ordering::Acquire) > 1)
     }
 
     /// Pin the current buffer (no writer can be at work: this is it).
@@ -518,7 +593,7 @@ impl MemWrite<'_> {
         // The writer's half of the handshake: odd version, then the count.
         self.mem.seq.store(s + 1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        if b.refs.load(Ordering::Relaxed) == 1 {
+        if b.refs.load(Ordering::Relaxed) == 1 && self.mem.borrows.load(Ordering::Relaxed) == 0 {
             return Ok(Edit {
                 mem: self.mem,
                 data,
@@ -746,6 +821,29 @@ mod tests {
         drop(pin);
         assert!(m.lock().is_pinned(), "the second pin still holds it");
         drop(again);
+        assert!(!m.lock().is_pinned());
+    }
+
+    /// A borrow under a guard keeps its bytes through an in-place-looking
+    /// write (the writer copies while the borrow count is raised) and
+    /// through the buffer's replacement and every reclamation driven: Miri
+    /// reports a use after free if the guard did not keep it.
+    #[test]
+    fn a_borrow_keeps_its_bytes_and_never_blocks_the_writer() {
+        let m = filled(4096, 7);
+        let g = crate::pin();
+        let b = m.borrow(&g).expect("no writer");
+        m.lock().edit().unwrap().write(0, &[8; 100]);
+        assert!(b.bytes().iter().all(|&x| x == 7), "borrowed bytes kept");
+        let mut out = [0u8; 100];
+        assert!(m.read(0, &mut out, &g));
+        assert_eq!(out, [8; 100], "readers see the new bytes");
+        m.lock().release();
+        for _ in 0..8 {
+            crate::pin().flush();
+        }
+        assert!(b.bytes().iter().all(|&x| x == 7), "still readable");
+        drop(b);
         assert!(!m.lock().is_pinned());
     }
 

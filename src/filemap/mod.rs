@@ -27,7 +27,7 @@ mod shadow;
 pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
 pub use frames::{frame_stats, FrameStats};
 pub use mem::AllocError;
-pub(crate) use mem::{BufPin, InstallError, MemWrite};
+pub(crate) use mem::{BufPin, InstallError, MemBorrow, MemWrite};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
 
 use crate::sync::{AtomicU64, Ordering};

@@ -5,12 +5,14 @@
 //! Owns the rule that lets a folio be borrowed for the guard's lifetime
 //! `'g`: a folio loaded from a file's tree under a pinned [`Guard`](crate::Guard)
 //! is not freed before the guard is dropped (a removed folio's last `Arc`
-//! is dropped through the epoch), and the buffer its bytes were in when
-//! borrowed is pinned ([`BufPin`]), so they stay put whatever writers do
-//! (they write a copy).
+//! is dropped through the epoch), nor is the buffer its bytes were in when
+//! borrowed (a replaced buffer is freed after a grace period), and while
+//! the folio's borrow count is raised ([`MemBorrow`]) writers write a copy:
+//! the bytes stay put. The count sits on the folio's line, so a zero-copy
+//! hit touches nothing else of the folio's.
 
 use super::folio::page_of;
-use crate::filemap::{BufPin, Folio};
+use crate::filemap::{Folio, MemBorrow};
 
 /// A zero-copy reference to a cached folio's bytes, borrowed under an epoch
 /// [`Guard`](crate::Guard) the caller pinned
@@ -40,15 +42,15 @@ use crate::filemap::{BufPin, Folio};
 /// assert_eq!(sum, 7);
 /// ```
 pub struct FolioBorrow<'g> {
-    pin: BufPin,
+    bytes: MemBorrow<'g>,
     folio: &'g Folio,
 }
 
 impl<'g> FolioBorrow<'g> {
-    /// A borrow of `folio` keeping `pin`, a pin of its bytes.
+    /// A borrow of `folio` holding `bytes`, a borrow of its bytes.
     #[inline]
-    pub(crate) fn new(folio: &'g Folio, pin: BufPin) -> FolioBorrow<'g> {
-        FolioBorrow { pin, folio }
+    pub(crate) fn new(folio: &'g Folio, bytes: MemBorrow<'g>) -> FolioBorrow<'g> {
+        FolioBorrow { bytes, folio }
     }
 
     /// The folio's first page index.
@@ -68,7 +70,7 @@ impl<'g> FolioBorrow<'g> {
         page_of(
             self.folio.index(),
             self.folio.order(),
-            self.pin.bytes(),
+            self.bytes.bytes(),
             index,
         )
     }
@@ -78,7 +80,7 @@ impl std::ops::Deref for FolioBorrow<'_> {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        self.pin.bytes()
+        self.bytes.bytes()
     }
 }
 

@@ -376,7 +376,7 @@ impl FileShared {
         if !self.blocks.is_uptodate(f, 0, f.max_bytes()) {
             return None;
         }
-        let b = FolioBorrow::new(f, f.mem().pin(guard)?);
+        let b = FolioBorrow::new(f, f.mem().borrow(guard)?);
         self.cache.counters.hits.add(1);
         folio::mark_accessed(f);
         Some(b)
