@@ -148,6 +148,30 @@ mod tests {
         });
     }
 
+    /// The same with a folio whose every block is dirty (a write to it
+    /// skips the block map on the folio's hint): whichever side of the
+    /// writeback the rewrite lands on, it reaches the backend.
+    #[test]
+    fn a_wholly_dirty_folio_rewritten_during_writeback_is_not_lost() {
+        builder().check(|| {
+            big(|| {
+                let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+                let backend = Arc::new(Mem(std::sync::Mutex::new(vec![0; 4096])));
+                let file = cache.open(Arc::clone(&backend)).unwrap();
+                file.write_at(&[1u8; 4096], 0).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    other.write_at(&[2u8; 64], 0).unwrap();
+                });
+                file.sync().unwrap();
+                t.join().unwrap();
+                file.sync().unwrap();
+                assert_eq!(&backend.0.lock().unwrap()[..64], &[2u8; 64][..]);
+                assert_eq!(cache.stats().dirty_bytes, 0);
+            })
+        });
+    }
+
     /// A reference taken while another thread rewrites the same folio:
     /// whichever runs first, the referenced bytes are one whole version and
     /// stay that version after the writer is done, and the writer's bytes

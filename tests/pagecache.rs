@@ -345,3 +345,58 @@ fn appends_to_a_file_neither_resize_nor_read_it() {
     assert_eq!(b.set_lens.load(Relaxed), 1);
     assert_eq!(b.len().unwrap(), 100);
 }
+
+/// A write to a folio whose every block is dirty skips the block map (the
+/// folio carries a hint): writeback must clear that hint, or the next
+/// write would never reach the disk; truncation must leave the cut folio
+/// writable. Large folios
+/// (from readahead) with 1 KiB blocks and one-page folios both.
+#[test]
+fn writes_after_writeback_of_wholly_dirty_folios_reach_the_disk() {
+    use kxarray::backend::FileBackend;
+    use kxarray::pagecache::FileOptions;
+    let dir = tempfile::tempdir().unwrap();
+    for (n, (opts, prime_read)) in [
+        (FileOptions::default(), false),
+        (FileOptions::default().block_size(1024), true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("f{n}"));
+        std::fs::write(&path, vec![0u8; 32 * PAGE as usize]).unwrap();
+        let disk = |len: usize| -> Vec<u8> { std::fs::read(&path).unwrap()[..len].to_vec() };
+        let c = cache(64);
+        let f = c
+            .open_with(FileBackend::create(&path).unwrap(), opts)
+            .unwrap();
+        if prime_read {
+            // Readahead: large folios, wholly uptodate.
+            let mut all = vec![0u8; 32 * PAGE as usize];
+            f.read_at(&mut all, 0).unwrap();
+        }
+        for round in 1..=3u8 {
+            // Dirty every block of pages 0..8 twice (the second write takes
+            // the hinted path), then write back.
+            for pass in 0..2u8 {
+                let fill = vec![round * 10 + pass; 8 * PAGE as usize];
+                f.write_at(&fill, 0).unwrap();
+            }
+            f.sync().unwrap();
+            assert!(
+                disk(8 * PAGE as usize).iter().all(|&b| b == round * 10 + 1),
+                "round {round}: the disk missed a write after writeback"
+            );
+            assert_eq!(c.stats().dirty_bytes, 0);
+        }
+        // Truncation cuts a wholly dirty folio and drops the rest; writes
+        // after it still reach the disk.
+        f.write_at(&vec![7u8; 8 * PAGE as usize], 0).unwrap();
+        f.set_len(3 * PAGE + 100).unwrap();
+        f.write_at(&vec![9u8; 4 * PAGE as usize], 0).unwrap();
+        f.write_at(&vec![8u8; 4 * PAGE as usize], 0).unwrap();
+        f.sync().unwrap();
+        assert!(disk(4 * PAGE as usize).iter().all(|&b| b == 8));
+        assert_eq!(c.stats().dirty_bytes, 0);
+    }
+}

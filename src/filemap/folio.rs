@@ -60,6 +60,10 @@ impl FolioFlags {
     pub const DETACHED: FolioFlags = FolioFlags(128);
     /// On a reclaim list (`PG_lru`).
     pub const LRU: FolioFlags = FolioFlags(256);
+    /// Free for the owner of the folio's address space (the kernel's
+    /// `PG_owner_priv_1`). The page cache sets it on a folio whose every
+    /// block is dirty, changing it only under the folio's lock.
+    pub const OWNER_PRIV: FolioFlags = FolioFlags(512);
 }
 
 /// A folio: `2^order` pages starting at page index `index`.

@@ -18,7 +18,13 @@
 //!   a later folio's state;
 //! - the byte count of set dirty bits over all entries is what this file
 //!   contributes to the cache's dirty gauge: every function that sets or
-//!   clears dirty bits returns the bytes it changed for the caller to book.
+//!   clears dirty bits returns the bytes it changed for the caller to book;
+//! - a folio's [`FolioFlags::OWNER_PRIV`] means every block is dirty and
+//!   uptodate: it is set (by the caller, from [`Dirtied::all`]) and cleared
+//!   (by [`BlockMap::take_dirty`], the one function that clears dirty bits
+//!   of a live folio; [`BlockMap::forget`] drops a detached folio's, which
+//!   no writer touches again) under the folio's lock, so a writer holding
+//!   that lock that sees it may skip the map.
 
 use crate::filemap::{Folio, FolioFlags, PAGE_SIZE};
 use crate::sync::{AtomicUsize, Lock, Ordering};
@@ -138,6 +144,22 @@ impl Bits {
     fn any_dirty(&self) -> bool {
         self.dirty.iter().any(|w| *w != 0)
     }
+    fn all_dirty(&self) -> bool {
+        self.dirty
+            .iter()
+            .enumerate()
+            .all(|(w, &word)| word == word_mask(self.nblocks, w))
+    }
+}
+
+/// What marking blocks dirty did: the bytes newly dirty, and whether every
+/// block of the folio is now dirty and uptodate (the caller, holding the
+/// folio's lock, then sets [`FolioFlags::OWNER_PRIV`]: a later write to the
+/// folio changes no block state and skips the map).
+#[must_use]
+pub(crate) struct Dirtied {
+    pub(crate) bytes: u64,
+    pub(crate) all: bool,
 }
 
 /// Runs of consecutive block indices `(first, count)` among `0..n` for
@@ -305,7 +327,7 @@ impl BlockMap {
     /// A write filled bytes `from..to` (the blocks it touches are all
     /// uptodate now): mark them uptodate and dirty under one lock. Returns
     /// the bytes newly dirty.
-    pub(crate) fn wrote(&self, f: &Folio, from: usize, to: usize) -> u64 {
+    pub(crate) fn wrote(&self, f: &Folio, from: usize, to: usize) -> Dirtied {
         let mut map = self.shard(f).lock();
         let k = key(f);
         let nb = self.nblocks(f);
@@ -320,16 +342,20 @@ impl BlockMap {
                 newly += 1;
             }
         }
+        let all = b.all_dirty() && b.all_uptodate();
         if was {
             self.settle(&mut map, k, was);
         }
-        newly << self.shift
+        Dirtied {
+            bytes: newly << self.shift,
+            all,
+        }
     }
 
     /// Mark the blocks touching `from..to` dirty (the caller holds the
     /// data lock for writing and the folio is live). Returns the bytes
     /// newly dirty.
-    pub(crate) fn mark_dirty(&self, f: &Folio, from: usize, to: usize) -> u64 {
+    pub(crate) fn mark_dirty(&self, f: &Folio, from: usize, to: usize) -> Dirtied {
         let mut map = self.shard(f).lock();
         let k = key(f);
         let nb = self.nblocks(f);
@@ -342,7 +368,10 @@ impl BlockMap {
                 newly += 1;
             }
         }
-        newly << self.shift
+        Dirtied {
+            bytes: newly << self.shift,
+            all: b.all_dirty() && b.all_uptodate(),
+        }
     }
 
     /// Take every dirty block of `f` for writeback: clear the bits and
@@ -350,6 +379,7 @@ impl BlockMap {
     pub(crate) fn take_dirty(&self, f: &Folio) -> Vec<(usize, usize)> {
         let mut map = self.shard(f).lock();
         let k = key(f);
+        f.clear(FolioFlags::OWNER_PRIV);
         let Some(b) = map.get_mut(&k) else {
             return Vec::new();
         };
@@ -429,12 +459,31 @@ mod tests {
         m.set_uptodate(&f, 0, 2048);
         assert!(m.is_uptodate(&f, 0, 2048));
         assert!(!m.is_uptodate(&f, 0, 2049));
-        assert_eq!(m.mark_dirty(&f, 100, 1700), 2048);
-        assert_eq!(m.mark_dirty(&f, 600, 700), 0, "already dirty");
+        assert_eq!(m.mark_dirty(&f, 100, 1700).bytes, 2048);
+        assert_eq!(m.mark_dirty(&f, 600, 700).bytes, 0, "already dirty");
         assert_eq!(m.dirty_bytes(&f), 2048);
         assert_eq!(m.take_dirty(&f), vec![(0, 4)]);
         assert_eq!(m.dirty_bytes(&f), 0);
         assert_eq!(m.forget(&f), 0);
+    }
+
+    #[test]
+    fn all_is_reported_only_when_every_block_is_dirty_and_uptodate() {
+        let m = BlockMap::new(12);
+        let f = Folio::new(0, 2).unwrap(); // 4 blocks
+        m.new_empty(&f);
+        let d = m.wrote(&f, 0, 3 * 4096);
+        assert_eq!((d.bytes, d.all), (3 * 4096, false), "block 3 clean");
+        let d = m.wrote(&f, 3 * 4096 + 10, 3 * 4096 + 20);
+        assert_eq!((d.bytes, d.all), (4096, true));
+        f.set(FolioFlags::OWNER_PRIV);
+        assert_eq!(m.take_dirty(&f), vec![(0, 4)]);
+        assert!(!f.test(FolioFlags::OWNER_PRIV), "writeback clears the hint");
+        // Dirty but not uptodate everywhere: no hint.
+        let g = Folio::new(4, 2).unwrap();
+        m.new_empty(&g);
+        let d = m.mark_dirty(&g, 0, 4 * 4096);
+        assert!(!d.all);
     }
 
     #[test]

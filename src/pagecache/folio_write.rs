@@ -210,8 +210,9 @@ impl<'f> FolioWrite<'f> {
         let from = from / bs * bs;
         let to = to.div_ceil(bs) * bs;
         let need = file.dirty_span(&w, from, to);
-        let newly = file.blocks.mark_dirty(&self.folio, need.0, need.1);
-        file.mark_dirty(&self.folio, newly);
+        let d = file.blocks.mark_dirty(&self.folio, need.0, need.1);
+        let newly = d.bytes;
+        file.mark_dirty(&self.folio, d);
         drop(w);
         file.cache.balance_dirty_pages(newly);
         Ok(())

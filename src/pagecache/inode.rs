@@ -15,7 +15,7 @@
 //!   under its lock, after `DETACHED` is set; its block state and its dirty
 //!   bytes go with it.
 
-use super::blocks::BlockMap;
+use super::blocks::{BlockMap, Dirtied};
 use super::errseq::ErrSeq;
 use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
@@ -109,10 +109,17 @@ impl FileShared {
         Ok(())
     }
 
-    /// Book `newly` dirty bytes of a folio (flag, tag, gauge, file age).
-    /// The caller holds its lock.
-    pub(crate) fn mark_dirty(&self, f: &Folio, newly: u64) {
-        self.cache.counters.dirty_bytes.add(newly);
+    /// Book what marking blocks of a folio dirty did (flag, tag, gauge,
+    /// file age, and `OWNER_PRIV` when every block is dirty). The caller
+    /// holds its lock.
+    pub(crate) fn mark_dirty(&self, f: &Folio, d: Dirtied) {
+        if d.all {
+            f.set(FolioFlags::OWNER_PRIV);
+        }
+        if d.bytes == 0 && f.test(FolioFlags::DIRTY) {
+            return;
+        }
+        self.cache.counters.dirty_bytes.add(d.bytes);
         if !f.set(FolioFlags::DIRTY) {
             self.mapping.mark_dirty(f.index());
             let _ = self.dirtied_at.compare_exchange(

@@ -409,6 +409,11 @@ impl FileShared {
         self.extend_to(end)?;
         let mut pos = offset;
         while pos < end {
+            if let Some((n, newly)) = self.write_hit(buf, offset, pos, end)? {
+                pos += n as u64;
+                self.cache.balance_dirty_pages(newly);
+                continue;
+            }
             let f = self.get_folio(pos / PAGE, Fill::Write)?;
             let mut w = f.mem().lock();
             if !folio::is_live(&f) {
@@ -423,6 +428,48 @@ impl FileShared {
             self.cache.balance_dirty_pages(newly);
         }
         Ok(buf.len())
+    }
+
+    /// The hit path of `write_at` for the page at `pos` (the file's bytes
+    /// `offset..` come from `buf`): the cached folio found under a guard
+    /// (no reference count), locked, and written when that needs no read
+    /// from the backend (no I/O under a guard). Returns the bytes written
+    /// and the bytes newly dirty; `None` sends the caller to the miss path.
+    #[inline]
+    fn write_hit(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        pos: u64,
+        end: u64,
+    ) -> io::Result<Option<(usize, u64)>> {
+        let guard = pin();
+        let Some(EntryRef::Item(r)) = self.mapping.pages().load(pos / PAGE, &guard) else {
+            return Ok(None);
+        };
+        let f = r.get();
+        let mut w = f.mem().lock();
+        if !folio::is_live(f) {
+            return Ok(None);
+        }
+        let at = (pos - f.index() * PAGE) as usize;
+        let n = ((end - pos) as usize).min(w.len() - at);
+        let need = self.dirty_span(&w, at, at + n);
+        let src = &buf[(pos - offset) as usize..][..n];
+        let newly = if f.test(FolioFlags::OWNER_PRIV) {
+            // Every block is dirty and uptodate already (the flag changes
+            // only under the lock held here: see `blocks`): only the bytes
+            // change.
+            w.edit().map_err(oom)?.write(at, src);
+            0
+        } else if self.blocks.is_uptodate(f, need.0, need.1) {
+            self.write_locked(f, &mut w, at, src)?
+        } else {
+            return Ok(None);
+        };
+        self.cache.counters.hits.add(1);
+        folio::mark_accessed(f);
+        Ok(Some((n, newly)))
     }
 
     /// Grow the file to `end` bytes if it is shorter (the backend first).
@@ -486,8 +533,9 @@ impl FileShared {
             }
             e.write(at, src);
         }
-        let newly = self.blocks.wrote(f, need.0, need.1);
-        self.mark_dirty(f, newly);
+        let d = self.blocks.wrote(f, need.0, need.1);
+        let newly = d.bytes;
+        self.mark_dirty(f, d);
         Ok(newly)
     }
 
