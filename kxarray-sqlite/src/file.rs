@@ -65,6 +65,11 @@ pub(crate) struct Handle {
     /// offset (a few at a time: SQLite holds the pages of its open cursors,
     /// so a vector searched from the end beats a hash map).
     fetched: Vec<(i64, FolioRef)>,
+    /// Fetches and fallbacks not yet added to the process's counters: a
+    /// shared counter bumped on every fetch cost a cache-line transfer per
+    /// page between two connections' threads. Added every
+    /// [`COUNT_BATCH`] fetches, at `PRAGMA kx_stats` and at close.
+    unbooked: (u64, u64),
     shm: Option<ShmHandle>,
     chunk: i64,
     psow: bool,
@@ -74,7 +79,35 @@ pub(crate) struct Handle {
     pub(crate) dirsync: Option<PathBuf>,
 }
 
+/// How many fetches a handle counts before adding them to the process's
+/// counters (another connection's `PRAGMA kx_stats` may lag by fewer).
+const COUNT_BATCH: u64 = 1024;
+
 impl Handle {
+    /// Count a fetch (`fallback`: one that fell back to `xRead`).
+    #[inline]
+    fn count_fetch(&mut self, fallback: bool) {
+        if fallback {
+            self.unbooked.1 += 1;
+        } else {
+            self.unbooked.0 += 1;
+        }
+        if self.unbooked.0 + self.unbooked.1 >= COUNT_BATCH {
+            self.book_fetches();
+        }
+    }
+
+    /// Add this handle's uncounted fetches to the process's counters.
+    fn book_fetches(&mut self) {
+        let (f, b) = std::mem::take(&mut self.unbooked);
+        if f > 0 {
+            vfs_stats().fetches.fetch_add(f, Ordering::Relaxed);
+        }
+        if b > 0 {
+            vfs_stats().fetch_fallbacks.fetch_add(b, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn new(
         inode: Arc<Inode>,
         key: Option<Key>,
@@ -91,6 +124,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetched: Vec::new(),
+            unbooked: (0, 0),
             shm: None,
             chunk: 0,
             psow,
@@ -191,6 +225,7 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         let mut level = h.level;
         h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
         h.fetched.clear();
+        h.book_fetches();
         h.shm = None;
         inode::close(h.key, &h.inode);
         rc
@@ -392,7 +427,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
 ///
 /// # Safety
 /// - `args` is the `char*[3]` SQLite passes with this opcode.
-unsafe fn pragma(h: &Handle, args: *mut *mut c_char) -> c_int {
+unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     debug_assert!(!args.is_null());
     // SAFETY: per the caller, slot 1 exists ...
     let slot = unsafe { args.add(1) };
@@ -401,7 +436,10 @@ unsafe fn pragma(h: &Handle, args: *mut *mut c_char) -> c_int {
     // SAFETY: ... NUL-terminated.
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
     let text = match name.to_ascii_lowercase().as_str() {
-        "kx_stats" => stats_text(&h.cache),
+        "kx_stats" => {
+            h.book_fetches();
+            stats_text(&h.cache)
+        }
         "kx_settings" => format!(
             "cache={} direct={} fetch={} mmap_size={} block_size={}",
             h.cache.config().capacity,
@@ -627,25 +665,25 @@ unsafe extern "C" fn x_fetch(
         }
         let end = off + amt;
         if end > h.mmap_limit || end as u64 > h.inode.file.len() {
-            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            h.count_fetch(true);
             return SQLITE_OK;
         }
         let Ok(folio) = h.inode.file.read_folio((off / PAGE) as u64) else {
             // SQLite reads with xRead instead, which reports the error.
-            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            h.count_fetch(true);
             return SQLITE_OK;
         };
         let start = off - folio.index() as i64 * PAGE;
         if start < 0 || start + amt > folio.len() as i64 {
             // The page straddles two folios: no one pointer covers it.
-            vfs_stats().fetch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            h.count_fetch(true);
             return SQLITE_OK;
         }
         // The FolioRef's bytes do not move while it lives (it owns the
         // folio's data); it is kept below until xUnfetch.
         let p = folio[start as usize..].as_ptr().cast_mut().cast::<c_void>();
         h.fetched.push((off, folio));
-        vfs_stats().fetches.fetch_add(1, Ordering::Relaxed);
+        h.count_fetch(false);
         // SAFETY: as above.
         unsafe { *out = p };
         SQLITE_OK
