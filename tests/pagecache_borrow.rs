@@ -329,3 +329,38 @@ fn try_write_begin_never_waits() {
     f.read_at(&mut b, PAGE + 20).unwrap();
     assert_eq!(&b, b"0123456789");
 }
+
+/// `is_current` answers whether a reference still holds the file's bytes:
+/// true until a write, truncation or invalidation touches its folio, false
+/// for another file's reference, and true again for a new reference.
+#[test]
+fn is_current_follows_writes_truncation_and_invalidation() {
+    let c = cache(16);
+    let dir = tempfile::tempdir().unwrap();
+    let f = c
+        .open(kxarray::backend::FileBackend::create(&dir.path().join("a")).unwrap())
+        .unwrap();
+    let g = c.open(stamped_disk(8)).unwrap();
+    f.write_at(&[1u8; 4 * PAGE as usize], 0).unwrap();
+    let r = f.read_folio(1).unwrap();
+    assert!(f.is_current(&r));
+    assert!(f.is_current(&r), "checking changes nothing");
+    assert!(!g.is_current(&r), "another file's reference");
+    assert!(g.is_current(&g.read_folio(1).unwrap()));
+    // a write to another page leaves it current; to its page, not
+    f.write_at(&[2u8; 10], 2 * PAGE).unwrap();
+    assert!(f.is_current(&r));
+    f.write_at(&[3u8; 10], PAGE + 5).unwrap();
+    assert!(!f.is_current(&r));
+    assert_eq!(r[5], 1, "the reference keeps its bytes");
+    let r = f.read_folio(1).unwrap();
+    assert!(f.is_current(&r));
+    // invalidation (after writeback) and truncation drop the folio
+    f.sync().unwrap();
+    assert_eq!(f.invalidate(0..4 * PAGE).unwrap(), 4);
+    assert!(!f.is_current(&r));
+    let r = f.read_folio(1).unwrap();
+    assert!(f.is_current(&r));
+    f.set_len(PAGE).unwrap();
+    assert!(!f.is_current(&r));
+}

@@ -21,6 +21,14 @@
 //! - every pointer `xFetch` handed out points into a [`FolioRef`] kept in
 //!   `fetched` until the matching `xUnfetch` (or `xUnfetch(p = NULL)`, or
 //!   close), so the bytes stay valid and unchanged while SQLite reads them;
+//! - `kept` holds references SQLite let go of, for a later `xFetch` of the
+//!   same page to reuse after [`CachedFile::is_current`] says they still
+//!   hold the file's bytes (a new reference would raise a counter on the
+//!   page that every connection's thread shares: B-tree roots are fetched
+//!   by every statement); at most [`KEEP`], dropped when this handle writes
+//!   or truncates the file, when fetching stops, and at close.
+//!
+//! [`CachedFile::is_current`]: kxarray::pagecache::CachedFile::is_current
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
@@ -65,6 +73,8 @@ pub(crate) struct Handle {
     /// offset (a few at a time: SQLite holds the pages of its open cursors,
     /// so a vector searched from the end beats a hash map).
     fetched: Vec<(i64, FolioRef)>,
+    /// References SQLite let go of, oldest first (see the module notes).
+    kept: Vec<(i64, FolioRef)>,
     /// Fetches and fallbacks not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
@@ -78,6 +88,10 @@ pub(crate) struct Handle {
     /// WAL, as the unix VFS does).
     pub(crate) dirsync: Option<PathBuf>,
 }
+
+/// How many released references a handle keeps for reuse: the pages near a
+/// B-tree's root, which every statement fetches.
+const KEEP: usize = 32;
 
 /// How many fetches a handle counts before adding them to the process's
 /// counters (another connection's `PRAGMA kx_stats` may lag by fewer).
@@ -124,6 +138,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetched: Vec::new(),
+            kept: Vec::new(),
             unbooked: (0, 0),
             shm: None,
             chunk: 0,
@@ -225,6 +240,7 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         let mut level = h.level;
         h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
         h.fetched.clear();
+        h.kept.clear();
         h.book_fetches();
         h.shm = None;
         inode::close(h.key, &h.inode);
@@ -275,6 +291,13 @@ unsafe extern "C" fn x_write(
         }
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+        if !h.kept.is_empty() {
+            // A kept reference to a page written here would make the write
+            // copy the page: let go of them first.
+            let (first, last) = (off / PAGE as u64, (off + n as u64).div_ceil(PAGE as u64));
+            h.kept
+                .retain(|(o, _)| !(first..last).contains(&(*o as u64 / PAGE as u64)));
+        }
         if let Err(e) = h.inode.file.write_at(data, off) {
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
@@ -304,6 +327,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
         let Ok(size) = u64::try_from(size) else {
             return SQLITE_IOERR_TRUNCATE;
         };
+        h.kept.clear();
         match h.inode.file.set_len(size) {
             Ok(()) => SQLITE_OK,
             Err(e) => io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE),
@@ -531,6 +555,9 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 *p = h.mmap_limit;
                 if new >= 0 {
                     h.mmap_limit = new;
+                    if new == 0 {
+                        h.kept.clear();
+                    }
                 }
                 SQLITE_OK
             }
@@ -668,6 +695,20 @@ unsafe extern "C" fn x_fetch(
             h.count_fetch(true);
             return SQLITE_OK;
         }
+        if let Some(i) = h.kept.iter().rposition(|(o, _)| *o == off) {
+            let (_, r) = h.kept.remove(i);
+            let start = off - r.index() as i64 * PAGE;
+            if start >= 0 && start + amt <= r.len() as i64 && h.inode.file.is_current(&r) {
+                let start = start as usize;
+                let p = r[start..].as_ptr().cast_mut().cast::<c_void>();
+                h.fetched.push((off, r));
+                h.count_fetch(false);
+                // SAFETY: SQLite passes a writable pointer slot; the bytes
+                // live in the reference kept in `fetched`.
+                unsafe { *out = p };
+                return SQLITE_OK;
+            }
+        }
         let Ok(folio) = h.inode.file.read_folio((off / PAGE) as u64) else {
             // SQLite reads with xRead instead, which reports the error.
             h.count_fetch(true);
@@ -698,10 +739,15 @@ unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void
             // "Unmap the whole file" (the unix VFS's meaning): SQLite
             // holds no fetched page then; drop anything left.
             h.fetched.clear();
+            h.kept.clear();
             return SQLITE_OK;
         }
         if let Some(i) = h.fetched.iter().rposition(|(o, _)| *o == off) {
-            h.fetched.swap_remove(i);
+            let r = h.fetched.swap_remove(i);
+            if h.kept.len() == KEEP {
+                h.kept.remove(0);
+            }
+            h.kept.push(r);
         }
         SQLITE_OK
     })

@@ -276,6 +276,44 @@ fn fetch_serves_mmap_reads_and_stays_coherent() {
     assert_eq!(stat(&n, "fetches"), before);
 }
 
+/// A connection keeps the references of pages SQLite let go of and reuses
+/// them only while they hold the file's bytes: another connection's
+/// commits (rollback journal: into the database file) and checkpoints
+/// (WAL) must show up in the next read, round after round, on the same hot
+/// pages.
+#[test]
+fn kept_fetch_references_never_serve_stale_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["delete", "wal"] {
+        let p = dir.path().join(format!("kept-{mode}.db"));
+        let r = open(&p, "kx_fetch=1").unwrap();
+        assert_eq!(text(&r, &format!("PRAGMA journal_mode={mode}")), mode);
+        fill(&r, 300);
+        r.execute_batch("PRAGMA mmap_size=268435456").unwrap();
+        let w = open(&p, "").unwrap();
+        let mut now: Vec<String> = (0..=300).map(|i| format!("row {}", i - 1)).collect();
+        let before = stat(&r, "fetches");
+        for round in 0..60 {
+            let id = 1 + round % 12;
+            let q = format!("SELECT s FROM t WHERE id = {id}");
+            assert_eq!(text(&r, &q), now[id], "{mode}, round {round}");
+            let v = format!("{mode} round {round}");
+            w.execute("UPDATE t SET s = ?1 WHERE id = ?2", params![v, id as i64])
+                .unwrap();
+            if mode == "wal" {
+                w.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+            }
+            now[id] = v;
+            assert_eq!(text(&r, &q), now[id], "{mode}, round {round}: a stale page");
+        }
+        assert!(
+            stat(&r, "fetches") > before,
+            "{mode}: reads went through xFetch"
+        );
+        check(&r);
+    }
+}
+
 /// The reproduction: with fetch on, a cache spill writes a page of
 /// a folio that a fetched page of the other table holds. Run in a thread;
 /// a hang fails the test after 60 s instead of hanging it.

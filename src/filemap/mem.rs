@@ -341,6 +341,15 @@ impl FolioMem {
 }
 
 impl FolioMem {
+    /// Whether `pin` pins the folio's current buffer: then its bytes are
+    /// the folio's now (a pinned buffer never changes, and a write to the
+    /// folio makes another buffer current). One load, no write; the
+    /// pinned buffer stays allocated, so its address cannot be reused.
+    #[inline]
+    pub(crate) fn holds(&self, pin: &BufPin) -> bool {
+        core::ptr::eq(self.buf.load(Ordering::Acquire), pin.0.as_ptr())
+    }
+
     /// Make `new` current (its bytes first, for the readers that load only
     /// them), move the version on, and drop the folio's reference to the
     /// old buffer. Only the lock holder calls it.

@@ -411,6 +411,33 @@ impl CachedFile {
         s.folio_hit(index)
     }
 
+    /// Whether `page`, a reference [`read_folio`](CachedFile::read_folio)
+    /// returned for this file, still holds the file's bytes: no write,
+    /// truncation, invalidation or eviction has touched its folio since.
+    /// Then it can stand in for a new `read_folio` of its pages, and this
+    /// check, unlike taking a reference, writes no memory another thread
+    /// reads (a caller that keeps the references of its hot pages spares
+    /// itself a shared counter per access). A reference from another file
+    /// answers `false` (no two folios share a buffer).
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// file.write_at(&[1; 4096], 0).unwrap();
+    /// let page = file.read_folio(0).unwrap();
+    /// assert!(file.is_current(&page));
+    /// file.write_at(&[2; 8], 100).unwrap(); // the folio's bytes move on
+    /// assert!(!file.is_current(&page));
+    /// assert_eq!(page.page(0)[100], 1); // the reference keeps its bytes
+    /// ```
+    #[inline]
+    pub fn is_current(&self, page: &FolioRef) -> bool {
+        self.shared.is_current(page)
+    }
+
     /// [`read_folio`](CachedFile::read_folio) borrowing under an epoch
     /// guard the caller pinned: the cheapest zero-copy read, with no
     /// reference count on the folio and no epoch pin per call, for engines

@@ -77,6 +77,13 @@ impl FolioRef {
         }
     }
 
+    /// Whether these bytes are `f`'s current ones (`f` being the folio at
+    /// this reference's index).
+    #[inline]
+    pub(crate) fn is_current_in(&self, f: &Folio) -> bool {
+        is_live(f) && f.index() == self.index && f.order() == self.order && f.mem().holds(&self.pin)
+    }
+
     /// The folio's first page index.
     pub fn index(&self) -> u64 {
         self.index

@@ -329,6 +329,28 @@ impl FileShared {
         })
     }
 
+    /// Whether `r` pins the bytes the file holds now at its index: the
+    /// folio there is live and its current buffer is the pinned one. No
+    /// write to shared memory (a light section, or a guard without one).
+    #[inline]
+    pub(crate) fn is_current(&self, r: &FolioRef) -> bool {
+        if LIGHT_HITS {
+            let now = crate::lightpin::read(|lp| {
+                self.mapping
+                    .folio_light(r.index(), lp)
+                    .is_some_and(|f| r.is_current_in(f))
+            });
+            if let Some(now) = now {
+                return now;
+            }
+        }
+        let guard = pin();
+        match self.mapping.pages().load(r.index(), &guard) {
+            Some(EntryRef::Item(f)) => r.is_current_in(f.get()),
+            _ => false,
+        }
+    }
+
     /// `folio_hit` under `pin`, finding the folio with `folio`.
     #[inline(always)]
     fn folio_hit_with<'p, P: LightOrGuard>(
