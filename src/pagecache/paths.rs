@@ -454,9 +454,12 @@ impl FileShared {
 
     /// The hit path of `write_at` for the page at `pos` (the file's bytes
     /// `offset..` come from `buf`): the cached folio found under a guard
-    /// (no reference count), locked, and written when that needs no read
-    /// from the backend (no I/O under a guard). Returns the bytes written
-    /// and the bytes newly dirty; `None` sends the caller to the miss path.
+    /// (no reference count), locked if no one holds its lock, and written
+    /// when that needs no read from the backend. Nothing under the guard
+    /// waits: a fill, writeback or another writer holding the lock, or
+    /// blocks to read first, send the caller to the miss path, which waits
+    /// without a guard. Returns the bytes written and the bytes newly
+    /// dirty.
     #[inline]
     fn write_hit(
         &self,
@@ -470,7 +473,9 @@ impl FileShared {
             return Ok(None);
         };
         let f = r.get();
-        let mut w = f.mem().lock();
+        let Some(mut w) = f.mem().try_lock() else {
+            return Ok(None);
+        };
         if !folio::is_live(f) {
             return Ok(None);
         }
