@@ -292,11 +292,12 @@ unsafe extern "C" fn x_write(
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
         if !h.kept.is_empty() {
-            // A kept reference to a page written here would make the write
-            // copy the page: let go of them first.
+            // A kept reference to a folio written here would make the write
+            // copy the folio: let go of them first (by the folio each
+            // holds, which may be larger than SQLite's page).
             let (first, last) = (off / PAGE as u64, (off + n as u64).div_ceil(PAGE as u64));
             h.kept
-                .retain(|(o, _)| !(first..last).contains(&(*o as u64 / PAGE as u64)));
+                .retain(|(_, r)| r.index() + (1u64 << r.order()) <= first || r.index() >= last);
         }
         if let Err(e) = h.inode.file.write_at(data, off) {
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
