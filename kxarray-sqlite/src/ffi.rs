@@ -146,6 +146,10 @@ pub(crate) const SQLITE_IOERR_LOCK: c_int = SQLITE_IOERR | (15 << 8);
 pub(crate) const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);
 pub(crate) const SQLITE_IOERR_DELETE_NOENT: c_int = SQLITE_IOERR | (23 << 8);
 pub(crate) const SQLITE_CANTOPEN_FULLPATH: c_int = SQLITE_CANTOPEN | (3 << 8);
+pub(crate) const SQLITE_CANTOPEN_SYMLINK: c_int = SQLITE_CANTOPEN | (6 << 8);
+/// `xFullPathname`'s success when it followed a symbolic link (the pager
+/// turns it into `SQLITE_CANTOPEN_SYMLINK` under `SQLITE_OPEN_NOFOLLOW`).
+pub(crate) const SQLITE_OK_SYMLINK: c_int = SQLITE_OK | (2 << 8);
 
 // Open flags (xOpen).
 pub(crate) const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
@@ -162,6 +166,7 @@ pub(crate) const SQLITE_OPEN_TEMP_JOURNAL: c_int = 0x0000_1000;
 pub(crate) const SQLITE_OPEN_SUBJOURNAL: c_int = 0x0000_2000;
 pub(crate) const SQLITE_OPEN_SUPER_JOURNAL: c_int = 0x0000_4000;
 pub(crate) const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
+pub(crate) const SQLITE_OPEN_NOFOLLOW: c_int = 0x0100_0000;
 
 // xAccess flags.
 pub(crate) const SQLITE_ACCESS_EXISTS: c_int = 0;

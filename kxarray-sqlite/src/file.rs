@@ -19,8 +19,16 @@
 //!   as with the unix VFS, and a process killed at any moment recovers to
 //!   the same transactions; `xSync` adds the `fdatasync`;
 //! - every pointer `xFetch` handed out points into a [`FolioRef`] kept in
-//!   `fetched` until the matching `xUnfetch` (or `xUnfetch(p = NULL)`, or
-//!   close), so the bytes stay valid and unchanged while SQLite reads them;
+//!   `fetched`, with the pointer, until the `xUnfetch` of that pointer (or
+//!   `xUnfetch(p = NULL)`, or close), so the bytes stay valid and unchanged
+//!   while SQLite reads them: two cursors may hold one page from two
+//!   buffers (a copy-on-write between their fetches), and unfetching one
+//!   releases its own reference only;
+//! - a journal or WAL never lets go of its contents (deleted, truncated,
+//!   its header rewritten) while its database, open in this process, holds
+//!   pages it could not write back ([`db_barrier`]): SQLite ignores a
+//!   failed write-back after a checkpoint under `synchronous=OFF`, and the
+//!   WAL is then the only copy of what it committed;
 //! - `kept` holds references SQLite let go of, for a later `xFetch` of the
 //!   same page to reuse after [`CachedFile::is_current`] says they still
 //!   hold the file's bytes (a new reference would raise a counter on the
@@ -42,7 +50,7 @@ use std::io;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The page size of the cache's folios.
 const PAGE: i64 = kxarray::filemap::PAGE_SIZE as i64;
@@ -69,10 +77,11 @@ pub(crate) struct Handle {
     pub(crate) settings: Settings,
     /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
     mmap_limit: i64,
-    /// The folio references behind the pointers `xFetch` handed out, by
-    /// offset (a few at a time: SQLite holds the pages of its open cursors,
-    /// so a vector searched from the end beats a hash map).
-    fetched: Vec<(i64, FolioRef)>,
+    /// The folio references behind the pointers `xFetch` handed out, with
+    /// the offset and the pointer (a few at a time: SQLite holds the pages
+    /// of its open cursors, so a vector searched from the end beats a hash
+    /// map).
+    fetched: Vec<Fetched>,
     /// References SQLite let go of, oldest first (see the module notes).
     kept: Vec<(i64, FolioRef)>,
     /// Fetches and fallbacks not yet added to the process's counters: a
@@ -84,9 +93,23 @@ pub(crate) struct Handle {
     chunk: i64,
     psow: bool,
     persist_wal: bool,
-    /// The directory to `fsync` at the first `xSync` (a new journal or
-    /// WAL, as the unix VFS does).
+    /// The directory to `fsync` at the first `xSync` (a journal or WAL
+    /// opened with `SQLITE_OPEN_CREATE`, as the unix VFS does).
     pub(crate) dirsync: Option<PathBuf>,
+    /// Whether SQLite opened it read-only (or the file could not be opened
+    /// for writing): its writes fail with `SQLITE_READONLY`.
+    pub(crate) readonly: bool,
+    /// The database this journal or WAL belongs to, when the process has
+    /// it open ([`db_barrier`]).
+    pub(crate) db: Option<Weak<Inode>>,
+}
+
+/// A page `xFetch` handed out: its offset, the pointer, and the reference
+/// that keeps the bytes there.
+struct Fetched {
+    off: i64,
+    ptr: *const c_void,
+    page: FolioRef,
 }
 
 /// How many released references a handle keeps for reuse: the pages near a
@@ -128,6 +151,7 @@ impl Handle {
         cache: PageCache,
         settings: Settings,
         psow: bool,
+        readonly: bool,
     ) -> Handle {
         Handle {
             inode,
@@ -145,6 +169,8 @@ impl Handle {
             psow,
             persist_wal: false,
             dirsync: None,
+            readonly,
+            db: None,
         }
     }
 }
@@ -200,6 +226,37 @@ fn write_back(h: &Handle, range: std::ops::Range<u64>) -> io::Result<()> {
     h.inode.file.write_back(range)
 }
 
+/// Write back the database `db` before one of its journal's or WAL's
+/// contents may go (see the module notes). Does nothing for a database
+/// whose writes stay in the cache by design (the crash test's knob).
+///
+/// # Errors
+/// The write-back error: pages of the database are still only in the
+/// cache, and the journal or WAL may hold their only other copy.
+pub(crate) fn db_barrier(db: &Inode) -> io::Result<()> {
+    if db.policy != WritePolicy::AtSyncPoint || crate::process::write_back_only() {
+        return Ok(());
+    }
+    db.file.write_back(0..u64::MAX)
+}
+
+/// [`db_barrier`] for the database of journal or WAL handle `h`, as
+/// SQLite's code for `op`.
+fn barrier(h: &Handle, code: c_int) -> c_int {
+    let Some(db) = h.db.as_ref().and_then(Weak::upgrade) else {
+        return SQLITE_OK;
+    };
+    match db_barrier(&db) {
+        Ok(()) => SQLITE_OK,
+        Err(e) => io_code(
+            h,
+            "keeping the journal or WAL: its database's pages could not be written back; at",
+            &e,
+            code,
+        ),
+    }
+}
+
 /// A sync point of a database (`SQLITE_FCNTL_SYNC`, `CKPT_DONE`, leaving a
 /// write lock): its deferred writes reach the backing file.
 fn sync_point(h: &Handle) -> c_int {
@@ -243,7 +300,8 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         h.kept.clear();
         h.book_fetches();
         h.shm = None;
-        inode::close(h.key, &h.inode);
+        let Handle { inode, key, .. } = *h;
+        inode::close(key, inode);
         rc
     })
 }
@@ -286,8 +344,16 @@ unsafe extern "C" fn x_write(
         let (Ok(n), Ok(off)) = (usize::try_from(amt), u64::try_from(off)) else {
             return SQLITE_IOERR_WRITE;
         };
-        if h.inode.readonly {
+        if h.readonly {
             return SQLITE_READONLY;
+        }
+        if off == 0 && h.db.is_some() {
+            // A journal's or WAL's header is rewritten: a new journal, or a
+            // WAL restarting over frames a checkpoint copied.
+            let rc = barrier(h, SQLITE_IOERR_WRITE);
+            if rc != SQLITE_OK {
+                return rc;
+            }
         }
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
@@ -329,6 +395,12 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
             return SQLITE_IOERR_TRUNCATE;
         };
         h.kept.clear();
+        if h.db.is_some() {
+            let rc = barrier(h, SQLITE_IOERR_TRUNCATE);
+            if rc != SQLITE_OK {
+                return rc;
+            }
+        }
         match h.inode.file.set_len(size) {
             Ok(()) => SQLITE_OK,
             Err(e) => io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE),
@@ -428,7 +500,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetch_fallbacks={} open_files={}",
+         writes={} syncs={} fetches={} fetch_fallbacks={} lock_conflicts={} open_files={}",
         cache.config().capacity,
         s.cached_pages,
         s.hits,
@@ -443,6 +515,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.syncs),
         r(&v.fetches),
         r(&v.fetch_fallbacks),
+        r(&v.lock_conflicts),
         inode::open_files(),
     )
 }
@@ -541,7 +614,7 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 let want = *unsafe { arg_mut::<i64>(arg) };
                 if h.chunk > 0 && want > 0 {
                     let size = (want + h.chunk - 1) / h.chunk * h.chunk;
-                    if size as u64 > h.inode.file.len() && !h.inode.readonly {
+                    if size as u64 > h.inode.file.len() && !h.readonly {
                         if let Err(e) = h.inode.file.set_len(size as u64) {
                             return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
                         }
@@ -702,7 +775,11 @@ unsafe extern "C" fn x_fetch(
             if start >= 0 && start + amt <= r.len() as i64 && h.inode.file.is_current(&r) {
                 let start = start as usize;
                 let p = r[start..].as_ptr().cast_mut().cast::<c_void>();
-                h.fetched.push((off, r));
+                h.fetched.push(Fetched {
+                    off,
+                    ptr: p,
+                    page: r,
+                });
                 h.count_fetch(false);
                 // SAFETY: SQLite passes a writable pointer slot; the bytes
                 // live in the reference kept in `fetched`.
@@ -724,7 +801,11 @@ unsafe extern "C" fn x_fetch(
         // The FolioRef's bytes do not move while it lives (it owns the
         // folio's data); it is kept below until xUnfetch.
         let p = folio[start as usize..].as_ptr().cast_mut().cast::<c_void>();
-        h.fetched.push((off, folio));
+        h.fetched.push(Fetched {
+            off,
+            ptr: p,
+            page: folio,
+        });
         h.count_fetch(false);
         // SAFETY: as above.
         unsafe { *out = p };
@@ -743,12 +824,15 @@ unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void
             h.kept.clear();
             return SQLITE_OK;
         }
-        if let Some(i) = h.fetched.iter().rposition(|(o, _)| *o == off) {
-            let r = h.fetched.swap_remove(i);
+        // The reference behind this very pointer: another cursor may hold
+        // the same page from another buffer.
+        let p = p.cast_const();
+        if let Some(i) = h.fetched.iter().rposition(|f| f.ptr == p && f.off == off) {
+            let f = h.fetched.swap_remove(i);
             if h.kept.len() == KEEP {
                 h.kept.remove(0);
             }
-            h.kept.push(r);
+            h.kept.push((f.off, f.page));
         }
         SQLITE_OK
     })

@@ -18,14 +18,28 @@
 //!   is granted while PENDING or EXCLUSIVE is owned;
 //! - a database file (`is_db`) is read or written only under SHARED or
 //!   above, which is granted only once this process holds the OFD lock
-//!   over SQLite's lock bytes (`F_WRLCK`, or `F_RDLCK` for a read-only
-//!   open); the lock is released only when the descriptor closes with the
-//!   last handle. So no other process holds a SQLite lock, or a cache, of
-//!   the file while this one has cached any of it.
+//!   over SQLite's lock bytes: `F_WRLCK` whenever the file could be opened
+//!   read-write (a read-only open too: its lock must keep other processes'
+//!   writers out, WAL writers included, which hold only a read lock on the
+//!   database file), `F_RDLCK` only for a file this process cannot write,
+//!   and then never over a WAL database (nothing would keep another
+//!   process's WAL writer out). The lock is released only when the last
+//!   handle closes ([`close`]), after the file was written back. So no
+//!   other process holds a SQLite lock on the file, or changes it, while
+//!   this one has it locked;
+//! - the cache of a database is valid before SQLite trusts it: SQLite reads
+//!   the header at open without a lock (`sqlite3PagerReadFileheader`), so
+//!   taking the OFD lock drops whatever the process cached of the file and
+//!   takes its length again ([`CachedFile::revalidate`]), since another
+//!   process may have written it in between;
+//! - an inode leaves the table, and its OFD lock is released, under the
+//!   table's lock: an open racing the last close finds either the old inode
+//!   (and keeps it) or none and no lock of the process's own in its way.
 
 use crate::ffi::{
-    LOCK_RANGE_LEN, PENDING_BYTE, SQLITE_BUSY, SQLITE_IOERR_LOCK, SQLITE_LOCK_EXCLUSIVE,
-    SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
+    LOCK_RANGE_LEN, PENDING_BYTE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK,
+    SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED,
+    SQLITE_LOCK_SHARED, SQLITE_OK,
 };
 use crate::shm::Shm;
 use kxarray::pagecache::CachedFile;
@@ -82,8 +96,10 @@ pub(crate) struct Inode {
     pub(crate) fd: File,
     /// Whether it was opened with `O_DIRECT` below the cache.
     pub(crate) direct: bool,
-    /// Whether it was opened read-only.
-    pub(crate) readonly: bool,
+    /// Whether its descriptors are open read-write (a handle opened
+    /// read-only may still share a writable inode; a read-write open of a
+    /// file the process cannot write falls back to read-only).
+    pub(crate) writable: bool,
     /// Whether it is a main database (locks and the OFD lock apply).
     pub(crate) is_db: bool,
     /// When its writes reach the backing file.
@@ -151,19 +167,28 @@ pub(crate) fn open_or_insert<E>(
     Ok(inode)
 }
 
-/// Count one handle of `inode` closed; the last one takes it out of the
-/// table (the file's descriptor, and with it the OFD lock, closes when the
-/// last `Arc` goes).
-pub(crate) fn close(key: Option<Key>, inode: &Arc<Inode>) {
+/// Count one handle of `inode` closed; the last one writes the file back,
+/// releases the OFD lock and takes the inode out of the table, all under
+/// the table's lock, so an open of the same file in the meantime either
+/// shares this inode or finds no lock of the process's own in its way.
+pub(crate) fn close(key: Option<Key>, inode: Arc<Inode>) {
     let Some(key) = key else { return };
     let mut t = lock(table());
     if inode.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
-        if let Some(i) = t.get(&key) {
-            if Arc::ptr_eq(i, inode) {
-                t.remove(&key);
-            }
+        inode.shut();
+        if t.get(&key).is_some_and(|i| Arc::ptr_eq(i, &inode)) {
+            t.remove(&key);
         }
+        // The last reference, normally: its descriptors close here, under
+        // the lock, too.
+        drop(inode);
     }
+}
+
+/// The inode of `key` if the process has it open (no open counted: for a
+/// journal or WAL to reach its database).
+pub(crate) fn find(key: Key) -> Option<Arc<Inode>> {
+    lock(table()).get(&key).cloned()
 }
 
 /// Files the process has open through the VFS (for tests and stats).
@@ -178,7 +203,7 @@ impl Inode {
         file: CachedFile,
         fd: File,
         direct: bool,
-        readonly: bool,
+        writable: bool,
         is_db: bool,
         policy: WritePolicy,
     ) -> Inode {
@@ -187,7 +212,7 @@ impl Inode {
             file,
             fd,
             direct,
-            readonly,
+            writable,
             is_db,
             policy,
             locks: Mutex::new(LockState::default()),
@@ -196,20 +221,12 @@ impl Inode {
         }
     }
 
-    /// Take the OFD lock over SQLite's lock bytes, if not held yet.
-    /// `Err((code, message))`: `SQLITE_BUSY` when another process holds a
-    /// conflicting lock, `SQLITE_IOERR_LOCK` for any other failure.
-    fn take_ofd(&self, st: &mut LockState) -> Result<(), (c_int, String)> {
-        if st.ofd || !self.is_db {
-            return Ok(());
-        }
+    /// Set (`F_WRLCK`, `F_RDLCK`) or release (`F_UNLCK`) the OFD lock over
+    /// SQLite's lock bytes, without waiting.
+    fn set_ofd(&self, kind: c_int) -> std::io::Result<()> {
         // SAFETY: an all-zero `flock` is a valid value (plain integers).
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = if self.readonly {
-            libc::F_RDLCK as _
-        } else {
-            libc::F_WRLCK as _
-        };
+        fl.l_type = kind as _;
         fl.l_whence = libc::SEEK_SET as _;
         fl.l_start = PENDING_BYTE as _;
         fl.l_len = LOCK_RANGE_LEN as _;
@@ -218,10 +235,83 @@ impl Inode {
                       // `flock` the call only reads.
         let r = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
         if r == 0 {
-            st.ofd = true;
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// Take the OFD lock over SQLite's lock bytes, if not held yet, and
+    /// make the cache valid under it (see the module notes).
+    /// `Err((code, message))`: `SQLITE_BUSY` when another process holds a
+    /// conflicting lock, `SQLITE_CANTOPEN` for a WAL database this process
+    /// cannot write, `SQLITE_IOERR_LOCK` for any other failure.
+    fn take_ofd(&self, st: &mut LockState) -> Result<(), (c_int, String)> {
+        if st.ofd || !self.is_db {
             return Ok(());
         }
-        let e = std::io::Error::last_os_error();
+        let kind = if self.writable {
+            libc::F_WRLCK
+        } else {
+            libc::F_RDLCK
+        };
+        if let Err(e) = self.set_ofd(kind) {
+            let (code, msg) = self.lock_error(e);
+            if code == SQLITE_BUSY {
+                crate::process::vfs_stats()
+                    .lock_conflicts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return Err((code, msg));
+        }
+        // Another process may have written the file since this one read
+        // anything of it (the header SQLite reads at open, unlocked).
+        if let Err(e) = self.file.revalidate() {
+            let _ = self.set_ofd(libc::F_UNLCK);
+            return Err((
+                SQLITE_IOERR_LOCK,
+                format!(
+                    "kxarray: revalidating the cache of {}: {e}",
+                    self.path.display()
+                ),
+            ));
+        }
+        if !self.writable && self.is_wal_mode() {
+            let _ = self.set_ofd(libc::F_UNLCK);
+            return Err((
+                SQLITE_CANTOPEN,
+                format!(
+                    "kxarray: {} is a WAL database this process cannot open for writing: its \
+                     read lock would not keep another process's WAL writer out, and this \
+                     process would read a stale snapshot; open it with the unix VFS",
+                    self.path.display()
+                ),
+            ));
+        }
+        st.ofd = true;
+        Ok(())
+    }
+
+    /// Whether the database's header says WAL (file format versions, bytes
+    /// 18 and 19, are 2).
+    fn is_wal_mode(&self) -> bool {
+        let mut h = [0u8; 2];
+        matches!(self.file.read_at(&mut h, 18), Ok(2)) && (h[0] == 2 || h[1] == 2)
+    }
+
+    /// Write back what the file holds dirty and release the OFD lock: the
+    /// last handle closed (under the table's lock, see [`close`]).
+    fn shut(&self) {
+        let _ = self.file.write_back(0..u64::MAX);
+        let mut st = lock(&self.locks);
+        if st.ofd {
+            let _ = self.set_ofd(libc::F_UNLCK);
+            st.ofd = false;
+        }
+    }
+
+    /// The SQLite code and message for a failed OFD lock.
+    fn lock_error(&self, e: std::io::Error) -> (c_int, String) {
         let code = match e.raw_os_error() {
             Some(libc::EAGAIN) | Some(libc::EACCES) => SQLITE_BUSY,
             _ => SQLITE_IOERR_LOCK,
@@ -236,7 +326,7 @@ impl Inode {
         } else {
             format!("kxarray: locking {}: {e}", self.path.display())
         };
-        Err((code, msg))
+        (code, msg)
     }
 
     /// Raise handle `owner` from `*level` to `want` (SQLite's `xLock`).
@@ -347,7 +437,7 @@ mod tests {
             file,
             fd,
             false,
-            false,
+            true,
             false,
             WritePolicy::Cached,
         )

@@ -62,6 +62,7 @@ pub mod config;
 mod ffi;
 mod file;
 mod inode;
+mod pathname;
 mod process;
 mod shm;
 mod vfs;

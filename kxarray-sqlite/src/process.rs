@@ -36,6 +36,9 @@ pub(crate) struct VfsStats {
     pub(crate) syncs: AtomicU64,
     pub(crate) fetches: AtomicU64,
     pub(crate) fetch_fallbacks: AtomicU64,
+    /// First locks refused because another open file description holds a
+    /// conflicting OFD or POSIX lock (another process, or the unix VFS).
+    pub(crate) lock_conflicts: AtomicU64,
 }
 
 pub(crate) fn vfs_stats() -> &'static VfsStats {

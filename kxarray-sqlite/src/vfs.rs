@@ -160,7 +160,7 @@ fn make_inode(
     path: &Path,
     fd: File,
     direct: bool,
-    readonly: bool,
+    writable: bool,
     is_db: bool,
     policy: WritePolicy,
 ) -> Result<Inode, OpenErr> {
@@ -186,7 +186,7 @@ fn make_inode(
         file,
         fd,
         direct,
-        readonly,
+        writable,
         is_db,
         policy,
     ))
@@ -233,22 +233,26 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             Path::new("(temporary file)"),
             fd,
             false,
-            false,
+            true,
             false,
             WritePolicy::Cached,
         )?;
-        let h = Handle::new(Arc::new(inode), None, cache, settings, psow);
+        let h = Handle::new(Arc::new(inode), None, cache, settings, psow, false);
         return Ok((h, out_flags));
     }
 
     // SAFETY: a non-null name from xOpen is NUL-terminated.
     let path = unsafe { path_of(name) };
     let create = flags & SQLITE_OPEN_CREATE != 0;
-    let mut readonly = flags & SQLITE_OPEN_READWRITE == 0;
-    let open = |readonly: bool| {
+    let want_write = flags & SQLITE_OPEN_READWRITE != 0;
+    let nofollow = flags & SQLITE_OPEN_NOFOLLOW != 0;
+    let open = |write: bool| {
         let mut o = OpenOptions::new();
-        o.read(true).write(!readonly).mode(0o644);
-        if !readonly && create {
+        o.read(true).write(write).mode(0o644);
+        if nofollow {
+            o.custom_flags(libc::O_NOFOLLOW);
+        }
+        if want_write && create {
             if flags & SQLITE_OPEN_EXCLUSIVE != 0 {
                 o.create_new(true);
             } else {
@@ -257,33 +261,31 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         }
         o.open(&path)
     };
-    let existed = path.exists();
-    let fd = match open(readonly) {
-        Ok(f) => f,
-        Err(e)
-            if !readonly
-                && matches!(
-                    e.kind(),
-                    io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
-                )
-                && existed =>
-        {
-            // As the unix VFS: fall back to read-only and say so.
-            readonly = true;
-            out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
-            open(true).map_err(|e| {
-                (
-                    SQLITE_CANTOPEN,
-                    format!("kxarray: open {}: {e}", path.display()),
-                )
-            })?
+    let cant_open = |e: io::Error| {
+        let code = if nofollow && e.raw_os_error() == Some(libc::ELOOP) {
+            SQLITE_CANTOPEN_SYMLINK
+        } else {
+            SQLITE_CANTOPEN
+        };
+        (code, format!("kxarray: open {}: {e}", path.display()))
+    };
+    let denied = |e: &io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EACCES | libc::EPERM | libc::EROFS | libc::ETXTBSY)
+        )
+    };
+    // The descriptor is read-write whenever the file allows it, for a
+    // read-only open too: the inode it makes is shared with the process's
+    // later read-write opens of the file, and a database's OFD lock must
+    // be a write lock to keep other processes' writers out (see `inode`).
+    // The handle itself stays read-only when SQLite asked for that.
+    let (fd, writable) = match open(true) {
+        Ok(f) => (f, true),
+        Err(e) if denied(&e) && (!want_write || path.exists()) => {
+            (open(false).map_err(cant_open)?, false)
         }
-        Err(e) => {
-            return Err((
-                SQLITE_CANTOPEN,
-                format!("kxarray: open {}: {e}", path.display()),
-            ))
-        }
+        Err(e) => return Err(cant_open(e)),
     };
     let key = inode::key_of(&fd).map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: fstat: {e}")))?;
     let delete_on_close = flags & SQLITE_OPEN_DELETEONCLOSE != 0;
@@ -298,7 +300,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     // then waits for the kernel to write back and drop the buffered pages
     // it overlaps (bulk loads ran at 0.16x of buffered that way). Never a
     // file already unlinked: the direct descriptor is opened by path.
-    let direct = settings.direct && !readonly && !delete_on_close && is_db;
+    let direct = settings.direct && writable && !delete_on_close && is_db;
     let policy = if delete_on_close {
         WritePolicy::Cached
     } else if is_db {
@@ -307,9 +309,9 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         WritePolicy::Through
     };
     let inode = inode::open_or_insert(key, || {
-        make_inode(&cache, &path, fd, direct, readonly, is_db, policy)
+        make_inode(&cache, &path, fd, direct, writable, is_db, policy)
     })?;
-    if inode.direct != direct && is_db {
+    if inode.direct != direct && is_db && writable {
         api.log(
             SQLITE_NOTICE,
             &format!(
@@ -319,11 +321,31 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             ),
         );
     }
-    let mut h = Handle::new(inode, Some(key), cache, settings, psow);
-    let new_journal = create
-        && !existed
+    // Read-only when SQLite asked for it, or when the file (or the inode
+    // an earlier open made) cannot be written: as the unix VFS, a
+    // read-write open falls back to read-only and says so in its flags.
+    let readonly = !want_write || !inode.writable;
+    if want_write && readonly {
+        out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
+    }
+    // A journal or WAL reaches its database (open in this process, by the
+    // name SQLite derives it from) to write it back before its own
+    // contents may go (see `file::db_barrier`).
+    let db = if kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
+        db_of(&path)
+    } else {
+        None
+    };
+    let mut h = Handle::new(inode, Some(key), cache, settings, psow, readonly);
+    h.db = db.map(|d| Arc::downgrade(&d));
+    // As the unix VFS (DIRSYNC): every open that may create a journal or
+    // WAL syncs its directory at its first xSync, whether or not this open
+    // created it: the connection that created it may not be the one whose
+    // commit relies on its directory entry.
+    let dirsync = create
+        && want_write
         && kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_SUPER_JOURNAL | SQLITE_OPEN_WAL) != 0;
-    if new_journal {
+    if dirsync {
         h.dirsync = path.parent().map(|p| {
             if p.as_os_str().is_empty() {
                 PathBuf::from(".")
@@ -375,6 +397,18 @@ unsafe extern "C" fn x_open(
     })
 }
 
+/// The database a journal or WAL belongs to, if the process has it open:
+/// its name is the database's with `-journal` or `-wal` appended.
+pub(crate) fn db_of(path: &Path) -> Option<Arc<Inode>> {
+    let name = path.as_os_str().as_bytes();
+    let db = name
+        .strip_suffix(b"-wal")
+        .or_else(|| name.strip_suffix(b"-journal"))?;
+    let meta = std::fs::metadata(OsStr::from_bytes(db)).ok()?;
+    use std::os::unix::fs::MetadataExt;
+    inode::find((meta.dev(), meta.ino())).filter(|i| i.is_db)
+}
+
 unsafe extern "C" fn x_delete(
     _vfs: *mut sqlite3_vfs,
     name: *const c_char,
@@ -383,6 +417,25 @@ unsafe extern "C" fn x_delete(
     guard(|| {
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
+        // A journal or WAL goes only once its database's pages are in the
+        // file: after a checkpoint whose write-back failed, the WAL is the
+        // only copy left of what it committed (SQLite ignores the failure
+        // it was told at SQLITE_FCNTL_CKPT_DONE when synchronous=OFF, and
+        // the return of this call at close; keeping the file is what
+        // counts).
+        if let Some(db) = db_of(&path) {
+            if let Err(e) = crate::file::db_barrier(&db) {
+                api().log(
+                    SQLITE_IOERR_DELETE,
+                    &format!(
+                        "kxarray: not deleting {}: its database's pages could not be written \
+                         back ({e}); it keeps what they would lose",
+                        path.display()
+                    ),
+                );
+                return SQLITE_IOERR_DELETE;
+            }
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return SQLITE_IOERR_DELETE_NOENT,
@@ -451,12 +504,14 @@ unsafe extern "C" fn x_full_pathname(
     guard(|| {
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
-        let full = if path.is_absolute() {
-            path
-        } else {
-            match std::env::current_dir() {
-                Ok(d) => d.join(path),
-                Err(_) => return SQLITE_CANTOPEN_FULLPATH,
+        // As the unix VFS: absolute, `.` and `..` gone, links resolved
+        // (`SQLITE_OK_SYMLINK` tells the pager one was followed, which it
+        // refuses under SQLITE_OPEN_NOFOLLOW).
+        let (full, followed) = match crate::pathname::full_pathname(&path) {
+            Ok(r) => r,
+            Err(e) => {
+                api().log(SQLITE_CANTOPEN, &format!("kxarray: full path name of {e}"));
+                return SQLITE_CANTOPEN_FULLPATH;
             }
         };
         let bytes = full.as_os_str().as_bytes();
@@ -471,7 +526,11 @@ unsafe extern "C" fn x_full_pathname(
         let dst = unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), bytes.len() + 1) };
         dst[..bytes.len()].copy_from_slice(bytes);
         dst[bytes.len()] = 0;
-        SQLITE_OK
+        if followed {
+            SQLITE_OK_SYMLINK
+        } else {
+            SQLITE_OK
+        }
     })
 }
 

@@ -602,7 +602,11 @@ impl MemWrite<'_> {
         // The writer's half of the handshake: odd version, then the count.
         self.mem.seq.store(s + 1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        if b.refs.load(Ordering::Relaxed) == 1 && self.mem.borrows.load(Ordering::Relaxed) == 0 {
+        // Acquire: a pin or borrow released (with Release) before these
+        // loads read its count happens-before the in-place writes below,
+        // so its last reads of the bytes do not race them (the SeqCst fence
+        // orders the handshake, not the release of an earlier pin).
+        if b.refs.load(Ordering::Acquire) == 1 && self.mem.borrows.load(Ordering::Acquire) == 0 {
             return Ok(Edit {
                 mem: self.mem,
                 data,

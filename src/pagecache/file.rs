@@ -349,6 +349,46 @@ impl CachedFile {
         Ok(self.shared.invalidate(range))
     }
 
+    /// Forget what the cache knows of the backend because someone else
+    /// changed it (another process wrote the file): drop every clean, idle
+    /// folio and every shadow of the file, and take the backend's length
+    /// again; the next reads come from the backend. The kernel's
+    /// `invalidate_inode_pages2` with an attribute revalidation, as a
+    /// network file system does when it reopens a file another client
+    /// wrote. Zero-copy references keep the bytes they pinned, and
+    /// [`is_current`](CachedFile::is_current) is false for them afterwards.
+    ///
+    /// Meant for a caller that keeps writers of this file out while it runs
+    /// (a reader racing it reads the old bytes or the new ones).
+    ///
+    /// # Errors
+    /// The backend's length error; [`io::ErrorKind::ResourceBusy`] when
+    /// the file holds dirty or under-writeback pages (they are newer than
+    /// the backend and stay cached; the size is left as it was): write
+    /// them back first.
+    ///
+    /// ```
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::os::unix::fs::FileExt;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let tmp = tempfile::tempfile().unwrap();
+    /// tmp.write_all_at(b"old", 0).unwrap();
+    /// let file = cache.open(FileBackend::from_file(tmp.try_clone().unwrap())).unwrap();
+    /// let mut b = [0u8; 3];
+    /// file.read_at(&mut b, 0).unwrap(); // cached now
+    /// tmp.write_all_at(b"new, and longer", 0).unwrap(); // behind the cache's back
+    /// file.read_at(&mut b, 0).unwrap();
+    /// assert_eq!((&b, file.len()), (b"old", 3)); // the cache still says so
+    /// file.revalidate().unwrap();
+    /// file.read_at(&mut b, 0).unwrap();
+    /// assert_eq!((&b, file.len()), (b"new", 15));
+    /// ```
+    pub fn revalidate(&self) -> io::Result<()> {
+        self.shared.revalidate()
+    }
+
     /// A zero-copy reference to the folio holding page `index` (reading it
     /// from the backend on a miss). It pins the folio's bytes: see
     /// [`FolioRef`] for what that keeps and what it never blocks.

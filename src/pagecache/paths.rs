@@ -638,6 +638,40 @@ impl FileShared {
         Ok(())
     }
 
+    /// The backend changed behind the cache: drop every clean, idle folio
+    /// and every shadow, then take the backend's length. `Err` with
+    /// `ResourceBusy` (the size unchanged) when dirty or under-writeback
+    /// folios remain: their bytes are newer than the backend's.
+    pub(crate) fn revalidate(&self) -> io::Result<()> {
+        let _wb = self.wb_lock.lock();
+        let _sz = self.size_lock.lock();
+        let len = self.backend.len()?;
+        let (folios, shadows) = self.folios_in(0, u64::MAX);
+        let mut busy = 0;
+        for f in folios {
+            let mut w = f.mem().lock();
+            if f.test(FolioFlags::DETACHED) {
+                continue;
+            }
+            if f.test(FolioFlags::DIRTY) || f.test(FolioFlags::WRITEBACK) {
+                busy += f.nr_pages();
+                continue;
+            }
+            self.detach(&f, &mut w, None);
+        }
+        for i in shadows {
+            self.mapping.drop_shadow(i);
+        }
+        if busy > 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("{busy} dirty pages are newer than the backend"),
+            ));
+        }
+        self.size.store(len, Ordering::Release);
+        Ok(())
+    }
+
     pub(crate) fn invalidate(&self, range: Range<u64>) -> u64 {
         if range.end <= range.start {
             return 0;
