@@ -789,6 +789,45 @@ mod tests {
         }
     }
 
+    /// A pin released on one thread while a writer on another, which does
+    /// not synchronize with it otherwise (it waits for a relaxed flag the
+    /// pinner sets after its release: no happens-before), decides to write
+    /// in place: that decision must acquire the release,
+    /// or the pinner's last reads of the bytes race the writer's stores.
+    /// Miri's race detector reports that race when `edit` loads the counts
+    /// with `Relaxed` after its fence (nothing before the fence read the
+    /// release). Natively the test checks that the pinner's bytes did not
+    /// change under it and that the write went in place at least once.
+    #[test]
+    fn a_released_pin_happens_before_an_in_place_write() {
+        let mut in_place = 0;
+        for _ in 0..if cfg!(miri) { 12 } else { 32 } {
+            let m = std::sync::Arc::new(filled(256, 5));
+            let pin = m.pin(&crate::pin()).unwrap();
+            let done = std::sync::Arc::new(core::sync::atomic::AtomicBool::new(false));
+            let reader = std::thread::spawn({
+                let done = done.clone();
+                move || {
+                    let sum: u32 = pin.bytes().iter().map(|&b| u32::from(b)).sum();
+                    drop(pin);
+                    done.store(true, core::sync::atomic::Ordering::Relaxed);
+                    sum
+                }
+            });
+            while !done.load(core::sync::atomic::Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+            let mut w = m.lock();
+            let mut e = w.edit().unwrap();
+            in_place += usize::from(matches!(e.how, How::InPlace { .. }));
+            e.fill(0, 256, 7);
+            drop(e);
+            drop(w);
+            assert_eq!(reader.join().unwrap(), 5 * 256);
+        }
+        assert!(in_place > 0, "the pin was never released before the write");
+    }
+
     fn filled(len: usize, byte: u8) -> FolioMem {
         let m = FolioMem::new(len);
         m.lock()
