@@ -11,7 +11,11 @@
 //! ```
 //!
 //! Configurations: `unix` (the unix VFS, kernel page cache warm), `unix-mmap`
-//! (unix with `mmap_size` covering the database), `kx` (kxarray over a
+//! (unix with `mmap_size` covering the database), `unix-excl` and
+//! `unix-mmap-excl` (the same with `PRAGMA locking_mode=EXCLUSIVE`: no
+//! `fcntl` lock calls per transaction, what a single-process application
+//! would choose; one connection only, since the first connection keeps the
+//! database locked), `kx` (kxarray over a
 //! buffered file), `kx-direct` (kxarray over O_DIRECT: the only cache),
 //! `kx-fetch` (kxarray with zero-copy xFetch, `mmap_size` covering the
 //! database), `floor` (unix with SQLite's own page cache holding the whole
@@ -54,7 +58,8 @@ enum Cmd {
     Run {
         #[arg(long)]
         db: PathBuf,
-        /// unix, unix-mmap, kx, kx-direct, kx-fetch or floor.
+        /// unix, unix-mmap, unix-excl, unix-mmap-excl, kx, kx-direct,
+        /// kx-fetch or floor.
         #[arg(long)]
         config: String,
         /// point-uniform, point-zipf, range, scan, mix, commit-full,
@@ -90,7 +95,9 @@ fn open(db: &Path, config: &str, db_bytes: u64) -> Connection {
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let c = match config {
-        "unix" | "unix-mmap" | "floor" => Connection::open_with_flags(db, flags),
+        "unix" | "unix-mmap" | "unix-excl" | "unix-mmap-excl" | "floor" => {
+            Connection::open_with_flags(db, flags)
+        }
         "kx" | "kx-direct" | "kx-fetch" => {
             kx_register();
             let direct = u8::from(config == "kx-direct");
@@ -107,7 +114,10 @@ fn open(db: &Path, config: &str, db_bytes: u64) -> Connection {
     }
     .expect("open");
     c.busy_timeout(Duration::from_secs(30)).unwrap();
-    let map = if matches!(config, "unix-mmap" | "kx-fetch") {
+    if config.ends_with("-excl") {
+        c.execute_batch("PRAGMA locking_mode=EXCLUSIVE;").unwrap();
+    }
+    let map = if matches!(config, "unix-mmap" | "unix-mmap-excl" | "kx-fetch") {
         db_bytes * 2 + (64 << 20)
     } else {
         0

@@ -6,11 +6,14 @@
 #   BIG=0 CRASH_KILLS=0 SPEEDTEST=0 bash kxarray-sqlite/scripts/sqlite-bench.sh
 #
 # 1. Read and write workloads (examples/sqlite_bench.rs), each run in its
-#    own process, over six configurations: unix (kernel page cache warm),
-#    unix-mmap, kx (kxarray over a buffered file), kx-direct (O_DIRECT
-#    below kxarray), kx-fetch (zero-copy xFetch), floor (SQLite's own cache
-#    holding the database). The order of the configurations rotates every
-#    round; the table shows medians and ratios against unix.
+#    own process, over eight configurations: unix (kernel page cache warm),
+#    unix-mmap, unix-excl and unix-mmap-excl (locking_mode=EXCLUSIVE: the
+#    fair anchor for one process, which kxarray's in-process locks match;
+#    one-connection rows only), kx (kxarray over a buffered file), kx-direct
+#    (O_DIRECT below kxarray), kx-fetch (zero-copy xFetch), floor (SQLite's
+#    own cache holding the database). The order of the configurations
+#    rotates every round; the first table shows medians and ratios against
+#    unix, the second kxarray's ratios against the exclusive anchors.
 # 2. fincore: after a kx-direct run that started with the file dropped from
 #    the kernel's page cache, how much of the database the kernel caches.
 # 3. The crash test, CRASH_KILLS kills per mode (default 200).
@@ -27,7 +30,7 @@ BIG_ROWS=${BIG_ROWS:-2400000}   # about 1.1 GB
 CRASH_KILLS=${CRASH_KILLS:-200}
 SPEEDTEST=${SPEEDTEST:-1}
 REDB=${REDB:-1}
-CONFIGS=${CONFIGS:-"unix unix-mmap kx kx-direct kx-fetch floor"}
+CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-direct kx-fetch floor"}
 READS=${READS:-"point-uniform point-zipf range scan mix"}
 WRITES=${WRITES:-"commit-full commit-wal bulk"}
 DIR=${DIR:-target/sqlite-bench}
@@ -47,6 +50,8 @@ rotate() { # round, list... -> the list rotated by round
 run() { # label db config workload threads [extra]
   local label=$1 db=$2 c=$3 w=$4 t=$5; shift 5
   local line
+  # exclusive locking mode: the first connection keeps the database locked
+  case "$c" in *-excl) [ "$t" = 1 ] || return 0 ;; esac
   if line=$(timeout 300 "$B" run --db "$db" --config "$c" --workload "$w" --threads "$t" --seconds "$SECS" "$@" 2>/dev/null); then
     printf '%s\t%s\n' "$label" "$line" >> "$OUT"
   else
@@ -72,7 +77,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   fi
   for w in $WRITES; do
-    for c in $(rotate "$r" unix kx kx-direct); do run write "$DIR/w.db" "$c" "$w" 1; done
+    for c in $(rotate "$r" unix unix-excl kx kx-direct); do run write "$DIR/w.db" "$c" "$w" 1; done
   done
 done
 
@@ -97,7 +102,7 @@ print(f'SQLite on kxarray, {datetime.date.today()}, {os.cpu_count()} cores ({cpu
       f'median of {rounds} interleaved rounds, {secs} s per read run; operations per second '
       f'(ratio against unix)\n')
 rows = sorted({k[:3] for k in list(runs) + list(failed)}, key=lambda k: (k[0] != '180MB', k[0], k[1], k[2]))
-cols = [c for c in ['unix', 'unix-mmap', 'kx', 'kx-direct', 'kx-fetch', 'floor'] if c in configs]
+cols = [c for c in ['unix', 'unix-mmap', 'unix-excl', 'unix-mmap-excl', 'kx', 'kx-direct', 'kx-fetch', 'floor'] if c in configs]
 print('| database | workload | conns | ' + ' | '.join(cols) + ' |')
 print('|---|---|---|' + '---|' * len(cols))
 for label, w, t in rows:
@@ -114,6 +119,21 @@ for label, w, t in rows:
             m = statistics.median(v)
             cells.append(fmt(m) + (f' ({m / b:.2f})' if b and c != 'unix' else ''))
     print(f'| {label} | {w} | {t} | ' + ' | '.join(cells) + ' |')
+pairs = [(k, a) for k, a in [('kx', 'unix-excl'), ('kx-direct', 'unix-excl'),
+                             ('kx-fetch', 'unix-mmap-excl'), ('kx', 'unix-mmap-excl')]
+         if k in configs and a in configs]
+if pairs:
+    print('\nkxarray against the exclusive-lock anchors (one connection; ratio of medians):\n')
+    print('| database | workload | ' + ' | '.join(f'{k} / {a}' for k, a in pairs) + ' |')
+    print('|---|---|' + '---|' * len(pairs))
+    for label, w, t in rows:
+        if t != '1':
+            continue
+        cells = []
+        for k, a in pairs:
+            x, y = runs.get((label, w, t, k)), runs.get((label, w, t, a))
+            cells.append(f'{statistics.median(x) / statistics.median(y):.2f}' if x and y else '')
+        print(f'| {label} | {w} | ' + ' | '.join(cells) + ' |')
 PY
 
 # One copy of each page: after a kx-direct run over a file dropped from the

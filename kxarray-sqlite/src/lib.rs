@@ -48,7 +48,17 @@
 //! - **one process per database**: the five lock levels hold across the
 //!   process's connections, and an OFD lock over SQLite's lock bytes keeps
 //!   every other process out (they get `SQLITE_BUSY`, "database is
-//!   locked"), so two caches of one file never exist.
+//!   locked"), so two caches of one file never exist; a read-only open
+//!   takes the writer's lock wherever the file can be opened for writing
+//!   (a WAL writer elsewhere holds only a read lock), and taking the lock
+//!   drops what the process cached of the file before it (SQLite reads the
+//!   header unlocked at open);
+//! - **one name per file**: `xFullPathname` resolves `.`, `..` and
+//!   symbolic links as the unix VFS does, so journals and WALs are named
+//!   after the real file;
+//! - **a journal or WAL outlives a failed write-back of its database**: it
+//!   is not deleted, truncated or restarted while the database holds pages
+//!   the VFS could not write back.
 //! - **WAL** in normal locking mode, its index in process memory (no `-shm`
 //!   file); after a crash any VFS rebuilds the index from the WAL.
 //! - a database written through kxarray is an ordinary SQLite file: the
