@@ -1,0 +1,69 @@
+//! `CachedFile::revalidate`: a file changed behind the cache (another
+//! process wrote it) is read again from the backend, its length included;
+//! dirty pages refuse it and stay; zero-copy references keep their bytes
+//! and are no longer current.
+
+use kxarray::backend::FileBackend;
+use kxarray::pagecache::{CacheConfig, PageCache};
+use std::os::unix::fs::FileExt;
+
+fn cache() -> PageCache {
+    PageCache::new(CacheConfig::default().capacity(4 << 20).flusher(false))
+}
+
+#[test]
+fn a_file_changed_behind_the_cache_is_read_again() {
+    let c = cache();
+    let tmp = tempfile::tempfile().unwrap();
+    tmp.write_all_at(&[1u8; 3 * 4096], 0).unwrap();
+    let f = c
+        .open(FileBackend::from_file(tmp.try_clone().unwrap()))
+        .unwrap();
+    let mut b = vec![0u8; 3 * 4096];
+    f.read_at(&mut b, 0).unwrap();
+    let pinned = f.read_folio(0).unwrap();
+    assert!(f.cached_pages() > 0);
+    // another writer: new bytes, and the file shrinks to two pages and a bit
+    tmp.write_all_at(&[2u8; 2 * 4096 + 10], 0).unwrap();
+    tmp.set_len(2 * 4096 + 10).unwrap();
+    f.read_at(&mut b[..10], 0).unwrap();
+    assert_eq!(b[0], 1, "the cache served its own copy before revalidation");
+    f.revalidate().unwrap();
+    assert_eq!(f.cached_pages(), 0);
+    assert_eq!(f.len(), 2 * 4096 + 10);
+    let n = f.read_at(&mut b, 0).unwrap();
+    assert_eq!(n, 2 * 4096 + 10);
+    assert!(b[..n].iter().all(|&x| x == 2));
+    // the reference keeps what it pinned, and is no longer the file's
+    assert!(pinned.iter().all(|&x| x == 1));
+    assert!(!f.is_current(&pinned));
+}
+
+#[test]
+fn dirty_pages_refuse_revalidation_and_stay() {
+    let c = cache();
+    let tmp = tempfile::tempfile().unwrap();
+    tmp.write_all_at(&[1u8; 2 * 4096], 0).unwrap();
+    let f = c
+        .open(FileBackend::from_file(tmp.try_clone().unwrap()))
+        .unwrap();
+    let mut b = [0u8; 4096];
+    f.read_at(&mut b, 4096).unwrap(); // page 1 clean
+    f.write_at(&[9u8; 100], 0).unwrap(); // page 0 dirty
+    tmp.set_len(8 * 4096).unwrap();
+    let e = f.revalidate().unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy);
+    // the size is as it was, the dirty bytes are still there, and the clean
+    // page was dropped
+    assert_eq!(f.len(), 2 * 4096);
+    f.read_at(&mut b[..100], 0).unwrap();
+    assert!(b[..100].iter().all(|&x| x == 9));
+    f.sync().unwrap();
+    f.revalidate().unwrap();
+    assert_eq!(f.len(), 8 * 4096);
+    f.read_at(&mut b[..100], 0).unwrap();
+    assert!(
+        b[..100].iter().all(|&x| x == 9),
+        "written back, then read again"
+    );
+}
