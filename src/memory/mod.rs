@@ -12,3 +12,7 @@ pub use cgroup::CgroupLimit;
 pub use error::LimitsError;
 pub use limits::{Bound, MemoryLimits};
 pub use policy::{Capacity, CapacityPolicy, PolicyError};
+mod shrinker;
+mod trigger;
+pub use shrinker::{Decision, ShrinkPolicy, Shrinker};
+pub use trigger::{Stall, Trigger, TriggerError};
