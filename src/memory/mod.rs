@@ -16,3 +16,19 @@ mod shrinker;
 mod trigger;
 pub use shrinker::{Decision, ShrinkPolicy, Shrinker};
 pub use trigger::{Stall, Trigger, TriggerError};
+#[cfg(target_os = "linux")]
+mod monitor;
+#[cfg(target_os = "linux")]
+mod poll;
+#[cfg(target_os = "linux")]
+mod psi;
+#[cfg(target_os = "linux")]
+mod source;
+#[cfg(target_os = "linux")]
+pub use monitor::{LogSink, PressureConfig, PressureMonitor, Resizable};
+#[cfg(target_os = "linux")]
+pub use poll::StopSignal;
+#[cfg(target_os = "linux")]
+pub use psi::Psi;
+#[cfg(target_os = "linux")]
+pub use source::{Clock, MonotonicClock, PressureSource, Wait};
