@@ -25,7 +25,7 @@ mod psi;
 #[cfg(target_os = "linux")]
 mod source;
 #[cfg(target_os = "linux")]
-pub use monitor::{LogSink, PressureConfig, PressureMonitor, Resizable};
+pub use monitor::{LogSink, PressureConfig, PressureMonitor, Resizable, THREAD_NAME};
 #[cfg(target_os = "linux")]
 pub use poll::StopSignal;
 #[cfg(target_os = "linux")]

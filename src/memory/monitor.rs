@@ -170,12 +170,53 @@ impl PressureMonitor {
     where
         T: Resizable + ?Sized + 'static,
     {
-        let psi = Psi::for_process(
+        PressureMonitor::start_at(
+            target,
+            config,
             Path::new("/proc"),
             Path::new("/sys/fs/cgroup"),
-            &config.trigger,
-        );
-        match psi {
+        )
+    }
+
+    /// [`start`](Self::start) with `/proc` at `proc_root` and the cgroup
+    /// hierarchies at `cgroup_root` (a container's odd mount, or a test).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), with the same log line.
+    ///
+    /// ```
+    /// use kxarray::memory::{LogSink, PressureConfig, PressureMonitor, Resizable};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// struct Fixed;
+    /// impl Resizable for Fixed {
+    ///     type Error = String;
+    ///     fn capacity(&self) -> u64 { 1 << 30 }
+    ///     fn set_capacity(&self, _: u64) -> Result<(), String> { Err("fixed".into()) }
+    /// }
+    ///
+    /// let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    /// let l = Arc::clone(&lines);
+    /// let config = PressureConfig {
+    ///     log: LogSink::Callback(Arc::new(move |line: &str| l.lock().unwrap().push(line.into()))),
+    ///     ..PressureConfig::default()
+    /// };
+    /// let empty = tempfile::tempdir().unwrap(); // no PSI there
+    /// let e = PressureMonitor::start_at(Arc::new(Fixed), config, empty.path(), empty.path());
+    /// assert_eq!(e.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    /// let lines = lines.lock().unwrap();
+    /// assert!(lines[0].starts_with("PSI unavailable: ") && lines[0].ends_with("; running without it"));
+    /// ```
+    pub fn start_at<T>(
+        target: Arc<T>,
+        config: PressureConfig,
+        proc_root: &Path,
+        cgroup_root: &Path,
+    ) -> io::Result<PressureMonitor>
+    where
+        T: Resizable + ?Sized + 'static,
+    {
+        match Psi::for_process(proc_root, cgroup_root, &config.trigger) {
             Ok(psi) => PressureMonitor::start_with(target, psi, MonotonicClock, config),
             Err(e) => {
                 config
@@ -207,7 +248,7 @@ impl PressureMonitor {
         let describe = source.describe();
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
-            .name("kxarray-pressure".into())
+            .name(THREAD_NAME.into())
             .spawn(move || {
                 run(
                     &*target,
@@ -245,6 +286,10 @@ impl Drop for PressureMonitor {
         }
     }
 }
+
+/// The monitor thread's name (as `/proc/self/task/*/comm` shows it: at
+/// most 15 bytes).
+pub const THREAD_NAME: &str = "kxarray-psi";
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
