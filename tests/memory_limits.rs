@@ -297,7 +297,7 @@ proptest! {
         let (budget, _) = l.budget().unwrap();
         prop_assert_eq!(budget, max.min(high).min(mem_kb * 1024));
         let c = CapacityPolicy::default().capacity(&l);
-        prop_assert!(c.bytes % 4096 == 0 && c.bytes >= 4096);
+        prop_assert!(c.bytes.is_multiple_of(4096) && c.bytes >= 4096);
         prop_assert!(c.bytes <= budget.max(4096));
     }
 }

@@ -106,9 +106,9 @@ fn stalls_shrink_quiet_grows_back() {
     for want in [896 * M, 784 * M, 686 * M] {
         stall.send(()).unwrap();
         waiting.recv().unwrap(); // the stall was acted on
-        // No growth step comes in between: the quiet period (1 s) is far
-        // longer than this loop's steps, unless a loaded machine pauses the
-        // test that long; then the value is one step higher.
+                                 // No growth step comes in between: the quiet period (1 s) is far
+                                 // longer than this loop's steps, unless a loaded machine pauses the
+                                 // test that long; then the value is one step higher.
         let now = cache.capacity();
         assert!(now == want || now == want + 128 * M, "{now}");
     }
@@ -117,11 +117,20 @@ fn stalls_shrink_quiet_grows_back() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(cache.capacity(), 1024 * M);
     let lines = lines.lock().unwrap().clone();
-    let shrinks = lines.iter().filter(|l| l.starts_with("memory pressure on a channel")).count();
-    let grows = lines.iter().filter(|l| l.starts_with("no memory pressure")).count();
+    let shrinks = lines
+        .iter()
+        .filter(|l| l.starts_with("memory pressure on a channel"))
+        .count();
+    let grows = lines
+        .iter()
+        .filter(|l| l.starts_with("no memory pressure"))
+        .count();
     assert!(shrinks >= 3 && grows >= 3, "{lines:#?}");
     assert!(lines[0].contains("1024.0 MiB -> 896.0 MiB"), "{lines:#?}");
-    assert!(lines.last().unwrap().ends_with("-> 1024.0 MiB (configured 1024.0 MiB)"));
+    assert!(lines
+        .last()
+        .unwrap()
+        .ends_with("-> 1024.0 MiB (configured 1024.0 MiB)"));
 
     // The user lowers the capacity: the monitor grows back to that, not
     // to 1 GiB.
@@ -132,13 +141,19 @@ fn stalls_shrink_quiet_grows_back() {
     stall.send(()).unwrap();
     waiting.recv().unwrap();
     assert_eq!(cache.capacity(), 448 * M);
-    eventually("grown back to the user's 512 MiB", || cache.capacity() == 512 * M);
+    eventually("grown back to the user's 512 MiB", || {
+        cache.capacity() == 512 * M
+    });
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(cache.capacity(), 512 * M);
 
     let t = Instant::now();
     drop(monitor);
-    assert!(t.elapsed() < Duration::from_secs(5), "drop took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "drop took {:?}",
+        t.elapsed()
+    );
 }
 
 /// A source that fails ends the thread; the handle says so and drops
@@ -180,5 +195,8 @@ fn no_psi_is_a_typed_error() {
     let e = Psi::for_process(&proc_root, &cg, &Trigger::default()).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotFound);
     let msg = e.to_string();
-    assert!(msg.contains("app/memory.pressure: ") && msg.contains("pressure/memory: "), "{msg}");
+    assert!(
+        msg.contains("app/memory.pressure: ") && msg.contains("pressure/memory: "),
+        "{msg}"
+    );
 }

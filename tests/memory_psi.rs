@@ -53,13 +53,19 @@ fn real_psi_blocks_and_stops() {
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let l = Arc::clone(&lines);
     let config = PressureConfig {
-        log: LogSink::Callback(Arc::new(move |line: &str| l.lock().unwrap().push(line.into()))),
+        log: LogSink::Callback(Arc::new(move |line: &str| {
+            l.lock().unwrap().push(line.into())
+        })),
         ..PressureConfig::default()
     };
     let cache = Arc::new(Cache(AtomicU64::new(1 << 30)));
     let monitor = PressureMonitor::start(Arc::clone(&cache), config).unwrap();
     println!("following {}", monitor.source());
-    assert!(monitor.source().contains("pressure"), "{}", monitor.source());
+    assert!(
+        monitor.source().contains("pressure"),
+        "{}",
+        monitor.source()
+    );
 
     // The thread exists and is blocked: its CPU time over a second is
     // under 50 ms (a spinning thread would use about 1 s).
@@ -76,7 +82,10 @@ fn real_psi_blocks_and_stops() {
     let after = thread_cpu_ns(THREAD_NAME).expect("still running");
     let used = Duration::from_nanos(after - before);
     println!("monitor thread CPU time over 1 s: {used:?}");
-    assert!(used < Duration::from_millis(50), "the monitor spins: {used:?} of CPU in 1 s");
+    assert!(
+        used < Duration::from_millis(50),
+        "the monitor spins: {used:?} of CPU in 1 s"
+    );
     assert!(!monitor.is_finished());
 
     // No pressure from this test; if the shared machine stalled meanwhile,
@@ -87,6 +96,10 @@ fn real_psi_blocks_and_stops() {
 
     let t = Instant::now();
     drop(monitor);
-    assert!(t.elapsed() < Duration::from_secs(2), "drop took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "drop took {:?}",
+        t.elapsed()
+    );
     assert_eq!(thread_cpu_ns(THREAD_NAME), None, "the thread is gone");
 }

@@ -294,7 +294,7 @@ mod tests {
             (u64::MAX, Some(u64::MAX)),
         ] {
             let c = p.capacity(&limits(phys, max, None));
-            assert!(c.bytes >= PAGE && c.bytes % PAGE == 0);
+            assert!(c.bytes >= PAGE && c.bytes.is_multiple_of(PAGE));
         }
         let c = CapacityPolicy::new(1.0, 0)
             .unwrap()

@@ -133,7 +133,7 @@ impl Trigger {
     pub(crate) fn unprivileged(&self) -> Option<Trigger> {
         let step = UNPRIVILEGED_STEP.as_micros();
         let w = self.window.as_micros();
-        if w % step == 0 {
+        if w.is_multiple_of(step) {
             return None;
         }
         let window = w.div_ceil(step) * step;
