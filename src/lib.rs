@@ -300,6 +300,7 @@ mod xarray;
 pub mod backend;
 pub mod chunked;
 pub mod filemap;
+pub mod memory;
 pub mod node_cache;
 pub mod pagecache;
 
