@@ -57,23 +57,29 @@ pub const MAX_DEFAULT_CACHE: u64 = 64 << 30;
 /// Smallest capacity accepted from a setting: 1 MiB.
 pub const MIN_CACHE: u64 = 1 << 20;
 
-/// The default capacity: a quarter of physical memory, at least
-/// [`MIN_DEFAULT_CACHE`] (but never more than half of physical memory) and
-/// at most [`MAX_DEFAULT_CACHE`]. 6 GiB on a 24 GiB machine.
+/// The default capacity: a quarter of the process's memory budget, the
+/// smallest of physical memory and its cgroup's limits (`memory.max`,
+/// `memory.high` of its cgroup and every ancestor; see
+/// [`kxarray::memory::MemoryLimits`]), at least [`MIN_DEFAULT_CACHE`] (but
+/// never more than half the budget) and at most [`MAX_DEFAULT_CACHE`],
+/// rounded down to whole pages. 6 GiB on a 24 GiB machine without a
+/// limit; 512 MiB in a container limited to 2 GiB. When nothing can be
+/// read, a quarter of 4 GiB.
 pub fn default_capacity() -> u64 {
-    let ram = physical_memory().unwrap_or(4 << 30);
-    (ram / 4)
-        .max(MIN_DEFAULT_CACHE.min(ram / 2))
-        .min(MAX_DEFAULT_CACHE)
-}
-
-/// Physical memory in bytes (`sysconf(_SC_PHYS_PAGES) * _SC_PAGESIZE`).
-fn physical_memory() -> Option<u64> {
-    // SAFETY: sysconf has no preconditions.
-    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
+    use kxarray::memory::CapacityPolicy;
+    let policy = CapacityPolicy::new(0.25, 0)
+        .expect("a quarter is a valid fraction")
+        .min_bytes(MIN_DEFAULT_CACHE)
+        .max_bytes(MAX_DEFAULT_CACHE)
+        .unknown_budget(4 << 30);
+    match policy.capacity_from_system() {
+        Ok(c) => c.bytes,
+        Err(_) => {
+            policy
+                .capacity(&kxarray::memory::MemoryLimits::default())
+                .bytes
+        }
+    }
 }
 
 /// Parse a size: decimal bytes with an optional suffix `k`, `m`, `g` or
@@ -257,7 +263,12 @@ mod tests {
     #[test]
     fn default_capacity_is_bounded() {
         let c = default_capacity();
+        let budget = kxarray::memory::MemoryLimits::from_system()
+            .ok()
+            .and_then(|l| l.budget())
+            .map_or(4 << 30, |(b, _)| b);
         assert!(c <= MAX_DEFAULT_CACHE);
-        assert!(c >= MIN_DEFAULT_CACHE.min(physical_memory().unwrap() / 2));
+        assert!(c <= budget / 2 || c == MIN_DEFAULT_CACHE.min(budget / 2));
+        assert!(c >= MIN_DEFAULT_CACHE.min(budget / 2) & !4095);
     }
 }

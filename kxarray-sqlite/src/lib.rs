@@ -28,7 +28,7 @@
 //!
 //! | URI | environment | meaning | default |
 //! |---|---|---|---|
-//! | `kx_cache=<size>` | `KXARRAY_SQLITE_CACHE` | the process-wide cache's capacity (`k`/`m`/`g` suffixes); the first open makes the cache, later values are ignored with a notice in SQLite's log | a quarter of physical memory, at least 256 MiB, at most 64 GiB |
+//! | `kx_cache=<size>` | `KXARRAY_SQLITE_CACHE` | the process-wide cache's capacity (`k`/`m`/`g` suffixes); the first open makes the cache, later values are ignored with a notice in SQLite's log | a quarter of the memory budget (physical memory, or the cgroup's `memory.max`/`memory.high` when lower), at least 256 MiB (at most half the budget), at most 64 GiB ([`default_capacity`]) |
 //! | `kx_direct=0\|1` | `KXARRAY_SQLITE_DIRECT` | `O_DIRECT` below the cache for the database file (its journal or WAL stay buffered) | 0 |
 //! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
 //!
