@@ -59,6 +59,7 @@
 
 pub mod api;
 pub mod config;
+mod fetch;
 mod ffi;
 mod file;
 mod inode;
