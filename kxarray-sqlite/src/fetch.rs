@@ -17,8 +17,8 @@
 //! - every pointer handed out points into a reference this table owns, in
 //!   `out` or in a hot entry whose `lent` count includes it, until the
 //!   [`unfetch`](Fetches::unfetch) of that very pointer (or
-//!   [`clear`](Fetches::clear), which SQLite calls only when it holds no
-//!   page): an entry with loans is never dropped or replaced, only marked
+//!   [`release_all`](Fetches::release_all), `xUnfetch(NULL)`, which SQLite
+//!   calls only when it holds no page): an entry with loans is never dropped or replaced, only marked
 //!   stale; so the bytes stay valid and unchanged while SQLite reads them;
 //! - a hot entry is served only if [`HeldFolio::is_current`] says so at
 //!   that fetch, so a page written, truncated or invalidated since (by any
@@ -123,18 +123,24 @@ impl Fetches {
     /// A pointer to `amt` bytes of `file` at `off` that stay valid and
     /// unchanged until [`unfetch`](Fetches::unfetch) of it; `None` when no
     /// one pointer covers them (a read error, a page straddling two folios,
-    /// past the end of the file): SQLite then reads with `xRead`.
+    /// past the end of the file): SQLite then reads with `xRead`. With
+    /// the pointer, whether it came from a hot page.
     #[inline]
-    pub(crate) fn fetch(&mut self, file: &CachedFile, off: i64, amt: i64) -> Option<*mut c_void> {
+    pub(crate) fn fetch(
+        &mut self,
+        file: &CachedFile,
+        off: i64,
+        amt: i64,
+    ) -> Option<(*mut c_void, bool)> {
         if self.nr_hot > 0 {
             if let Some(p) = self.fetch_hot(off, amt) {
-                return Some(p);
+                return Some((p, true));
             }
         }
         let page = file.read_folio((off / PAGE) as u64).ok()?;
         let (ptr, _) = locate(&page, off, amt)?;
         self.out.push(Out { off, ptr, page });
-        Some(ptr.cast_mut())
+        Some((ptr.cast_mut(), false))
     }
 
     /// A loan from the hot entry of `off`, if it is current.
@@ -273,8 +279,24 @@ impl Fetches {
         self.forget(0, u64::MAX);
     }
 
-    /// Drop everything: SQLite holds no fetched page (`xUnfetch(NULL)`,
-    /// close).
+    /// SQLite holds no fetched page (`xUnfetch(NULL)`: it does so when it
+    /// sees another connection's commit, before it reads again): drop the
+    /// fresh references and the stale hot pages, and keep the current hot
+    /// pages for the next fetches, which check each again.
+    pub(crate) fn release_all(&mut self) {
+        self.out.clear();
+        for slot in self.hot.iter_mut() {
+            if let Some(h) = slot {
+                h.lent = 0;
+                if h.stale || !h.page.is_current() {
+                    *slot = None;
+                    self.nr_hot -= 1;
+                }
+            }
+        }
+    }
+
+    /// Drop everything (close).
     pub(crate) fn clear(&mut self) {
         self.out.clear();
         self.hot.iter_mut().for_each(|s| *s = None);
@@ -322,7 +344,7 @@ mod tests {
     /// Fetch and release `off` twice: the page is hot then.
     fn make_hot(t: &mut Fetches, f: &CachedFile, off: i64) {
         for _ in 0..2 {
-            let p = t.fetch(f, off, P).unwrap();
+            let p = t.fetch(f, off, P).unwrap().0;
             t.unfetch(f, off, p);
         }
         assert_eq!(t.nr_hot, 1, "a second touch makes it hot");
@@ -333,8 +355,9 @@ mod tests {
         let f = file(4);
         let mut t = Fetches::new();
         make_hot(&mut t, &f, P);
-        let p = t.fetch(&f, P, P).unwrap();
-        let q = t.fetch(&f, P, P).unwrap();
+        let (p, held) = t.fetch(&f, P, P).unwrap();
+        let q = t.fetch(&f, P, P).unwrap().0;
+        assert!(held);
         assert_eq!(
             (p, t.out.len(), t.lent()),
             (q, 0, 2),
@@ -352,10 +375,10 @@ mod tests {
         let other = f.clone();
         let mut t = Fetches::new();
         make_hot(&mut t, &f, 2 * P);
-        let held = t.fetch(&f, 2 * P, P).unwrap();
+        let held = t.fetch(&f, 2 * P, P).unwrap().0;
         other.write_at(&[9; 8], 2 * P as u64).unwrap();
         assert_eq!(first(held), 2, "a loan keeps its bytes");
-        let p = t.fetch(&f, 2 * P, P).unwrap();
+        let p = t.fetch(&f, 2 * P, P).unwrap().0;
         assert_eq!(first(p), 9, "the write is seen at once");
         assert_ne!(p, held);
         // The stale entry stays for its loan, and is never served.
@@ -381,10 +404,10 @@ mod tests {
         // Another process wrote the file: the cache is invalidated.
         std::fs::write(dir.path().join("a"), vec![7u8; 4 * P as usize]).unwrap();
         f.revalidate().unwrap();
-        let p = t.fetch(&f, P, P).unwrap();
+        let p = t.fetch(&f, P, P).unwrap().0;
         assert_eq!((first(p), t.nr_hot), (7, 0), "the stale entry went");
         t.unfetch(&f, P, p);
-        let p = t.fetch(&f, P, P).unwrap();
+        let p = t.fetch(&f, P, P).unwrap().0;
         assert_eq!((first(p), t.out.len()), (7, 0), "hot again, new bytes");
         t.unfetch(&f, P, p);
         f.set_len(P as u64).unwrap();
@@ -399,19 +422,19 @@ mod tests {
         let mut t = Fetches::new();
         make_hot(&mut t, &f, 0);
         // Two loans of page 0 from two buffers: one hot, one fresh.
-        let a = t.fetch(&f, 0, P).unwrap();
+        let a = t.fetch(&f, 0, P).unwrap().0;
         other.write_at(&[5; 1], 0).unwrap();
-        let b = t.fetch(&f, 0, P).unwrap();
+        let b = t.fetch(&f, 0, P).unwrap().0;
         assert_ne!(a, b);
         // Releasing `b` leaves `a` lent, and the reverse.
         t.unfetch(&f, 0, b);
         assert_eq!((first(a), t.lent()), (0, 1));
-        let c = t.fetch(&f, 0, P).unwrap();
+        let c = t.fetch(&f, 0, P).unwrap().0;
         t.unfetch(&f, 0, a);
         assert_eq!((first(c), t.lent()), (5, 1));
         t.unfetch(&f, 0, c);
         // An unknown pointer releases nothing.
-        let d = t.fetch(&f, P, P).unwrap();
+        let d = t.fetch(&f, P, P).unwrap().0;
         t.unfetch(&f, P, c);
         assert_eq!(t.lent(), 1);
         t.unfetch(&f, P, d);
@@ -425,10 +448,10 @@ mod tests {
         // Lend a hot page, then make many others hot, write its folio, and
         // forget: its bytes stay.
         make_hot(&mut t, &f, 0);
-        let p = t.fetch(&f, 0, P).unwrap();
+        let p = t.fetch(&f, 0, P).unwrap().0;
         for i in 1..2048 {
             for _ in 0..2 {
-                let q = t.fetch(&f, i * P, P).unwrap();
+                let q = t.fetch(&f, i * P, P).unwrap().0;
                 t.unfetch(&f, i * P, q);
             }
         }
@@ -441,6 +464,29 @@ mod tests {
         t.unfetch(&f, 0, p);
         t.forget(0, 1);
         assert_eq!(t.nr_hot, 0);
+    }
+
+    #[test]
+    fn release_all_keeps_the_current_hot_pages_only() {
+        let f = file(4);
+        let other = f.clone();
+        let mut t = Fetches::new();
+        make_hot(&mut t, &f, 0);
+        for _ in 0..2 {
+            let p = t.fetch(&f, P, P).unwrap().0;
+            t.unfetch(&f, P, p);
+        }
+        let _ = t.fetch(&f, 0, P).unwrap();
+        let _ = t.fetch(&f, 3 * P, P).unwrap();
+        other.write_at(&[4; 1], P as u64).unwrap();
+        t.release_all();
+        assert_eq!((t.lent(), t.nr_hot), (0, 1), "page 1 was written");
+        let (p, held) = t.fetch(&f, 0, P).unwrap();
+        assert!(held);
+        t.unfetch(&f, 0, p);
+        let (p, held) = t.fetch(&f, P, P).unwrap();
+        assert_eq!((first(p), held), (4, false));
+        t.unfetch(&f, P, p);
     }
 
     #[test]

@@ -70,11 +70,11 @@ pub(crate) struct Handle {
     mmap_limit: i64,
     /// The pages `xFetch` lent SQLite, and the hot pages held for it.
     fetches: Fetches,
-    /// Fetches and fallbacks not yet added to the process's counters: a
+    /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
     /// [`COUNT_BATCH`] fetches, at `PRAGMA kx_stats` and at close.
-    unbooked: (u64, u64),
+    unbooked: (u64, u64, u64),
     shm: Option<ShmHandle>,
     chunk: i64,
     psow: bool,
@@ -95,27 +95,35 @@ pub(crate) struct Handle {
 const COUNT_BATCH: u64 = 1024;
 
 impl Handle {
-    /// Count a fetch (`fallback`: one that fell back to `xRead`).
+    /// Count a fetch: served (`held`: from a held hot page), or fallen
+    /// back to `xRead` (`None`).
     #[inline]
-    fn count_fetch(&mut self, fallback: bool) {
-        if fallback {
-            self.unbooked.1 += 1;
-        } else {
-            self.unbooked.0 += 1;
+    fn count_fetch(&mut self, served: Option<bool>) {
+        let u = &mut self.unbooked;
+        match served {
+            Some(held) => {
+                u.0 += 1;
+                u.2 += u64::from(held);
+            }
+            None => u.1 += 1,
         }
-        if self.unbooked.0 + self.unbooked.1 >= COUNT_BATCH {
+        if u.0 + u.1 >= COUNT_BATCH {
             self.book_fetches();
         }
     }
 
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
-        let (f, b) = std::mem::take(&mut self.unbooked);
-        if f > 0 {
-            vfs_stats().fetches.fetch_add(f, Ordering::Relaxed);
-        }
-        if b > 0 {
-            vfs_stats().fetch_fallbacks.fetch_add(b, Ordering::Relaxed);
+        let (f, b, h) = std::mem::take(&mut self.unbooked);
+        let v = vfs_stats();
+        for (n, c) in [
+            (f, &v.fetches),
+            (b, &v.fetch_fallbacks),
+            (h, &v.fetches_held),
+        ] {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
         }
     }
 
@@ -136,7 +144,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetches: Fetches::new(),
-            unbooked: (0, 0),
+            unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
             psow,
@@ -469,7 +477,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetch_fallbacks={} lock_conflicts={} open_files={}",
+         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} open_files={}",
         cache.config().capacity,
         s.cached_pages,
         s.hits,
@@ -483,6 +491,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.writes),
         r(&v.syncs),
         r(&v.fetches),
+        r(&v.fetches_held),
         r(&v.fetch_fallbacks),
         r(&v.lock_conflicts),
         inode::open_files(),
@@ -735,19 +744,19 @@ unsafe extern "C" fn x_fetch(
         }
         let end = off + amt;
         if end > h.mmap_limit || end as u64 > h.inode.file.len() {
-            h.count_fetch(true);
+            h.count_fetch(None);
             return SQLITE_OK;
         }
         let file = &h.inode.file;
         match h.fetches.fetch(file, off, amt) {
-            Some(p) => {
-                h.count_fetch(false);
+            Some((p, held)) => {
+                h.count_fetch(Some(held));
                 // SAFETY: SQLite passes a writable pointer slot; the bytes
                 // live in a reference `fetches` keeps until the xUnfetch of
                 // this pointer.
                 unsafe { *out = p };
             }
-            None => h.count_fetch(true),
+            None => h.count_fetch(None),
         }
         SQLITE_OK
     })
@@ -759,8 +768,9 @@ unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void
         let h = unsafe { handle(file) };
         if p.is_null() {
             // "Unmap the whole file" (the unix VFS's meaning): SQLite
-            // holds no fetched page then; drop anything left.
-            h.fetches.clear();
+            // holds no fetched page then (it sent this because another
+            // connection committed): the hot pages still current stay.
+            h.fetches.release_all();
         } else {
             h.fetches.unfetch(&h.inode.file, off, p.cast_const());
         }
