@@ -97,17 +97,16 @@ fn seen_of(off: i64) -> usize {
     ((off as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize & (SEEN - 1)
 }
 
-/// Where SQLite's page at `off`, `amt` bytes, lies in `page`: the pointer
-/// and the bytes from it to the folio's end, or `None` when it is not
-/// wholly inside.
+/// Where SQLite's page at `off`, `amt` bytes, lies in `page`: its bytes
+/// there (and after, to the folio's end), or `None` when it is not wholly
+/// inside.
 #[inline]
-fn locate(page: &FolioRef, off: i64, amt: i64) -> Option<(*const c_void, i64)> {
+fn locate(page: &FolioRef, off: i64, amt: i64) -> Option<&[u8]> {
     let start = off - page.index() as i64 * PAGE;
-    let room = page.len() as i64 - start;
-    if start < 0 || amt > room {
+    if start < 0 || start + amt > page.len() as i64 {
         return None;
     }
-    Some((page[start as usize..].as_ptr().cast::<c_void>(), room))
+    Some(&page[start as usize..])
 }
 
 /// Ask the CPU to bring `bytes` into its cache: SQLite is about to search
@@ -157,8 +156,9 @@ impl Fetches {
             }
         }
         let page = file.read_folio((off / PAGE) as u64).ok()?;
-        let (ptr, _) = locate(&page, off, amt)?;
-        prefetch(&page[ptr as usize - page.as_ptr() as usize..][..amt as usize]);
+        let bytes = locate(&page, off, amt)?;
+        prefetch(&bytes[..amt as usize]);
+        let ptr = bytes.as_ptr().cast::<c_void>();
         self.out.push(Out { off, ptr, page });
         Some((ptr.cast_mut(), false))
     }
@@ -258,7 +258,7 @@ impl Fetches {
         });
         let Some(i) = victim else { return };
         let Ok(page) = file.hold(o.page) else { return };
-        let Some((_, room)) = locate(&page, o.off, 1) else {
+        let Some(room) = locate(&page, o.off, 1).map(|b| b.len() as i64) else {
             return;
         };
         if self.hot[i].is_none() {
