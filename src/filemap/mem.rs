@@ -292,11 +292,7 @@ impl FolioMem {
         // bytes before this call must not be handed the old buffer from
         // that window. This load sees the new address then (read-read
         // coherence), and the caller takes the lock.
-        // SAFETY: the pin keeps the buffer allocated.
-        if !core::ptr::eq(
-            self.data.load(Ordering::Acquire),
-            unsafe { p.as_ref() }.data.as_ptr(),
-        ) {
+        if !core::ptr::eq(self.data.load(Ordering::Acquire), pin.bytes().as_ptr()) {
             return None;
         }
         Some(pin)
