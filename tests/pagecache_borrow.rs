@@ -364,3 +364,107 @@ fn is_current_follows_writes_truncation_and_invalidation() {
     f.set_len(PAGE).unwrap();
     assert!(!f.is_current(&r));
 }
+
+/// `HeldFolio::is_current` gives `CachedFile::is_current`'s answer without
+/// the lookup, through writes, invalidation and truncation; `hold` refuses
+/// a stale reference and another file's; a held current folio survives
+/// reclaim.
+#[test]
+fn held_folio_is_current_as_the_file_says() {
+    let c = cache(16);
+    let dir = tempfile::tempdir().unwrap();
+    let f = c
+        .open(kxarray::backend::FileBackend::create(&dir.path().join("a")).unwrap())
+        .unwrap();
+    let g = c.open(stamped_disk(64)).unwrap();
+    f.write_at(&[1u8; 4 * PAGE as usize], 0).unwrap();
+    let held = |i| f.hold(f.read_folio(i).unwrap()).unwrap();
+    let h = held(1);
+    assert!(h.is_current() && f.is_current(&h));
+    let e = g.hold(f.read_folio(1).unwrap()).unwrap_err();
+    assert_eq!(e.index(), 1, "another file's reference comes back");
+    // reclaim passes a held current folio over
+    for i in 0..64 {
+        g.read_folio(i).unwrap();
+    }
+    assert!(h.is_current(), "evicted while held");
+    f.write_at(&[2u8; 10], 2 * PAGE).unwrap();
+    assert!(h.is_current() && f.is_current(&h));
+    let stale = f.read_folio(1).unwrap();
+    f.write_at(&[3u8; 10], PAGE + 5).unwrap();
+    assert!(!h.is_current() && !f.is_current(&h));
+    assert_eq!(h[5], 1, "the pinned bytes stay");
+    assert!(f.hold(stale).is_err(), "a stale reference is refused");
+    let h = held(1);
+    assert_eq!(h.folio_ref().page(1)[5], 3);
+    f.sync().unwrap();
+    assert!(f.invalidate(0..4 * PAGE).unwrap() >= 1);
+    assert_eq!(f.cached_pages(), 0, "a held folio is invalidated too");
+    assert!(!h.is_current());
+    let h = held(1);
+    f.set_len(PAGE).unwrap();
+    assert!(!h.is_current());
+    assert_eq!(h.into_ref().index(), 1);
+}
+
+/// A held folio never says it is current once a reader has seen newer
+/// bytes: a writer stamps page 0 with a rising counter while a reader reads
+/// the stamp, then asks its held folio; when it answers current, its stamp
+/// is at least the one read before.
+#[test]
+fn a_held_folio_is_never_current_behind_a_newer_read() {
+    let c = cache(64);
+    let f = c.open(stamped_disk(8)).unwrap();
+    f.write_at(&0u64.to_le_bytes(), 0).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (f, stop) = (f.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // bursts, and pauses in which the reader finds it current
+                for _ in 0..64 {
+                    n += 1;
+                    f.write_at(&n.to_le_bytes(), 0).unwrap();
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            n
+        })
+    };
+    let stamp = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap());
+    let mut h = f.hold(f.read_folio(0).unwrap()).ok();
+    let (mut current, mut renewed) = (0u64, 0u64);
+    for _ in 0..200_000 {
+        let mut b = [0u8; 8];
+        f.read_at(&mut b, 0).unwrap();
+        let seen = stamp(&b);
+        match &h {
+            Some(held) if held.is_current() => {
+                assert!(
+                    stamp(held) >= seen,
+                    "current at {} after reading {seen}",
+                    stamp(held)
+                );
+                current += 1;
+            }
+            _ => {
+                let r = f.read_folio(0).unwrap();
+                assert!(
+                    stamp(&r) >= seen,
+                    "pinned {} after reading {seen}",
+                    stamp(&r)
+                );
+                h = f.hold(r).ok();
+                renewed += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(
+        written > 0 && renewed > 0,
+        "the writer ran ({written}, {renewed})"
+    );
+    assert!(current > 0, "the held folio was current at times");
+}

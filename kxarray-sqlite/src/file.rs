@@ -18,34 +18,25 @@
 //!   commits, a database page whose journal or WAL copy may go), they are,
 //!   as with the unix VFS, and a process killed at any moment recovers to
 //!   the same transactions; `xSync` adds the `fdatasync`;
-//! - every pointer `xFetch` handed out points into a [`FolioRef`] kept in
-//!   `fetched`, with the pointer, until the `xUnfetch` of that pointer (or
-//!   `xUnfetch(p = NULL)`, or close), so the bytes stay valid and unchanged
-//!   while SQLite reads them: two cursors may hold one page from two
-//!   buffers (a copy-on-write between their fetches), and unfetching one
-//!   releases its own reference only;
+//! - every pointer `xFetch` handed out stays valid and unchanged until the
+//!   `xUnfetch` of that very pointer (or `xUnfetch(p = NULL)`, or close),
+//!   and a page is served from a held reference only while it is current:
+//!   [`Fetches`](crate::fetch::Fetches) owns both;
 //! - a journal or WAL never lets go of its contents (deleted, truncated,
 //!   its header rewritten) while its database, open in this process, holds
 //!   pages it could not write back ([`db_barrier`]): SQLite ignores a
 //!   failed write-back after a checkpoint under `synchronous=OFF`, and the
 //!   WAL is then the only copy of what it committed;
-//! - `kept` holds references SQLite let go of, for a later `xFetch` of the
-//!   same page to reuse after [`CachedFile::is_current`] says they still
-//!   hold the file's bytes (a new reference would raise a counter on the
-//!   page that every connection's thread shares: B-tree roots are fetched
-//!   by every statement); at most [`KEEP`], dropped when this handle writes
-//!   or truncates the file, when fetching stops, and at close.
-//!
-//! [`CachedFile::is_current`]: kxarray::pagecache::CachedFile::is_current
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
 use crate::config::Settings;
+use crate::fetch::Fetches;
 use crate::ffi::*;
 use crate::inode::{self, Inode, Key, WritePolicy};
 use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
-use kxarray::pagecache::{FolioRef, PageCache};
+use kxarray::pagecache::PageCache;
 use std::io;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::PathBuf;
@@ -77,18 +68,13 @@ pub(crate) struct Handle {
     pub(crate) settings: Settings,
     /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
     mmap_limit: i64,
-    /// The folio references behind the pointers `xFetch` handed out, with
-    /// the offset and the pointer (a few at a time: SQLite holds the pages
-    /// of its open cursors, so a vector searched from the end beats a hash
-    /// map).
-    fetched: Vec<Fetched>,
-    /// References SQLite let go of, oldest first (see the module notes).
-    kept: Vec<(i64, FolioRef)>,
-    /// Fetches and fallbacks not yet added to the process's counters: a
+    /// The pages `xFetch` lent SQLite, and the hot pages held for it.
+    fetches: Fetches,
+    /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
     /// [`COUNT_BATCH`] fetches, at `PRAGMA kx_stats` and at close.
-    unbooked: (u64, u64),
+    unbooked: (u64, u64, u64),
     shm: Option<ShmHandle>,
     chunk: i64,
     psow: bool,
@@ -104,44 +90,40 @@ pub(crate) struct Handle {
     pub(crate) db: Option<Weak<Inode>>,
 }
 
-/// A page `xFetch` handed out: its offset, the pointer, and the reference
-/// that keeps the bytes there.
-struct Fetched {
-    off: i64,
-    ptr: *const c_void,
-    page: FolioRef,
-}
-
-/// How many released references a handle keeps for reuse: the pages near a
-/// B-tree's root, which every statement fetches.
-const KEEP: usize = 32;
-
 /// How many fetches a handle counts before adding them to the process's
 /// counters (another connection's `PRAGMA kx_stats` may lag by fewer).
 const COUNT_BATCH: u64 = 1024;
 
 impl Handle {
-    /// Count a fetch (`fallback`: one that fell back to `xRead`).
+    /// Count a fetch: served (`held`: from a held hot page), or fallen
+    /// back to `xRead` (`None`).
     #[inline]
-    fn count_fetch(&mut self, fallback: bool) {
-        if fallback {
-            self.unbooked.1 += 1;
-        } else {
-            self.unbooked.0 += 1;
+    fn count_fetch(&mut self, served: Option<bool>) {
+        let u = &mut self.unbooked;
+        match served {
+            Some(held) => {
+                u.0 += 1;
+                u.2 += u64::from(held);
+            }
+            None => u.1 += 1,
         }
-        if self.unbooked.0 + self.unbooked.1 >= COUNT_BATCH {
+        if u.0 + u.1 >= COUNT_BATCH {
             self.book_fetches();
         }
     }
 
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
-        let (f, b) = std::mem::take(&mut self.unbooked);
-        if f > 0 {
-            vfs_stats().fetches.fetch_add(f, Ordering::Relaxed);
-        }
-        if b > 0 {
-            vfs_stats().fetch_fallbacks.fetch_add(b, Ordering::Relaxed);
+        let (f, b, h) = std::mem::take(&mut self.unbooked);
+        let v = vfs_stats();
+        for (n, c) in [
+            (f, &v.fetches),
+            (b, &v.fetch_fallbacks),
+            (h, &v.fetches_held),
+        ] {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
         }
     }
 
@@ -161,9 +143,8 @@ impl Handle {
             level: SQLITE_LOCK_NONE,
             settings,
             mmap_limit: 0,
-            fetched: Vec::new(),
-            kept: Vec::new(),
-            unbooked: (0, 0),
+            fetches: Fetches::new(),
+            unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
             psow,
@@ -296,8 +277,7 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         let rc = sync_point(&h);
         let mut level = h.level;
         h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
-        h.fetched.clear();
-        h.kept.clear();
+        h.fetches.clear();
         h.book_fetches();
         h.shm = None;
         let Handle { inode, key, .. } = *h;
@@ -357,14 +337,11 @@ unsafe extern "C" fn x_write(
         }
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        if !h.kept.is_empty() {
-            // A kept reference to a folio written here would make the write
-            // copy the folio: let go of them first (by the folio each
-            // holds, which may be larger than SQLite's page).
-            let (first, last) = (off / PAGE as u64, (off + n as u64).div_ceil(PAGE as u64));
-            h.kept
-                .retain(|(_, r)| r.index() + (1u64 << r.order()) <= first || r.index() >= last);
-        }
+        // A held reference to a folio written here would make the write
+        // copy the folio: let go of them first (by the folio each holds,
+        // which may be larger than SQLite's page).
+        h.fetches
+            .forget(off / PAGE as u64, (off + n as u64).div_ceil(PAGE as u64));
         if let Err(e) = h.inode.file.write_at(data, off) {
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
@@ -394,7 +371,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
         let Ok(size) = u64::try_from(size) else {
             return SQLITE_IOERR_TRUNCATE;
         };
-        h.kept.clear();
+        h.fetches.forget_all();
         if h.db.is_some() {
             let rc = barrier(h, SQLITE_IOERR_TRUNCATE);
             if rc != SQLITE_OK {
@@ -500,7 +477,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetch_fallbacks={} lock_conflicts={} open_files={}",
+         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} open_files={}",
         cache.config().capacity,
         s.cached_pages,
         s.hits,
@@ -514,6 +491,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.writes),
         r(&v.syncs),
         r(&v.fetches),
+        r(&v.fetches_held),
         r(&v.fetch_fallbacks),
         r(&v.lock_conflicts),
         inode::open_files(),
@@ -630,7 +608,7 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 if new >= 0 {
                     h.mmap_limit = new;
                     if new == 0 {
-                        h.kept.clear();
+                        h.fetches.forget_all();
                     }
                 }
                 SQLITE_OK
@@ -766,49 +744,20 @@ unsafe extern "C" fn x_fetch(
         }
         let end = off + amt;
         if end > h.mmap_limit || end as u64 > h.inode.file.len() {
-            h.count_fetch(true);
+            h.count_fetch(None);
             return SQLITE_OK;
         }
-        if let Some(i) = h.kept.iter().rposition(|(o, _)| *o == off) {
-            let (_, r) = h.kept.remove(i);
-            let start = off - r.index() as i64 * PAGE;
-            if start >= 0 && start + amt <= r.len() as i64 && h.inode.file.is_current(&r) {
-                let start = start as usize;
-                let p = r[start..].as_ptr().cast_mut().cast::<c_void>();
-                h.fetched.push(Fetched {
-                    off,
-                    ptr: p,
-                    page: r,
-                });
-                h.count_fetch(false);
+        let file = &h.inode.file;
+        match h.fetches.fetch(file, off, amt) {
+            Some((p, held)) => {
+                h.count_fetch(Some(held));
                 // SAFETY: SQLite passes a writable pointer slot; the bytes
-                // live in the reference kept in `fetched`.
+                // live in a reference `fetches` keeps until the xUnfetch of
+                // this pointer.
                 unsafe { *out = p };
-                return SQLITE_OK;
             }
+            None => h.count_fetch(None),
         }
-        let Ok(folio) = h.inode.file.read_folio((off / PAGE) as u64) else {
-            // SQLite reads with xRead instead, which reports the error.
-            h.count_fetch(true);
-            return SQLITE_OK;
-        };
-        let start = off - folio.index() as i64 * PAGE;
-        if start < 0 || start + amt > folio.len() as i64 {
-            // The page straddles two folios: no one pointer covers it.
-            h.count_fetch(true);
-            return SQLITE_OK;
-        }
-        // The FolioRef's bytes do not move while it lives (it owns the
-        // folio's data); it is kept below until xUnfetch.
-        let p = folio[start as usize..].as_ptr().cast_mut().cast::<c_void>();
-        h.fetched.push(Fetched {
-            off,
-            ptr: p,
-            page: folio,
-        });
-        h.count_fetch(false);
-        // SAFETY: as above.
-        unsafe { *out = p };
         SQLITE_OK
     })
 }
@@ -819,20 +768,11 @@ unsafe extern "C" fn x_unfetch(file: *mut sqlite3_file, off: i64, p: *mut c_void
         let h = unsafe { handle(file) };
         if p.is_null() {
             // "Unmap the whole file" (the unix VFS's meaning): SQLite
-            // holds no fetched page then; drop anything left.
-            h.fetched.clear();
-            h.kept.clear();
-            return SQLITE_OK;
-        }
-        // The reference behind this very pointer: another cursor may hold
-        // the same page from another buffer.
-        let p = p.cast_const();
-        if let Some(i) = h.fetched.iter().rposition(|f| f.ptr == p && f.off == off) {
-            let f = h.fetched.swap_remove(i);
-            if h.kept.len() == KEEP {
-                h.kept.remove(0);
-            }
-            h.kept.push((f.off, f.page));
+            // holds no fetched page then (it sent this because another
+            // connection committed): the hot pages still current stay.
+            h.fetches.release_all();
+        } else {
+            h.fetches.unfetch(&h.inode.file, off, p.cast_const());
         }
         SQLITE_OK
     })

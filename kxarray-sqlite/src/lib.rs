@@ -69,6 +69,7 @@
 
 pub mod api;
 pub mod config;
+mod fetch;
 mod ffi;
 mod file;
 mod inode;

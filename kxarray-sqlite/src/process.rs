@@ -35,6 +35,8 @@ pub(crate) struct VfsStats {
     pub(crate) writes: AtomicU64,
     pub(crate) syncs: AtomicU64,
     pub(crate) fetches: AtomicU64,
+    /// Fetches served from a page the handle held (a hot page).
+    pub(crate) fetches_held: AtomicU64,
     pub(crate) fetch_fallbacks: AtomicU64,
     /// First locks refused because another open file description holds a
     /// conflicting OFD or POSIX lock (another process, or the unix VFS).

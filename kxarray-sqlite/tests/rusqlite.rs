@@ -314,6 +314,90 @@ fn kept_fetch_references_never_serve_stale_pages() {
     }
 }
 
+/// Pages a reader holds hot (fetched again and again: the B-tree's root
+/// and interior pages, a one-page table) never serve stale bytes while a
+/// writer on another thread commits (rollback journal: into the database
+/// file; WAL: checkpointed after every commit): two rows the writer keeps
+/// equal always read equal, and never older than the last commit that
+/// returned before the read began. The reader must have served pages from
+/// held references, or the test proves nothing.
+#[test]
+fn held_hot_pages_never_serve_stale_bytes_across_threads() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::SeqCst};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["delete", "wal"] {
+        let p = dir.path().join(format!("hot-{mode}.db"));
+        let r = open(&p, "kx_fetch=1").unwrap();
+        r.busy_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(text(&r, &format!("PRAGMA journal_mode={mode}")), mode);
+        fill(&r, 2000);
+        r.execute_batch(
+            "CREATE TABLE c(k INTEGER PRIMARY KEY, n INTEGER);
+             INSERT INTO c VALUES (1, 0), (2, 0);
+             PRAGMA mmap_size=268435456;",
+        )
+        .unwrap();
+        let committed = Arc::new(AtomicI64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (p, committed, done) = (p.clone(), Arc::clone(&committed), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let w = open(&p, "").unwrap();
+                w.busy_timeout(Duration::from_secs(30)).unwrap();
+                for n in 1..=300i64 {
+                    w.execute_batch("BEGIN IMMEDIATE").unwrap();
+                    w.execute("UPDATE c SET n = ?1", [n]).unwrap();
+                    // and a row of t, so interior pages of t move too
+                    w.execute(
+                        "UPDATE t SET s = printf('w %d', ?1) WHERE id = 1 + ?1 * 7 % 2000",
+                        [n],
+                    )
+                    .unwrap();
+                    w.execute_batch("COMMIT").unwrap();
+                    committed.store(n, SeqCst);
+                    if mode == "wal" {
+                        w.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                            .unwrap();
+                    }
+                }
+                done.store(true, SeqCst);
+            })
+        };
+        let held = stat(&r, "fetches_held");
+        let mut reads = 0;
+        let mut q = r
+            .prepare(
+                "SELECT (SELECT n FROM c WHERE k = 1), (SELECT n FROM c WHERE k = 2),
+                        (SELECT length(v) FROM t WHERE id = ?1)",
+            )
+            .unwrap();
+        while !done.load(SeqCst) || reads < 100 {
+            let floor = committed.load(SeqCst);
+            let (a, b, len): (i64, i64, i64) = q
+                .query_row([1 + reads % 2000], |x| {
+                    Ok((x.get(0)?, x.get(1)?, x.get(2)?))
+                })
+                .unwrap();
+            assert_eq!(a, b, "{mode}: read {reads} saw a torn commit");
+            assert!(
+                a >= floor,
+                "{mode}: read {reads} saw {a}, older than {floor}"
+            );
+            assert_eq!(len, 300);
+            reads += 1;
+        }
+        drop(q);
+        writer.join().unwrap();
+        assert!(
+            stat(&r, "fetches_held") > held,
+            "{mode}: no fetch was served from a held page"
+        );
+        assert_eq!(int(&r, "SELECT n FROM c WHERE k = 2"), 300);
+        check(&r);
+    }
+}
+
 /// The issue's reproduction: with fetch on, a cache spill writes a page of
 /// a folio that a fetched page of the other table holds. Run in a thread;
 /// a hang fails the test after 60 s instead of hanging it.

@@ -287,6 +287,14 @@ impl FolioMem {
         if self.seq.load(order) != s {
             return None; // `pin` drops the reference again
         }
+        // A publish stores the new bytes' address before it swaps `buf`
+        // (and moves the version after): a reader that copied the new
+        // bytes before this call must not be handed the old buffer from
+        // that window. This load sees the new address then (read-read
+        // coherence), and the caller takes the lock.
+        if !core::ptr::eq(self.data.load(Ordering::Acquire), pin.bytes().as_ptr()) {
+            return None;
+        }
         Some(pin)
     }
 
@@ -343,11 +351,14 @@ impl FolioMem {
 impl FolioMem {
     /// Whether `pin` pins the folio's current buffer: then its bytes are
     /// the folio's now (a pinned buffer never changes, and a write to the
-    /// folio makes another buffer current). One load, no write; the
+    /// folio makes another buffer current). Loads only, no write; the
     /// pinned buffer stays allocated, so its address cannot be reused.
+    /// The bytes' address is the one compared: a publish stores it before
+    /// it swaps `buf`, so a reader that already copied the new bytes never
+    /// finds the old buffer current in between.
     #[inline]
     pub(crate) fn holds(&self, pin: &BufPin) -> bool {
-        core::ptr::eq(self.buf.load(Ordering::Acquire), pin.0.as_ptr())
+        core::ptr::eq(self.data.load(Ordering::Acquire), pin.bytes().as_ptr())
     }
 
     /// Make `new` current (its bytes first, for the readers that load only

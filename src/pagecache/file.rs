@@ -8,7 +8,7 @@
 //! error once.
 
 use super::borrow::FolioBorrow;
-use super::folio::FolioRef;
+use super::folio::{FolioRef, HeldFolio};
 use super::folio_write::FolioWrite;
 use super::inode::FileShared;
 use super::paths::{check_size, Fill};
@@ -476,6 +476,34 @@ impl CachedFile {
     #[inline]
     pub fn is_current(&self, page: &FolioRef) -> bool {
         self.shared.is_current(page)
+    }
+
+    /// Keep `page`, a reference [`read_folio`](CachedFile::read_folio)
+    /// returned for this file, with its folio, so that
+    /// [`HeldFolio::is_current`] can answer without looking the folio up;
+    /// or give it back when it is not current now (or is another file's).
+    ///
+    /// # Errors
+    /// `page` itself, when it does not hold this file's bytes now.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+    /// let page = file.read_folio(1).unwrap();
+    /// file.write_at(b"new", 4096).unwrap();
+    /// let stale = file.hold(page).unwrap_err(); // written since
+    /// assert_eq!(stale.index(), 1);
+    /// let held = file.hold(file.read_folio(1).unwrap()).unwrap();
+    /// assert_eq!(&held.page(1)[..3], b"new");
+    /// ```
+    pub fn hold(&self, page: FolioRef) -> Result<HeldFolio, FolioRef> {
+        match self.shared.cached(page.index()) {
+            Some(f) if page.is_current_in(&f) => Ok(HeldFolio::new(f, page)),
+            _ => Err(page),
+        }
     }
 
     /// [`read_folio`](CachedFile::read_folio) borrowing under an epoch

@@ -1,6 +1,7 @@
 //! The cache's view of a folio: the access bit the hit path sets, the
 //! liveness test every locked reader and writer repeats, and [`FolioRef`],
-//! the zero-copy reference.
+//! the zero-copy reference, and [`HeldFolio`], a reference kept with its
+//! folio so that asking whether it is still current needs no lookup.
 //!
 //! Owns the rule that makes a cached folio's bytes safe to hand out: a
 //! reference pins the buffer that held the folio's bytes when it was taken
@@ -10,6 +11,7 @@
 //! the pin. So a reference never blocks anyone and never sees a byte move.
 
 use crate::filemap::{BufPin, Folio, FolioFlags, PAGE_SIZE};
+use std::sync::Arc;
 
 /// Record an access for reclaim (`folio_mark_accessed`): set `REFERENCED`,
 /// without a write when it is already set (the common hit).
@@ -130,6 +132,85 @@ impl Clone for FolioRef {
             index: self.index,
             order: self.order,
         }
+    }
+}
+
+/// A [`FolioRef`] kept together with the folio it was taken from
+/// ([`CachedFile::hold`](super::CachedFile::hold)), for a holder that
+/// serves the same pages again and again (a SQLite connection's B-tree
+/// roots): [`is_current`](HeldFolio::is_current) asks the folio itself,
+/// two loads of memory that only writers write, where
+/// [`CachedFile::is_current`](super::CachedFile::is_current) walks the
+/// file's index first.
+///
+/// It is current while its folio is cached, filled and not detached and
+/// the folio's current bytes are the pinned ones: a write, a truncation or
+/// an invalidation that touches the folio makes it stale for good (every
+/// path that removes a folio marks it detached first, and a pinned buffer
+/// is never written in place). The bytes stay valid and unchanged either
+/// way, as for a [`FolioRef`]. Keeping the folio keeps reclaim from
+/// evicting it (a held folio is busy), so hold few, and drop the stale.
+///
+/// ```
+/// use kxarray::backend::RamDisk;
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let cache = PageCache::new(CacheConfig::default().flusher(false));
+/// let file = cache.open(RamDisk::new(1 << 16)).unwrap();
+/// file.write_at(&[1; 4096], 0).unwrap();
+/// let held = file.hold(file.read_folio(0).unwrap()).unwrap();
+/// assert!(held.is_current());
+/// file.write_at(&[2; 8], 100).unwrap(); // the folio's bytes move on
+/// assert!(!held.is_current());
+/// assert_eq!(held.page(0)[100], 1); // the pinned bytes stay
+/// ```
+pub struct HeldFolio {
+    folio: Arc<Folio>,
+    page: FolioRef,
+}
+
+impl HeldFolio {
+    /// `page` kept with `folio`, the folio it pins the bytes of.
+    pub(crate) fn new(folio: Arc<Folio>, page: FolioRef) -> HeldFolio {
+        debug_assert_eq!((folio.index(), folio.order()), (page.index, page.order));
+        HeldFolio { folio, page }
+    }
+
+    /// Whether the pinned bytes are still the file's: the same answer as
+    /// [`CachedFile::is_current`](super::CachedFile::is_current) for the
+    /// reference, without the lookup. Writes nothing.
+    #[inline]
+    pub fn is_current(&self) -> bool {
+        self.page.is_current_in(&self.folio)
+    }
+
+    /// The reference.
+    #[inline]
+    pub fn folio_ref(&self) -> &FolioRef {
+        &self.page
+    }
+
+    /// Let go of the folio, keeping the reference.
+    pub fn into_ref(self) -> FolioRef {
+        self.page
+    }
+}
+
+impl std::ops::Deref for HeldFolio {
+    type Target = FolioRef;
+    #[inline]
+    fn deref(&self) -> &FolioRef {
+        &self.page
+    }
+}
+
+impl std::fmt::Debug for HeldFolio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldFolio")
+            .field("index", &self.page.index())
+            .field("order", &self.page.order())
+            .field("current", &self.is_current())
+            .finish()
     }
 }
 

@@ -66,7 +66,7 @@ mod writeback;
 
 pub use borrow::FolioBorrow;
 pub use file::CachedFile;
-pub use folio::FolioRef;
+pub use folio::{FolioRef, HeldFolio};
 pub use folio_write::FolioWrite;
 pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
 pub use paths::MAX_FILE_SIZE;
