@@ -108,6 +108,22 @@ unsafe impl<T: IoBufMut + ?Sized> IoBufMut for Box<T> {
     }
 }
 
+impl std::fmt::Debug for dyn IoBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoBuf")
+            .field("len", &self.bytes_len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for dyn IoBufMut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoBufMut")
+            .field("len", &self.bytes_len())
+            .finish()
+    }
+}
+
 /// A boxed buffer back as its own type, or the box again if it holds
 /// another type.
 ///
