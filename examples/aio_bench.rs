@@ -59,7 +59,10 @@ fn parse_size(s: &str) -> u64 {
 }
 
 fn make_file(path: &Path, size: u64) {
-    if std::fs::metadata(path).map(|m| m.len() >= size).unwrap_or(false) {
+    if std::fs::metadata(path)
+        .map(|m| m.len() >= size)
+        .unwrap_or(false)
+    {
         return;
     }
     eprintln!("writing {} ({} MiB)...", path.display(), size >> 20);
@@ -93,7 +96,14 @@ impl Offsets {
 }
 
 /// IOPS of `threads` threads keeping `qd` reads in flight each on `engine`.
-fn engine_iops(engine: &IoEngine, file: &Arc<File>, blocks: u64, threads: usize, qd: usize, d: Duration) -> f64 {
+fn engine_iops(
+    engine: &IoEngine,
+    file: &Arc<File>,
+    blocks: u64,
+    threads: usize,
+    qd: usize,
+    d: Duration,
+) -> f64 {
     let total: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -144,7 +154,14 @@ fn sync_iops(b: &FileBackend, blocks: u64, threads: usize, d: Duration) -> f64 {
 }
 
 /// fio's read IOPS, or `None` without fio.
-fn fio_iops(file: &Path, size: u64, engine: &str, qd: usize, jobs: usize, secs: f64) -> Option<f64> {
+fn fio_iops(
+    file: &Path,
+    size: u64,
+    engine: &str,
+    qd: usize,
+    jobs: usize,
+    secs: f64,
+) -> Option<f64> {
     let out = Command::new("fio")
         .args([
             "--name=kx",
@@ -188,7 +205,11 @@ fn main() {
     make_file(&args.file, size);
     let blocks = size / 4096;
     let d = Duration::from_secs_f64(args.seconds);
-    let threads: Vec<usize> = args.threads.split(',').map(|t| t.trim().parse().unwrap()).collect();
+    let threads: Vec<usize> = args
+        .threads
+        .split(',')
+        .map(|t| t.trim().parse().unwrap())
+        .collect();
     let direct = Arc::new(
         OpenOptions::new()
             .read(true)
@@ -243,9 +264,15 @@ fn main() {
         }
     }
     println!("\n# medians over {} rounds", args.rounds);
-    let med: BTreeMap<String, f64> = results.iter_mut().map(|(k, v)| (k.clone(), median(v))).collect();
+    let med: BTreeMap<String, f64> = results
+        .iter_mut()
+        .map(|(k, v)| (k.clone(), median(v)))
+        .collect();
     for (k, v) in &med {
-        let all: Vec<String> = results[k].iter().map(|x| format!("{:.0}", x / 1000.0)).collect();
+        let all: Vec<String> = results[k]
+            .iter()
+            .map(|x| format!("{:.0}", x / 1000.0))
+            .collect();
         println!("{k:<24} {:>9.0} IOPS  (rounds, k: {})", v, all.join(", "));
     }
     println!("\n# ratios");
@@ -253,8 +280,16 @@ fn main() {
         let fio_u = med.get(&format!("fio-io_uring qd{} x{t}", args.qd));
         let fio_p = med.get(&format!("fio-psync x{t}"));
         for (ours, anchor, an) in [
-            (format!("kx-uring qd{} x{t}", args.qd), fio_u, "fio io_uring"),
-            (format!("kx-threads qd{} x{t}", args.qd), fio_u, "fio io_uring"),
+            (
+                format!("kx-uring qd{} x{t}", args.qd),
+                fio_u,
+                "fio io_uring",
+            ),
+            (
+                format!("kx-threads qd{} x{t}", args.qd),
+                fio_u,
+                "fio io_uring",
+            ),
             (format!("kx-read_at x{t}"), fio_p, "fio psync"),
         ] {
             if let (Some(o), Some(a)) = (med.get(&ours), anchor) {

@@ -50,8 +50,10 @@ fn engine_threads_and_waiters_use_no_cpu_when_idle() {
         let mut fds = [0; 2];
         // SAFETY: room for pipe(2)'s two descriptors.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: fresh descriptors owned by nothing else.
-        let (r, mut w) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        // SAFETY: a fresh descriptor owned by nothing else.
+        let r = unsafe { File::from_raw_fd(fds[0]) };
+        // SAFETY: as above.
+        let mut w = unsafe { File::from_raw_fd(fds[1]) };
         let r = Arc::new(r);
         let (tid_tx, tid_rx) = mpsc::channel();
         let e2 = engine.clone();

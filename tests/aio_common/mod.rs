@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Wake, Waker};
 /// Every engine this machine can run: the thread pool always, io_uring
 /// when it can be set up (otherwise the test says SKIPPED for it, unless
 /// `KXARRAY_TEST_REQUIRE_URING=1` makes that a failure).
-pub fn engines() -> Vec<(&'static str, IoEngine)> {
+pub(crate) fn engines() -> Vec<(&'static str, IoEngine)> {
     let mut v = vec![(
         "threads",
         IoEngine::new(
@@ -39,12 +39,12 @@ pub fn engines() -> Vec<(&'static str, IoEngine)> {
 
 /// The byte at `offset` of a patterned file: differs between neighbouring
 /// 4 KiB blocks and within one.
-pub fn pattern(offset: u64) -> u8 {
+pub(crate) fn pattern(offset: u64) -> u8 {
     (offset.wrapping_mul(2654435761) >> 13) as u8 ^ (offset / 4096) as u8
 }
 
 /// A temporary file of `len` patterned bytes.
-pub fn patterned_file(len: usize) -> (tempfile::TempPath, Arc<File>) {
+pub(crate) fn patterned_file(len: usize) -> (tempfile::TempPath, Arc<File>) {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     let bytes: Vec<u8> = (0..len as u64).map(pattern).collect();
     f.write_all(&bytes).unwrap();
@@ -61,7 +61,7 @@ impl Wake for Unpark {
 }
 
 /// Run a future to completion on this thread (parks between polls).
-pub fn block_on<F: Future>(f: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = pin!(f);
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
@@ -76,7 +76,7 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
 /// CPU time (ns) of a thread of this process, from
 /// /proc/self/task/TID/schedstat (its first field), or from the stat
 /// file's utime + stime in clock ticks (10 ms) when schedstat is absent.
-pub fn thread_cpu_ns(tid: &str) -> Option<u64> {
+pub(crate) fn thread_cpu_ns(tid: &str) -> Option<u64> {
     if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
         return s.split_whitespace().next()?.parse().ok();
     }
@@ -89,7 +89,7 @@ pub fn thread_cpu_ns(tid: &str) -> Option<u64> {
 
 /// The engine threads of this process (names starting with `kx-aio-`):
 /// (tid, name).
-pub fn engine_threads() -> Vec<(String, String)> {
+pub(crate) fn engine_threads() -> Vec<(String, String)> {
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc/self/task").unwrap() {
         let tid = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -104,7 +104,7 @@ pub fn engine_threads() -> Vec<(String, String)> {
 }
 
 /// This thread's id, as /proc names it.
-pub fn my_tid() -> String {
+pub(crate) fn my_tid() -> String {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }.to_string()
 }
