@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # AddressSanitizer over the model, stress, smoke and fuzz-replay tests,
-# and the page cache's tests (folio buffers are freed through crossbeam and
+# the I/O engine's tests (a buffer dropped by the engine only after its
+# completion, whatever the caller did with its handle), and the page cache's tests (folio buffers are freed through crossbeam and
 # the light limbo while lock-free readers copy and pins hold them; with
 # kxarray_system_alloc every buffer is its own allocation, so a premature
 # free is caught) (nightly, -Zsanitizer=address). Bounded by ASAN_SECONDS (default 300).
@@ -19,4 +20,4 @@ RUSTFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" RUSTDOCFLAGS="-Zsanit
     --target x86_64-unknown-linux-gnu --target-dir target/asan \
     --test model --test stress --test stress_writers --test smoke --test fuzz_replay \
     --test pagecache --test pagecache_stress --test pagecache_borrow --test pagecache_model \
-    --test pagecache_faults
+    --test pagecache_faults --test aio_engine --test aio_backend

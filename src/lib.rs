@@ -297,6 +297,7 @@ mod sync;
 mod view;
 mod xarray;
 
+pub mod aio;
 pub mod backend;
 pub mod chunked;
 pub mod filemap;

@@ -225,6 +225,36 @@ fn no_import_cycle_anywhere_in_src() {
     }
 }
 
+/// The I/O engine is its own layer below `backend`: it imports only the
+/// `sync` shim, `backend` uses it and never the page cache, and inside
+/// `aio` the engines sit on the in-flight record, which sits on the
+/// buffers and the completion side.
+#[test]
+fn the_io_engine_sits_below_backend() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (top, folders) = graphs(&src);
+    let aio: Vec<&String> = top["aio"].iter().collect();
+    assert_eq!(aio, ["sync"], "aio imports only the sync shim");
+    assert!(top["backend"].contains("aio"), "backend submits to aio");
+    assert!(
+        !top["backend"].contains("pagecache"),
+        "backend imports pagecache"
+    );
+    let g = &folders["aio"];
+    for (below, above) in [
+        ("buf", "op"),
+        ("completion", "op"),
+        ("op", "uring"),
+        ("op", "pool"),
+    ] {
+        assert!(
+            !g[below].contains(above),
+            "aio::{below} imports aio::{above}"
+        );
+    }
+    assert!(!g["uring"].contains("pool") && !g["pool"].contains("uring"));
+}
+
 /// The checker itself finds a cycle when there is one.
 #[test]
 fn the_checker_sees_a_planted_cycle() {

@@ -2,19 +2,26 @@
 //! through [`std::os::unix::fs::FileExt`]), optionally opened with
 //! `O_DIRECT`.
 //!
-//! Owns the open file descriptors. Invariants: in direct mode every request
+//! Owns the open file descriptors (shared with the I/O engine while a
+//! submitted request is in flight, so they stay open until it completes).
+//! Invariants: in direct mode every request
 //! whose offset and length are multiples of [`DIRECT_ALIGN`] goes through the
 //! `O_DIRECT` descriptor from a buffer aligned to [`DIRECT_ALIGN`] (the
 //! caller's if it already is, a bounce buffer otherwise); any other request
 //! goes through a second, buffered descriptor of the same file, so unaligned
-//! heads and tails (a file's last partial block) still work. Concurrent
-//! writes to the same bytes are whatever the kernel makes of two `pwrite`s.
+//! heads and tails (a file's last partial block) still work. The submission
+//! side follows the same rule on the I/O engine ([`crate::aio`]): aligned
+//! requests go to the `O_DIRECT` descriptor, through an aligned bounce
+//! buffer when the caller's is not aligned. Concurrent writes to the same
+//! bytes are whatever the kernel makes of two `pwrite`s.
 
-use super::{checked_end, Backend};
+use super::{checked_end, Backend, ReadBuf, WriteBuf};
+use crate::aio::{Completion, IoBuf, IoEngine};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Offset, length and buffer alignment `O_DIRECT` requests use.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -63,8 +70,10 @@ const O_DIRECT: Option<i32> = None;
 /// ```
 #[derive(Debug)]
 pub struct FileBackend {
-    file: File,
-    direct: Option<File>,
+    file: Arc<File>,
+    direct: Option<Arc<File>>,
+    /// The engine submitted requests go to; `None`: [`IoEngine::global`].
+    engine: Option<IoEngine>,
 }
 
 impl FileBackend {
@@ -79,7 +88,33 @@ impl FileBackend {
     /// assert_eq!(tmp.metadata().unwrap().len(), 3); // the same file
     /// ```
     pub fn from_file(file: File) -> FileBackend {
-        FileBackend { file, direct: None }
+        FileBackend {
+            file: Arc::new(file),
+            direct: None,
+            engine: None,
+        }
+    }
+
+    /// Submit this backend's requests ([`Backend::submit_read`] and the
+    /// others) to `engine` rather than the process's
+    /// ([`IoEngine::global`]).
+    ///
+    /// ```
+    /// use kxarray::aio::{EngineChoice, EngineKind, IoEngine, IoSettings};
+    /// use kxarray::backend::FileBackend;
+    ///
+    /// let pool = IoEngine::new(&IoSettings::default().engine(EngineChoice::Threads)).unwrap();
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap()).with_engine(pool);
+    /// assert_eq!(f.engine().kind(), EngineKind::Threads);
+    /// ```
+    pub fn with_engine(mut self, engine: IoEngine) -> FileBackend {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// The engine this backend submits to.
+    pub fn engine(&self) -> &IoEngine {
+        self.engine.as_ref().unwrap_or_else(|| IoEngine::global())
     }
 
     /// Open (creating if needed) `path` for reading and writing, buffered.
@@ -151,7 +186,8 @@ impl FileBackend {
             })?;
         Ok(FileBackend {
             file,
-            direct: Some(direct),
+            direct: Some(Arc::new(direct)),
+            engine: None,
         })
     }
 
@@ -169,7 +205,7 @@ impl FileBackend {
     }
 
     /// The descriptor for a request, or `None` for the buffered one.
-    fn direct_for(&self, offset: u64, len: usize) -> Option<&File> {
+    fn direct_for(&self, offset: u64, len: usize) -> Option<&Arc<File>> {
         let a = DIRECT_ALIGN as u64;
         let d = self.direct.as_ref()?;
         (offset.is_multiple_of(a) && len.is_multiple_of(DIRECT_ALIGN) && len > 0).then_some(d)
@@ -246,6 +282,64 @@ impl Backend for FileBackend {
                 d.write_at(b.bytes(), offset)
             }
             None => self.file.write_at(buf, offset),
+        }
+    }
+
+    /// On the I/O engine: returns once the read is submitted.
+    fn submit_read(&self, buf: ReadBuf, offset: u64) -> Completion<ReadBuf> {
+        if let Err(e) = check_range("read", offset, buf.bytes_len() as u64) {
+            return Completion::ready(Err(e), buf);
+        }
+        match self.direct_for(offset, buf.bytes_len()) {
+            Some(d) => self.engine().read_aligned(d, offset, buf, DIRECT_ALIGN),
+            None => self.engine().read(&self.file, offset, buf),
+        }
+    }
+
+    /// On the I/O engine, the requests that can go together in one
+    /// submission each (direct ones, buffered ones); a direct read into a
+    /// misaligned buffer takes a bounce buffer of its own.
+    fn read_many(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<Completion<ReadBuf>> {
+        let mut out: Vec<Option<Completion<ReadBuf>>> = reqs.iter().map(|_| None).collect();
+        let (mut direct, mut buffered) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+        for (i, (offset, buf)) in reqs.into_iter().enumerate() {
+            let len = buf.bytes_len();
+            if let Err(e) = check_range("read", offset, len as u64) {
+                out[i] = Some(Completion::ready(Err(e), buf));
+                continue;
+            }
+            let group = match self.direct_for(offset, len) {
+                Some(d) if !aligned(buf.stable_ptr()) => {
+                    out[i] = Some(self.engine().read_aligned(d, offset, buf, DIRECT_ALIGN));
+                    continue;
+                }
+                Some(_) => &mut direct,
+                None => &mut buffered,
+            };
+            group.0.push(i);
+            group.1.push((offset, buf));
+        }
+        let groups = [(self.direct.as_ref(), direct), (Some(&self.file), buffered)];
+        for (file, (at, reqs)) in groups {
+            if let Some(file) = file.filter(|_| !reqs.is_empty()) {
+                for (i, c) in at.into_iter().zip(self.engine().read_many(file, reqs)) {
+                    out[i] = Some(c);
+                }
+            }
+        }
+        out.into_iter()
+            .map(|c| c.expect("every request has its completion"))
+            .collect()
+    }
+
+    /// On the I/O engine: returns once the write is submitted.
+    fn submit_write(&self, buf: WriteBuf, offset: u64) -> Completion<WriteBuf> {
+        if let Err(e) = check_range("write", offset, buf.bytes_len() as u64) {
+            return Completion::ready(Err(e), buf);
+        }
+        match self.direct_for(offset, buf.bytes_len()) {
+            Some(d) => self.engine().write_aligned(d, offset, buf, DIRECT_ALIGN),
+            None => self.engine().write(&self.file, offset, buf),
         }
     }
 

@@ -7,6 +7,13 @@
 //! one backend at once; each implementation documents what concurrent
 //! writes to the same bytes do.
 //!
+//! The submission side ([`Backend::submit_read`], [`Backend::read_many`],
+//! [`Backend::submit_write`]) takes owned buffers and returns a
+//! [`Completion`] per request; its defaults run the synchronous methods and
+//! return finished completions, so every backend has it, and
+//! [`FileBackend`] keeps many requests in flight on the I/O engine
+//! ([`crate::aio`]), the layer below this one.
+//!
 //! Invariants every implementation keeps:
 //! - `read_at`/`write_at` never touch bytes outside `offset..offset + buf.len()`;
 //! - an error leaves the bytes it did not report as transferred unspecified
@@ -14,6 +21,7 @@
 //! - after `flush` returns `Ok`, every write that returned before the
 //!   `flush` was called is durable (as far as the medium allows).
 
+use crate::aio::{Completion, IoBuf, IoBufMut};
 use std::io;
 
 mod file;
@@ -229,6 +237,83 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Submit a read of up to `buf.len()` bytes at `offset` and return at
+    /// once; the completion gives what [`read_at`](Backend::read_at) would
+    /// have returned, and the buffer back. The backend owns the buffer
+    /// until then: dropping the completion does not free it early.
+    ///
+    /// The default reads synchronously with `read_at` and returns a
+    /// finished completion, so every backend has a submission side;
+    /// [`FileBackend`] submits to the I/O engine and returns at once.
+    ///
+    /// # Errors
+    /// In the completion, as `read_at`.
+    ///
+    /// ```
+    /// use kxarray::aio::AlignedBuf;
+    /// use kxarray::backend::{Backend, FileBackend, RamDisk};
+    ///
+    /// let disk = RamDisk::new(8192);
+    /// disk.write_all_at(b"ram", 4096).unwrap();
+    /// let (n, buf) = disk.submit_read(Box::new(vec![0u8; 3]), 4096).wait();
+    /// assert_eq!((n.unwrap(), buf.as_slice()), (3, &b"ram"[..]));
+    ///
+    /// let file = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// file.write_all_at(&[5; 8192], 0).unwrap();
+    /// let c = file.submit_read(Box::new(AlignedBuf::new(4096)), 4096); // in flight
+    /// let (n, buf) = c.wait();
+    /// assert_eq!(n.unwrap(), 4096);
+    /// assert!(buf.as_slice().iter().all(|&b| b == 5));
+    /// ```
+    fn submit_read(&self, mut buf: ReadBuf, offset: u64) -> Completion<ReadBuf> {
+        let res = self.read_at(buf.as_mut_slice(), offset);
+        Completion::ready(res, buf)
+    }
+
+    /// Submit many reads together (misses a reader can issue at once); one
+    /// completion per request, in order. The default submits them one by
+    /// one with [`submit_read`](Backend::submit_read); [`FileBackend`]
+    /// submits them in one batch.
+    ///
+    /// # Errors
+    /// In each completion, as `read_at`; one request's error does not
+    /// touch the others.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend, ReadBuf};
+    ///
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// f.write_all_at(b"abcdefgh", 0).unwrap();
+    /// let reqs: Vec<(u64, ReadBuf)> = (0..4).map(|i| (2 * i, Box::new(vec![0u8; 2]) as ReadBuf)).collect();
+    /// let got: Vec<Vec<u8>> = f.read_many(reqs).into_iter().map(|c| c.wait().1.as_slice().to_vec()).collect();
+    /// assert_eq!(got.concat(), b"abcdefgh");
+    /// ```
+    fn read_many(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<Completion<ReadBuf>> {
+        reqs.into_iter()
+            .map(|(offset, buf)| self.submit_read(buf, offset))
+            .collect()
+    }
+
+    /// Submit a write of up to `buf.len()` bytes at `offset`; the
+    /// completion gives what [`write_at`](Backend::write_at) would have
+    /// returned, and the buffer back. The default writes synchronously.
+    ///
+    /// # Errors
+    /// In the completion, as `write_at`.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    ///
+    /// let f = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// let (n, _) = f.submit_write(Box::new(b"queued".to_vec()), 10).wait();
+    /// assert_eq!(n.unwrap(), 6);
+    /// assert_eq!(f.len().unwrap(), 16);
+    /// ```
+    fn submit_write(&self, buf: WriteBuf, offset: u64) -> Completion<WriteBuf> {
+        let res = self.write_at(buf.as_slice(), offset);
+        Completion::ready(res, buf)
+    }
+
     /// Read exactly `buf.len()` bytes at `offset`, looping over short reads
     /// and retrying `EINTR`.
     ///
@@ -295,6 +380,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The buffer a read submitted to a backend fills: owned and boxed, so the
+/// backend (and the engine below it) holds it until the read is finished,
+/// whatever the caller does meanwhile. [`downcast_buf`](crate::aio::downcast_buf)
+/// gives back the caller's own type.
+pub type ReadBuf = Box<dyn IoBufMut>;
+
+/// The buffer a write submitted to a backend takes its bytes from.
+pub type WriteBuf = Box<dyn IoBuf>;
+
 /// `offset + len`, or [`io::ErrorKind::InvalidInput`] when it overflows.
 ///
 /// # Errors
@@ -346,5 +440,14 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).write_zeroes(offset, len)
+    }
+    fn submit_read(&self, buf: ReadBuf, offset: u64) -> Completion<ReadBuf> {
+        (**self).submit_read(buf, offset)
+    }
+    fn read_many(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<Completion<ReadBuf>> {
+        (**self).read_many(reqs)
+    }
+    fn submit_write(&self, buf: WriteBuf, offset: u64) -> Completion<WriteBuf> {
+        (**self).submit_write(buf, offset)
     }
 }
