@@ -64,8 +64,14 @@ pub const MIN_CACHE: u64 = 1 << 20;
 /// never more than half the budget) and at most [`MAX_DEFAULT_CACHE`],
 /// rounded down to whole pages. 6 GiB on a 24 GiB machine without a
 /// limit; 512 MiB in a container limited to 2 GiB. When nothing can be
-/// read, a quarter of 4 GiB.
+/// read, a quarter of 4 GiB. Read once per process (every open of a
+/// journal asks for the settings).
 pub fn default_capacity() -> u64 {
+    static C: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *C.get_or_init(read_default_capacity)
+}
+
+fn read_default_capacity() -> u64 {
     use kxarray::memory::CapacityPolicy;
     let policy = CapacityPolicy::new(0.25, 0)
         .expect("a quarter is a valid fraction")
