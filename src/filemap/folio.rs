@@ -185,7 +185,7 @@ impl Folio {
         let n = bytes.len().min(self.max_bytes());
         self.mem
             .lock()
-            .install(|b| {
+            .install_zeroed(|b| {
                 b[..n].copy_from_slice(&bytes[..n]);
                 Ok::<(), ()>(())
             })
@@ -258,7 +258,7 @@ impl Folio {
         }
         let mut w = self.mem.lock();
         if w.len() == 0 {
-            w.install(|b| {
+            w.install_zeroed(|b| {
                 b[offset..offset + n].copy_from_slice(&bytes[..n]);
                 Ok::<(), ()>(())
             })
