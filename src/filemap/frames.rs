@@ -49,17 +49,23 @@ use crate::sync::{AtomicBool, AtomicUsize};
 use core::alloc::Layout;
 use core::ptr::NonNull;
 
-pub(super) const PAGE: usize = 4096;
+const PAGE: usize = 4096;
 /// Bytes of a region, and its alignment.
-pub(super) const REGION: usize = 2 << 20;
+const REGION: usize = 2 << 20;
 /// Size classes: `PAGE << k` for `k < CLASSES`.
-pub(super) const CLASSES: usize = 10;
+const CLASSES: usize = 10;
 /// Free frames kept beyond the retain limit (see the module docs).
 pub(super) const SLACK: usize = 4 << 20;
 /// Fewest bytes of free frames released at once when over the limit.
 pub(super) const RELEASE_BATCH: usize = 1 << 20;
 
 const _: () = assert!(PAGE << (CLASSES - 1) == REGION);
+#[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+const _: () = assert!(
+    super::regions::PAGE == PAGE
+        && super::regions::REGION == REGION
+        && super::regions::CLASSES == CLASSES
+);
 
 /// A frame: a folio buffer's header and its bytes (see the module docs).
 pub(crate) struct Frame {

@@ -27,7 +27,15 @@
 //! not come from the global allocator (not under Miri, loom, cargo-fuzz or
 //! `--cfg kxarray_system_alloc`).
 
-use super::frames::{CLASSES, PAGE, REGION};
+/// Bytes of a page: the smallest block.
+pub(super) const PAGE: usize = 4096;
+/// Bytes of a region, and its alignment.
+pub(super) const REGION: usize = 2 << 20;
+/// Size classes: blocks of `PAGE << k` bytes for `k < CLASSES`.
+pub(super) const CLASSES: usize = 10;
+
+const _: () = assert!(PAGE << (CLASSES - 1) == REGION);
+
 use crate::sync::{AtomicUsize, Lock, Ordering};
 #[cfg(not(target_os = "linux"))]
 use core::alloc::Layout;

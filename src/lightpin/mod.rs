@@ -93,7 +93,6 @@ mod registry;
 pub(crate) use limbo::arrivals;
 #[cfg(all(test, not(loom)))]
 use limbo::defer_free;
-#[cfg(all(test, not(loom)))]
 pub(crate) use limbo::reclaim;
 
 use crate::guard::ProtectsNodes;

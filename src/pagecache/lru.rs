@@ -144,6 +144,11 @@ impl Lru {
         }
     }
 
+    /// Heap bytes of the two lists (their capacities times an entry).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        (self.inactive.capacity() + self.active.capacity()) * core::mem::size_of::<LruEntry>()
+    }
+
     /// Entries held, live or stale (for bounding a scan).
     pub(crate) fn entries(&self) -> usize {
         self.inactive.len() + self.active.len()
