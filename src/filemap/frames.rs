@@ -355,7 +355,7 @@ mod pool {
         }
         m.len = keep.min(m.len);
         if excess() >= RELEASE_BATCH {
-            release_from(k, excess());
+            trim(true);
         }
     }
 
@@ -411,7 +411,10 @@ mod pool {
     }
 
     /// Release free frames: those over the limit (`to_limit`), or all of
-    /// the shared lists and this thread's magazines.
+    /// the shared lists and this thread's magazines. Over the limit, the
+    /// largest classes go first: a workload whose folio size changed (a
+    /// sequential warm-up's 64 KiB folios, then 4 KiB random misses) gives
+    /// back the frames it no longer uses, not the ones it recycles.
     pub(super) fn trim(to_limit: bool) -> usize {
         let _ = MAGS.try_with(|m| {
             if let Ok(mut mags) = m.0.try_borrow_mut() {

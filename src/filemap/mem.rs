@@ -310,6 +310,13 @@ impl FolioMem {
         Some(b)
     }
 
+    /// Ask the CPU to fetch the current buffer's header (reclaim reads its
+    /// count before it evicts). A hint: reads nothing the program sees.
+    #[inline]
+    pub(crate) fn prefetch_buffer(&self) {
+        crate::node::prefetch(self.buf.load(Ordering::Relaxed).cast_const().cast());
+    }
+
     /// Take the lock (waiting for the writer that holds it).
     #[inline]
     pub(crate) fn lock(&self) -> MemWrite<'_> {

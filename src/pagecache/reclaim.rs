@@ -95,8 +95,20 @@ impl CacheInner {
         let mut dirty = Vec::new();
         // Files upgraded during the scan are released after the LRU lock
         // (declared first, dropped last): dropping a file's last handle
-        // detaches its folios, which takes the LRU lock.
+        // detaches its folios, which takes the LRU lock. The last file
+        // kept is held apart: a handle of the same file again is dropped at
+        // once (not the last one: `last` holds another), so a scan of one
+        // file's folios allocates nothing.
         let mut files: Vec<Arc<FileShared>> = Vec::new();
+        let mut last: Option<Arc<FileShared>> = None;
+        let mut keep = |file: Arc<FileShared>| match &last {
+            Some(l) if Arc::ptr_eq(l, &file) => drop(file),
+            _ => {
+                if let Some(old) = last.replace(file) {
+                    files.push(old);
+                }
+            }
+        };
         let mut lru = self.lru.lock();
         let mut budget = 2 * lru.entries() + 64;
         while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() && budget > 0 {
@@ -118,7 +130,7 @@ impl CacheInner {
                 // The second access: promote.
                 lru.activate(e);
                 bump(&self.counters.activations, 1);
-                files.push(file);
+                keep(file);
                 continue;
             }
             if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
@@ -126,13 +138,15 @@ impl CacheInner {
                     dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
                 }
                 lru.rotate(e);
-                files.push(file);
+                keep(file);
                 continue;
             }
             self.evict(&mut lru, &file, e);
-            files.push(file);
+            keep(file);
         }
         drop(lru);
+        drop(keep);
+        drop(last);
         drop(files);
         dirty
     }

@@ -27,6 +27,7 @@ use crate::filemap::{AddressSpace, Shadow, ShadowFields, EVICTION_BITS};
 use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 use crate::{pin, EntryRef, CHUNK_SHIFT, CHUNK_SIZE};
 use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Weak;
 
 const EVICTION_MASK: u64 = (1u64 << EVICTION_BITS) - 1;
@@ -36,10 +37,33 @@ fn node_cap(capacity_pages: u64) -> usize {
     (capacity_pages / 8).max(1) as usize
 }
 
+/// The set's hasher: its keys (file id, node index) are small integers,
+/// which a multiply-rotate mixes well enough; SipHash's protection against
+/// chosen keys buys nothing here, and every eviction looks a key up.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 #[derive(Default)]
 struct Nodes {
     queue: VecDeque<(u64, u64, Weak<FileShared>)>,
-    set: HashSet<(u64, u64)>,
+    set: HashSet<(u64, u64), BuildHasherDefault<KeyHasher>>,
 }
 
 /// The workingset state of one cache.
