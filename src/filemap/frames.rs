@@ -55,7 +55,7 @@ const REGION: usize = 2 << 20;
 /// Size classes: `PAGE << k` for `k < CLASSES`.
 const CLASSES: usize = 10;
 /// Free frames kept beyond the retain limit (see the module docs).
-pub(super) const SLACK: usize = 4 << 20;
+pub(super) const SLACK: usize = 2 << 20;
 /// Fewest bytes of free frames released at once when over the limit.
 pub(super) const RELEASE_BATCH: usize = 1 << 20;
 

@@ -141,11 +141,13 @@ impl Buf {
             return;
         }
         let arrivals = crate::lightpin::arrivals();
+        // SAFETY: the count is zero, so the buffer is ours until freed.
+        let bytes = unsafe { b.as_ref() }.len();
         let to_limbo = move || {
             let p = p;
             // SAFETY: run once, after crossbeam's grace period (below); the
             // limbo then waits for the light sections.
-            unsafe { arrivals.push(p.0.cast(), free_erased) }
+            unsafe { arrivals.push_sized(p.0.cast(), free_erased, bytes) }
         };
         let guard = crate::pin();
         // SAFETY: the count is zero: no folio points to the buffer any more
@@ -156,7 +158,26 @@ impl Buf {
         // which the deferral waits for, or light pins, which the limbo
         // waits for.
         unsafe { guard.defer_unchecked(to_limbo) };
+        // Crossbeam seals a thread's bag of deferred frees at 64 entries:
+        // 64 buffers of up to 2 MiB each out of reach. Past 2 MiB retired
+        // by this thread, the bag goes to the global queue now.
+        let flush = RETIRED.with(|r| {
+            let n = r.get() + bytes;
+            r.set(if n >= RETIRED_FLUSH { 0 } else { n });
+            n >= RETIRED_FLUSH
+        });
+        if flush {
+            guard.flush();
+        }
     }
+}
+
+/// Bytes of buffers a thread retires between two flushes of its bag.
+const RETIRED_FLUSH: usize = 2 << 20;
+
+crate::sync::thread_local_const! {
+    /// Bytes of buffers this thread retired since its bag was last flushed.
+    static RETIRED: core::cell::Cell<usize> = core::cell::Cell::new(0);
 }
 
 /// A folio's bytes: see the module docs for the protocol. The version and

@@ -1,9 +1,15 @@
 //! The regions folio frames are carved from: 2 MiB of address space each,
-//! aligned to its size and advised for transparent huge pages
-//! (`madvise(MADV_HUGEPAGE)`, Linux), cut into blocks of one size class
-//! (`PAGE << k`, 4 KiB to 2 MiB). A cache's folios then sit in a few huge
-//! pages instead of 4 KiB pages scattered through the heap, so a hit on a
-//! large cache misses the TLB far less (one entry covers 512 pages).
+//! aligned to its size, cut into blocks of one size class (`PAGE << k`,
+//! 4 KiB to 2 MiB). The 4 KiB class's regions, from its second on, are
+//! advised for transparent huge pages (`madvise(MADV_HUGEPAGE)`, Linux): a
+//! cache of one-page folios (random reads) then sits in a few huge pages
+//! instead of 4 KiB pages scattered through the heap, so a hit misses the
+//! TLB far less (one entry covers 512 pages), and a growing cache faults
+//! 2 MiB at a time. The other classes stay in 4 KiB pages: a huge page is
+//! resident whole from its first touch, and with huge pages for every
+//! class a 64 MiB cache read sequentially (readahead's 8 to 64 KiB folios)
+//! kept about 7 MiB more resident than its frames (issue 30's measurement;
+//! partly carved regions of each class).
 //!
 //! What it owns: per size class, the regions (a side table: region base to
 //! its free block indices, its never-used tail and its count of blocks
@@ -21,7 +27,9 @@
 //!   handed-out blocks;
 //! - a region's `used` counts its blocks handed out; a region lives while
 //!   `used > 0` or it is its class's spare;
-//! - a class lock is never held while mapping or unmapping a region.
+//! - a class lock is never held while mapping or unmapping a region (it
+//!   is held while a region that emptied is discarded whole to become the
+//!   spare: an `madvise`, which allocates nothing).
 //!
 //! Only [`frames`](super::frames) uses it, and only where folio memory does
 //! not come from the global allocator (not under Miri, loom, cargo-fuzz or
@@ -129,7 +137,23 @@ impl Class {
             return None;
         }
         if self.empty == 0 {
+            // The spare: all of it goes back to the system now, the huge
+            // page's never-carved tail too (a huge page is resident whole
+            // from its first touch), under the class lock so that no block
+            // is carved from it meanwhile.
             self.empty = 1;
+            #[cfg(target_os = "linux")]
+            // SAFETY: the region is mapped and none of its blocks is handed
+            // out, so no one uses its bytes; they read as zero afterwards.
+            unsafe {
+                libc::madvise(
+                    core::ptr::with_exposed_provenance_mut::<libc::c_void>(base),
+                    REGION,
+                    libc::MADV_DONTNEED,
+                );
+            }
+            r.free.clear();
+            r.bump = 0;
             return None;
         }
         self.regions.remove(&base);
@@ -142,7 +166,7 @@ impl Class {
 /// refuses. Mapped directly (Linux), so its bytes are known to be zero and
 /// no allocator bookkeeping shares its first huge page.
 #[cfg(target_os = "linux")]
-fn new_region() -> Option<NonNull<u8>> {
+fn new_region(huge: bool) -> Option<NonNull<u8>> {
     let len = 2 * REGION;
     // SAFETY: an anonymous private mapping at an address of the kernel's
     // choosing: it aliases nothing.
@@ -174,17 +198,19 @@ fn new_region() -> Option<NonNull<u8>> {
         unsafe { libc::munmap(p.wrapping_add(head + REGION).cast(), tail) };
     }
     let region = p.wrapping_add(head);
-    // SAFETY: the region is ours and mapped; MADV_HUGEPAGE only changes how
-    // the kernel backs it, never its contents. A refusal (no THP support)
-    // changes nothing.
-    unsafe { libc::madvise(region.cast(), REGION, libc::MADV_HUGEPAGE) };
+    if huge {
+        // SAFETY: the region is ours and mapped; MADV_HUGEPAGE only changes
+        // how the kernel backs it, never its contents. A refusal (no THP
+        // support) changes nothing.
+        unsafe { libc::madvise(region.cast(), REGION, libc::MADV_HUGEPAGE) };
+    }
     REGIONS.fetch_add(1, Ordering::Relaxed);
     NonNull::new(region)
 }
 
 /// A new region, zero; `None` if the allocator refuses.
 #[cfg(not(target_os = "linux"))]
-fn new_region() -> Option<NonNull<u8>> {
+fn new_region(_huge: bool) -> Option<NonNull<u8>> {
     // SAFETY: the layout has a non-zero size.
     let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(region_layout()) })?;
     REGIONS.fetch_add(1, Ordering::Relaxed);
@@ -219,9 +245,11 @@ pub(super) fn carve(k: usize, want: usize, out: &mut dyn FnMut(NonNull<u8>)) -> 
     let per_region = (REGION / block) as u16;
     loop {
         let mut got = 0;
+        let huge;
         {
             let mut class = POOL[k].lock();
             let c = class.get_or_insert_with(Class::default);
+            huge = k == 0 && !c.regions.is_empty();
             while got < want {
                 let Some(addr) = c.take(per_region, block) else {
                     break;
@@ -236,7 +264,7 @@ pub(super) fn carve(k: usize, want: usize, out: &mut dyn FnMut(NonNull<u8>)) -> 
             return got;
         }
         // No block: a new region, mapped without the lock.
-        let Some(base) = new_region() else {
+        let Some(base) = new_region(huge) else {
             return 0;
         };
         let base = base.as_ptr().expose_provenance();

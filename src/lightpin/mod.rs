@@ -267,7 +267,7 @@ mod tests {
         });
         entered_rx.recv().unwrap();
         // SAFETY: nobody else has the box; `free_marker` frees it once.
-        unsafe { defer_free(p, free_marker) };
+        unsafe { defer_free(p, free_marker, 0) };
         for _ in 0..3 {
             reclaim();
         }

@@ -300,7 +300,7 @@ pub struct CacheStats {
     pub cached_bytes: u64,
     /// Bytes of free folio frames held for the next misses, process-wide
     /// (every cache shares the frames): at most the sum of the live caches'
-    /// capacities minus the frames in use, plus 4 MiB, plus up to 128 KiB
+    /// capacities minus the frames in use, plus 2 MiB, plus up to 128 KiB
     /// per size class in each thread's magazine
     /// ([`frame_stats`](crate::filemap::frame_stats)).
     pub frame_bytes_free: u64,
