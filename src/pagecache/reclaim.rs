@@ -145,7 +145,6 @@ impl CacheInner {
             keep(file);
         }
         drop(lru);
-        drop(keep);
         drop(last);
         drop(files);
         dirty
