@@ -267,7 +267,9 @@ pub(super) unsafe fn give(f: NonNull<Frame>) {
 #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
 mod pool {
     use super::super::regions;
-    use super::{class_of, mag_cap, Frame, FrameStats, CLASSES, PAGE, RELEASE_BATCH, SLACK};
+    use super::{
+        class_of, mag_cap, Frame, FrameStats, CLASSES, PAGE, REGION, RELEASE_BATCH, SLACK,
+    };
     use crate::sync::{AtomicUsize, Lock, Ordering};
     use core::cell::RefCell;
     use core::ptr::NonNull;
@@ -280,12 +282,64 @@ mod pool {
     static LIMIT: AtomicUsize = AtomicUsize::new(0);
 
     pub(super) fn stats() -> FrameStats {
-        let held = HELD.load(Ordering::Relaxed);
+        let held = held();
         let in_use = IN_USE.load(Ordering::Relaxed).min(held);
         FrameStats {
             regions: regions::count(),
             bytes_in_use: in_use,
             bytes_free: held - in_use,
+        }
+    }
+
+    /// Bytes of frames in existence plus the regions faulted in ahead.
+    fn held() -> usize {
+        HELD.load(Ordering::Relaxed) + regions::ready_count() * REGION
+    }
+
+    /// Regions of 4 KiB frames the prefaulter keeps faulted in ahead of a
+    /// growing cache: 4 MiB, 1,024 misses' worth.
+    const READY_TARGET: usize = 2;
+
+    /// Whether one more region fits under the retain limit, with every
+    /// frame and ready region counted.
+    fn room_for_a_region() -> bool {
+        held() + REGION <= LIMIT.load(Ordering::Relaxed)
+    }
+
+    /// The prefaulter: a thread, made on the first need, that keeps
+    /// [`READY_TARGET`] regions of 4 KiB frames faulted in while a cache
+    /// grows (the kernel's `kswapd` keeping free pages above a watermark,
+    /// in miniature), so that a miss does not wait for the kernel to find,
+    /// compact and zero fresh memory (on a machine whose memory is full of
+    /// page cache, a huge page's fault reclaims and compacts: 2 to 10 us
+    /// per 4 KiB). It never holds more than the retain limit allows.
+    static PREFAULTER: std::sync::OnceLock<Option<std::sync::Arc<crate::sync::Event>>> =
+        std::sync::OnceLock::new();
+
+    /// Ask the prefaulter for regions if it is short of them and there is
+    /// room (a load or two when it is not).
+    fn kick_prefaulter() {
+        if regions::ready_count() >= READY_TARGET || !room_for_a_region() {
+            return;
+        }
+        let ev = PREFAULTER.get_or_init(|| {
+            let ev = std::sync::Arc::new(crate::sync::Event::new());
+            let theirs = std::sync::Arc::clone(&ev);
+            let spawned = std::thread::Builder::new()
+                .name("kxarray-frames".into())
+                .spawn(move || loop {
+                    theirs.wait_timeout(std::time::Duration::from_secs(1));
+                    theirs.take();
+                    while regions::ready_count() < READY_TARGET && room_for_a_region() {
+                        if !regions::prefault() {
+                            break;
+                        }
+                    }
+                });
+            spawned.ok().map(|_| ev)
+        });
+        if let Some(ev) = ev {
+            ev.kick();
         }
     }
 
@@ -337,9 +391,10 @@ mod pool {
         static MAGS: Mags = const { Mags(RefCell::new([Mag::EMPTY; CLASSES])) };
     }
 
-    /// The bytes of free frames beyond what the limit allows.
+    /// The bytes of free frames (and ready regions) beyond what the limit
+    /// allows.
     fn excess() -> usize {
-        let held = HELD.load(Ordering::Relaxed);
+        let held = held();
         let in_use = IN_USE.load(Ordering::Relaxed).min(held);
         let allowed = LIMIT.load(Ordering::Relaxed).saturating_sub(in_use) + SLACK;
         (held - in_use).saturating_sub(allowed)
@@ -429,6 +484,9 @@ mod pool {
             }
         });
         let mut released = 0;
+        if !to_limit || excess() > 0 {
+            released += regions::release_ready();
+        }
         for k in (0..CLASSES).rev() {
             let want = if to_limit { excess() } else { usize::MAX };
             if want == 0 {
@@ -466,6 +524,9 @@ mod pool {
             return None;
         }
         HELD.fetch_add(got * len, Ordering::Relaxed);
+        if k == 0 {
+            kick_prefaulter();
+        }
         Some(true)
     }
 

@@ -58,6 +58,54 @@ pub(super) fn count() -> usize {
     REGIONS.load(Ordering::Relaxed)
 }
 
+/// Regions of the 4 KiB class mapped and faulted in ahead of need
+/// ([`prefault`]), not yet in the class's table.
+static READY: Lock<Vec<usize>> = Lock::new(Vec::new());
+/// `READY`'s length, readable without the lock.
+static READY_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Regions faulted in ahead of need now.
+pub(super) fn ready_count() -> usize {
+    READY_COUNT.load(Ordering::Relaxed)
+}
+
+/// Map a region for the 4 KiB class and fault it in now (its memory
+/// allocated and zeroed by the kernel here, on the caller's thread, not on
+/// a miss), then keep it for the next [`carve`] that needs a region.
+/// Returns false if the system refused.
+pub(super) fn prefault() -> bool {
+    let Some(base) = new_region(true) else {
+        return false;
+    };
+    for off in (0..REGION).step_by(PAGE) {
+        // SAFETY: inside the region just mapped, which no one else knows;
+        // writing a zero over a zero keeps it zero (the module invariant).
+        unsafe { base.as_ptr().wrapping_add(off).write_volatile(0) };
+    }
+    READY.lock().push(base.as_ptr().expose_provenance());
+    READY_COUNT.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// A region faulted in ahead of need, if there is one.
+fn take_ready() -> Option<usize> {
+    let base = READY.lock().pop()?;
+    READY_COUNT.fetch_sub(1, Ordering::Relaxed);
+    Some(base)
+}
+
+/// Unmap the regions faulted in ahead of need; returns their bytes.
+pub(super) fn release_ready() -> usize {
+    let ready = core::mem::take(&mut *READY.lock());
+    READY_COUNT.fetch_sub(ready.len(), Ordering::Relaxed);
+    for &base in &ready {
+        // SAFETY: from `new_region`, in no class's table, none of its
+        // blocks handed out; taken off the ready list, so unmapped once.
+        unsafe { unmap_region(base) };
+    }
+    ready.len() * REGION
+}
+
 #[cfg(not(target_os = "linux"))]
 fn region_layout() -> Layout {
     match Layout::from_size_align(REGION, REGION) {
@@ -263,11 +311,16 @@ pub(super) fn carve(k: usize, want: usize, out: &mut dyn FnMut(NonNull<u8>)) -> 
         if got > 0 {
             return got;
         }
-        // No block: a new region, mapped without the lock.
-        let Some(base) = new_region(huge) else {
-            return 0;
+        // No block: a region faulted in ahead (the 4 KiB class), or a new
+        // one, mapped without the lock.
+        let ready = if k == 0 { take_ready() } else { None };
+        let base = match ready {
+            Some(base) => base,
+            None => match new_region(huge) {
+                Some(base) => base.as_ptr().expose_provenance(),
+                None => return 0,
+            },
         };
-        let base = base.as_ptr().expose_provenance();
         let mut class = POOL[k].lock();
         let c = class.get_or_insert_with(Class::default);
         c.regions.insert(

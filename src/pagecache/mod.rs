@@ -101,7 +101,8 @@ use workingset::Workingset;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Bytes of folio data the cache holds before reclaiming (rounded down
-    /// to whole pages, at least one page).
+    /// to whole pages, at least one page): the starting capacity;
+    /// [`PageCache::set_capacity`] changes it at run time.
     pub capacity: u64,
     /// Largest folio order readahead allocates (4 = 64 KiB with 4 KiB
     /// pages). Clamped to at least 4 and at most
