@@ -81,14 +81,11 @@ fn scale(v: u64, num: u64, den: u64) -> u64 {
 }
 
 /// Estimated heap bytes of one cached folio beside its bytes: the
-/// `Arc<Folio>` allocation (the folio padded to its alignment, the two
-/// counts padded to it, and the allocator's chunk header) and its frame's
-/// header (a boxed [`Frame`](crate::filemap), with its chunk header).
-pub(crate) const FOLIO_META_BYTES: usize = core::mem::size_of::<Folio>()
-    + core::mem::align_of::<Folio>()
-    + 16
-    + crate::filemap::FRAME_HEADER_BYTES
-    + 16;
+/// `Arc<Folio>` allocation (the folio, the two counts, and the
+/// allocator's chunk header and rounding, 16 bytes) and its frame's header
+/// (a boxed [`Frame`](crate::filemap), with its chunk header).
+pub(crate) const FOLIO_META_BYTES: usize =
+    core::mem::size_of::<Folio>() + 16 + 16 + crate::filemap::FRAME_HEADER_BYTES + 16;
 
 impl CacheInner {
     /// Set the capacity to `pages` (validated) and follow it: thresholds,
