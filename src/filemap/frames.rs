@@ -23,7 +23,11 @@
 //!   to the system at once and reads as zero next time), then their blocks
 //!   go back to their regions, which are unmapped when they empty beyond
 //!   one spare per class. [`trim_frames`] releases every free frame the
-//!   shared lists and the calling thread's magazines hold.
+//!   shared lists and the calling thread's magazines hold;
+//! - the prefaulter: a thread, made when a cache first grows, that keeps
+//!   two regions of 4 KiB frames faulted in ahead of need while every
+//!   frame and ready region stays within the retain limit (ready regions
+//!   count as free frames and are released first).
 //!
 //! Invariants:
 //! - a frame is in exactly one place: handed out (a folio's buffer, a pin's,

@@ -11,7 +11,9 @@
 //! kept about 7 MiB more resident than its frames (issue 30's measurement;
 //! partly carved regions of each class).
 //!
-//! What it owns: per size class, the regions (a side table: region base to
+//! What it owns: the regions of the 4 KiB class faulted in ahead of need
+//! ([`prefault`], for the frames' prefaulter thread); per size class, the
+//! regions (a side table: region base to
 //! its free block indices, its never-used tail and its count of blocks
 //! handed out) and the list of regions with a block to give. At most one
 //! region per class is kept empty (the spare); a region that empties beyond
