@@ -9,6 +9,7 @@
 #   scripts/vs-kernel.sh [table]     the table (default): ROUNDS interleaved rounds
 #   scripts/vs-kernel.sh fio-check   the harness's psync/mmap rows against the real fio
 #   scripts/vs-kernel.sh callgrind   instructions per I/O of the hit paths
+#   scripts/vs-kernel.sh miss        4 KiB random read_at misses against fio psync (issue 30)
 #
 # table: rows = file size (SIZES: a 256 MiB file the page cache holds, a
 # 1 MiB file the CPU caches hold) x pattern (ROWS: 4 KiB and 64 KiB random
@@ -56,6 +57,26 @@
 # each function's own instructions per I/O (the same difference, per
 # function, from callgrind_annotate).
 #
+# miss: the miss path (issue 30). A MISS_SIZE file (2g) held by the
+# kernel's cache (read once with cat before every round), 4 KiB random
+# reads, MISS_JOBS jobs ("1 2"), interleaved in an order rotated per row
+# and round:
+#   kx-grow     read_at on a cold kxarray cache larger than the file
+#               (MISS_GROW_CACHE, 4g): GROW_IOS reads per job (131072: a
+#               job's slice is MISS_SIZE / jobs, so most reads miss and
+#               the cache grows all along; hits rise to about a quarter
+#               of the reads by the end)
+#   kx-steady   read_at on a warm cache of MISS_STEADY_CACHE (256m) over
+#               the file, RUNTIME seconds: at steady state nearly every
+#               read misses and evicts (the warm-up's 64 KiB folios give
+#               way to 4 KiB ones in the first fraction of a second)
+#   psync       the harness's pread(2) on the same file, RUNTIME seconds
+#   fio         real fio --ioengine=psync --invalidate=0 --thread on the
+#               same file, RUNTIME seconds (if fio is installed)
+# and prints each row's median IOPS and the ratios kx-grow / fio psync and
+# kx-steady / fio psync (target: 0.67x), each the median of the per-round
+# ratios with its range, and the same against the harness's psync.
+#
 # BEFORE_BIN: another build of the harness (for example the fio example
 # built from an earlier commit); engines labelled LABEL@before in
 # ENGINES_256M / ENGINES_1M run with it, interleaved with the rest, and the
@@ -84,7 +105,8 @@ ROUNDS=${ROUNDS:-3}
 case $MODE in
   fio-check) RUNTIME=${RUNTIME:-3} ;;
   table | callgrind) RUNTIME=${RUNTIME:-1} ;;
-  *) echo "usage: $0 [table|fio-check|callgrind]" >&2; exit 2 ;;
+  miss) RUNTIME=${RUNTIME:-2} ;;
+  *) echo "usage: $0 [table|fio-check|callgrind|miss]" >&2; exit 2 ;;
 esac
 DIR=${DIR:-/tmp}
 SIZES=${SIZES:-256m 1m}
@@ -266,6 +288,51 @@ fio-check)
   done
   machine
   python3 "$REPORT" fio-check "$RAW"
+  ;;
+
+miss)
+  MISS_SIZE=${MISS_SIZE:-2g}
+  MISS_JOBS=${MISS_JOBS:-1 2}
+  MISS_GROW_CACHE=${MISS_GROW_CACHE:-4g}
+  MISS_STEADY_CACHE=${MISS_STEADY_CACHE:-256m}
+  GROW_IOS=${GROW_IOS:-131072}
+  prepare "$MISS_SIZE"
+  F=$(file_for "$MISS_SIZE")
+  machine
+  echo "file $F ($MISS_SIZE), held by the kernel's cache; kx-grow: cache $MISS_GROW_CACHE, $GROW_IOS reads per job; kx-steady: cache $MISS_STEADY_CACHE; ${RUNTIME}s runs"
+  tools="kx-grow kx-steady psync"
+  command -v fio >/dev/null && tools="$tools fio" || echo "fio not found (apt-get install -y fio): harness psync only" >&2
+  k=0
+  for round in $(seq 1 "$ROUNDS"); do
+    for jobs in $MISS_JOBS; do
+      k=$((k + 1))
+      for t in $(rotate $((k + round)) $tools); do
+        cat "$F" >/dev/null # the kernel's cache holds the file
+        case $t in
+          kx-grow)
+            got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+              --cache-size "$MISS_GROW_CACHE" --cold --ios "$GROW_IOS" --no-verify --reuse-file \
+              --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
+          kx-steady)
+            got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+              --cache-size "$MISS_STEADY_CACHE" --runtime "$RUNTIME" --no-verify --reuse-file \
+              --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
+          psync)
+            got=$("$BIN" --engine psync --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+              --runtime "$RUNTIME" --no-verify --reuse-file --filename "$F" --quiet --seed "$round" |
+              sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
+          fio)
+            got=$(fio --name=miss --filename="$F" --ioengine=psync --invalidate=0 --rw=randread \
+              --bs=4k --size="${MISS_SIZE^^}" --numjobs="$jobs" --thread --time_based \
+              --runtime="$RUNTIME" --output-format=json | python3 "$REPORT" fio-json /dev/stdin | cut -d' ' -f1) ;;
+        esac
+        echo "$round $jobs $t ${got:-0}" >>"$RAW"
+      done
+    done
+    echo "round $round of $ROUNDS done ($(date +%T))" >&2
+  done
+  machine
+  python3 "$REPORT" miss "$RAW"
   ;;
 
 callgrind)

@@ -8,6 +8,7 @@ Input (argv[1] = mode, argv[2] = a TSV file), one run per line:
              key=value fields
   fio-check: round, jobs, tool (fio|fio-thread|harness), engine, IOPS, CPU ns per I/O
   callgrind: size, row, engine label, I/O count, instructions collected
+  miss:      round, jobs, tool (kx-grow|kx-steady|psync|fio), IOPS
   profile:   two `callgrind_annotate --threshold=100` listings (N and 2N
              I/Os), N, a title
 """
@@ -219,6 +220,33 @@ def fio_json(path):
     print(round(sum(j["read"]["iops"] for j in jobs)), round(cpu / max(ios, 1), 1))
 
 
+def miss(path):
+    """The miss-path table (issue 30): median IOPS per jobs and tool, and
+    the ratios of the kxarray rows to fio's psync (and the harness's),
+    each the median of the per-round ratios with its range."""
+    runs = defaultdict(dict)  # (round, jobs) -> tool -> iops
+    for line in open(path):
+        c = line.split()
+        if len(c) == 4:
+            runs[(c[0], c[1])][c[2]] = float(c[3])
+    jobs_all = sorted({j for _, j in runs}, key=int)
+    tools = ["kx-grow", "kx-steady", "psync", "fio"]
+    print("| jobs | " + " | ".join(f"{t} KIOPS" for t in tools) + " | grow / fio | steady / fio | grow / psync | steady / psync |")
+    print("|---" * (len(tools) + 5) + "|")
+    for jobs in jobs_all:
+        rs = [v for (r, j), v in runs.items() if j == jobs]
+        cells = [kiops(med([r[t] for r in rs if r.get(t)])) for t in tools]
+
+        def ratio(a, b):
+            xs = sorted(r[a] / r[b] for r in rs if r.get(a) and r.get(b))
+            if not xs:
+                return "-"
+            return f"{med(xs):.2f}x ({xs[0]:.2f}-{xs[-1]:.2f})"
+        print(f"| {jobs} | " + " | ".join(cells) + f" | {ratio('kx-grow', 'fio')} | {ratio('kx-steady', 'fio')} | "
+              f"{ratio('kx-grow', 'psync')} | {ratio('kx-steady', 'psync')} |")
+    print("target (issue 30): every kxarray / fio psync ratio at least 0.67x")
+
+
 def callgrind(path):
     counts = defaultdict(dict)  # (size, row, engine) -> ios -> instructions
     order = []
@@ -283,4 +311,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "profile":
         profile(*sys.argv[2:6])
     else:
-        {"table": table, "fio-check": fio_check, "fio-json": fio_json, "callgrind": callgrind}[sys.argv[1]](sys.argv[2])
+        {"table": table, "fio-check": fio_check, "fio-json": fio_json, "callgrind": callgrind, "miss": miss}[sys.argv[1]](sys.argv[2])

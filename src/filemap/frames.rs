@@ -1,29 +1,55 @@
-//! Folio memory: the buffers that hold folios' bytes, `2^k` pages each
-//! (`k` from 0 to 9, 4 KiB to 2 MiB), carved from 2 MiB regions aligned to
-//! their size and advised for transparent huge pages
-//! (`madvise(MADV_HUGEPAGE)`, Linux). A cache's folios then sit in a few
-//! huge pages instead of 4 KiB pages scattered through the heap, so a hit
-//! on a large cache misses the TLB far less (one entry covers 512 pages;
-//! the kernel's page cache, read through `mmap`, pays a page walk per 4 KiB
-//! page). Other sizes come from the global allocator.
+//! Folio frames: the buffers that hold folios' bytes (`2^k` pages each, `k`
+//! from 0 to 9, 4 KiB to 2 MiB, carved from the huge-page [`regions`]),
+//! each with its header ([`Frame`]: a reference count, the length, the
+//! bytes' address), and their recycling: a frame whose folio was evicted or
+//! truncated goes back, header and bytes together, to a free list of its
+//! size class and is handed to the next miss as it is. Its bytes are not
+//! zeroed (the miss fills them from the backend and zeroes only what lies
+//! past the end of the file), its memory is not faulted in again and no
+//! allocator runs: the kernel's per-CPU free page lists, which never zero a
+//! page-cache page about to be filled from disk.
 //!
-//! What it owns: per size class, the regions (a side table: region base to
-//! its free block indices, its never-used tail and its count of blocks
-//! handed out) and the list of regions with a block to give. At most one
-//! region per class is kept empty (the spare); a region that empties
-//! beyond it is given back to the global allocator at once.
+//! What it owns:
+//! - per thread, a magazine per class (up to [`mag_cap`] frames, at most
+//!   128 KiB of them per class, at least one), so most takes and gives touch
+//!   no lock and no shared line;
+//! - per class, a shared list of free frames behind one lock, which
+//!   magazines refill from and spill into half a magazine at a time;
+//! - the retain limit: the sum of the live caches' capacities
+//!   ([`retain`]). Free frames are kept only while every frame held (in
+//!   use or free) stays within the limit plus [`SLACK`]; beyond it, free
+//!   frames are released in batches of at least [`RELEASE_BATCH`]:
+//!   `MADV_DONTNEED` over runs of adjacent frames (their memory goes back
+//!   to the system at once and reads as zero next time), then their blocks
+//!   go back to their regions, which are unmapped when they empty beyond
+//!   one spare per class. [`trim_frames`] releases every free frame the
+//!   shared lists and the calling thread's magazines hold;
+//! - the prefaulter: a thread, made when a cache first grows, that keeps
+//!   two regions of 4 KiB frames faulted in ahead of need while every
+//!   frame and ready region stays within the retain limit (ready regions
+//!   count as free frames and are released first).
 //!
 //! Invariants:
-//! - a block is handed out at most once until it is freed, and freed with
-//!   the length it was allocated with (its class);
-//! - a region's `used` counts its blocks handed out; a region lives while
-//!   `used > 0` or it is its class's spare;
-//! - the class lock is never held while calling the global allocator.
+//! - a frame is in exactly one place: handed out (a folio's buffer, a pin's,
+//!   or retired and waiting for its grace period), a magazine, or a shared
+//!   list; its header's `len` and `data` never change while it exists;
+//! - a frame handed out with `zeroed == true` holds only zero bytes (carved
+//!   from a region, whose free blocks are zero); otherwise its bytes are
+//!   stale (a former folio's), and the taker must write every byte a
+//!   reader may see;
+//! - `IN_USE` counts the bytes of pool frames handed out, `HELD` the bytes
+//!   of pool frames in existence (handed out or free), so `HELD - IN_USE`
+//!   are the free frames' bytes;
+//! - no lock of this module is held while mapping, advising or unmapping
+//!   memory or calling the global allocator.
 //!
 //! Not used under Miri, loom, cargo-fuzz (`cfg(fuzzing)`) or
-//! `--cfg kxarray_system_alloc`: there every buffer is its own global
-//! allocation, so those tools see each buffer's lifetime.
+//! `--cfg kxarray_system_alloc`: there every frame is two global
+//! allocations (the header and zeroed bytes), freed when given back, so
+//! those tools see each buffer's lifetime. Other sizes (under a page, not a
+//! power of two, over 2 MiB) always are.
 
+use crate::sync::{AtomicBool, AtomicUsize};
 use core::alloc::Layout;
 use core::ptr::NonNull;
 
@@ -32,44 +58,147 @@ const PAGE: usize = 4096;
 const REGION: usize = 2 << 20;
 /// Size classes: `PAGE << k` for `k < CLASSES`.
 const CLASSES: usize = 10;
+/// Free frames kept beyond the retain limit (see the module docs).
+#[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+pub(super) const SLACK: usize = 2 << 20;
+/// Fewest bytes of free frames released at once when over the limit.
+#[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+pub(super) const RELEASE_BATCH: usize = 1 << 20;
 
 const _: () = assert!(PAGE << (CLASSES - 1) == REGION);
+#[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+const _: () = assert!(
+    super::regions::PAGE == PAGE
+        && super::regions::REGION == REGION
+        && super::regions::CLASSES == CLASSES
+);
 
-/// A snapshot of the folio memory's regions ([`frame_stats`]).
+/// A frame: a folio buffer's header and its bytes (see the module docs).
+pub(crate) struct Frame {
+    /// The owner's reference plus one per pin (`filemap::mem`'s protocol);
+    /// 0 while free.
+    pub(super) refs: AtomicUsize,
+    /// Whether the bytes are known to be zero (set when carved, cleared
+    /// when given back); read and written only by the frame's owner.
+    #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+    zeroed: AtomicBool,
+    /// Bytes at `data`; never changes.
+    len: usize,
+    /// The bytes; never changes.
+    data: NonNull<u8>,
+}
+
+impl Frame {
+    /// Bytes at [`Frame::data`].
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes' address (page-aligned when a page or more).
+    #[inline]
+    pub(super) fn data(&self) -> NonNull<u8> {
+        self.data
+    }
+
+    /// A header for `data`, `len` bytes, on the global heap.
+    fn boxed(data: NonNull<u8>, len: usize, zeroed: bool) -> NonNull<Frame> {
+        NonNull::from(Box::leak(Box::new(Frame {
+            refs: AtomicUsize::new(0),
+            zeroed: AtomicBool::new(zeroed),
+            len,
+            data,
+        })))
+    }
+}
+
+/// A snapshot of the folio frames ([`frame_stats`]).
 ///
 /// ```
 /// use kxarray::filemap::{frame_stats, Folio};
 ///
 /// let before = frame_stats();
 /// let folio = Folio::new(0, 1).unwrap();
-/// folio.fill(b"bytes"); // an 8 KiB buffer, from a region
+/// folio.fill(b"bytes"); // an 8 KiB frame, from a region
 /// let now = frame_stats();
 /// // (No regions where folio memory comes from the global allocator:
-/// // Miri, loom, `--cfg kxarray_system_alloc`.)
+/// // Miri, loom, `--cfg kxarray_system_alloc`. Other threads' frames count
+/// // too: these are process-wide figures.)
 /// if now.regions > 0 {
-///     assert_eq!(now.bytes_in_use, before.bytes_in_use + 8192);
+///     assert!(now.bytes_in_use >= 8192);
 /// }
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FrameStats {
-    /// 2 MiB regions held (each advised for a transparent huge page).
+    /// 2 MiB regions mapped (each advised for a transparent huge page).
     pub regions: usize,
-    /// Bytes of folio buffers handed out from them.
+    /// Bytes of frames handed out (folio buffers, pinned buffers, and
+    /// buffers waiting for their grace period).
     pub bytes_in_use: usize,
+    /// Bytes of free frames kept for the next misses (in the threads'
+    /// magazines and the shared lists): resident memory no folio holds.
+    pub bytes_free: usize,
 }
 
-/// The folio memory's regions now.
+/// The folio frames now (process-wide: every cache shares them).
 ///
 /// ```
 /// let s = kxarray::filemap::frame_stats();
-/// assert!(s.bytes_in_use <= s.regions * (2 << 20));
+/// assert!(s.bytes_in_use + s.bytes_free <= s.regions * (2 << 20));
 /// ```
 pub fn frame_stats() -> FrameStats {
     #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
-    return arena::stats();
+    return pool::stats();
     #[cfg(any(miri, loom, fuzzing, kxarray_system_alloc))]
     FrameStats::default()
 }
+
+/// Release every free frame the shared lists and the calling thread's
+/// magazines hold: their memory goes back to the system (`MADV_DONTNEED`,
+/// and regions left empty are unmapped). Returns the bytes released. Free
+/// frames in other threads' magazines (at most 128 KiB per class and
+/// thread) stay; so do frames still waiting for a grace period (drive
+/// them out first with [`Guard::flush`](crate::Guard::flush)).
+///
+/// ```
+/// use kxarray::filemap::{frame_stats, trim_frames, Folio};
+///
+/// drop(Folio::new(0, 0).unwrap()); // no buffer yet: nothing to free
+/// let released = trim_frames();
+/// assert!(released % 4096 == 0);
+/// let s = frame_stats();
+/// assert!(s.bytes_free <= s.regions * (2 << 20));
+/// ```
+pub fn trim_frames() -> usize {
+    #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+    return pool::trim(false);
+    #[cfg(any(miri, loom, fuzzing, kxarray_system_alloc))]
+    0
+}
+
+/// Raise (`grow`) or lower the retain limit by `bytes` (a cache's
+/// capacity: made, resized, dropped). Lowering it releases the free frames
+/// beyond the new limit at once.
+pub(crate) fn retain(bytes: usize, grow: bool) {
+    #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+    pool::retain(bytes, grow);
+    #[cfg(any(miri, loom, fuzzing, kxarray_system_alloc))]
+    let _ = (bytes, grow);
+}
+
+/// Release the free frames beyond the retain limit plus [`SLACK`] (all but
+/// the calling thread's other threads' magazines). Returns the bytes
+/// released.
+pub(crate) fn trim_to_limit() -> usize {
+    #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+    return pool::trim(true);
+    #[cfg(any(miri, loom, fuzzing, kxarray_system_alloc))]
+    0
+}
+
+/// Bytes of frame headers (one per frame in existence), for the caches'
+/// metadata estimates.
+pub(crate) const HEADER_BYTES: usize = core::mem::size_of::<Frame>();
 
 /// The class of a buffer of `len` bytes, if the regions serve it.
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
@@ -80,350 +209,529 @@ fn class_of(len: usize) -> Option<usize> {
     Some((len / PAGE).trailing_zeros() as usize)
 }
 
+/// Most frames of class `k` a magazine holds: 128 KiB of them, at least
+/// one, at most 32.
+#[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+const fn mag_cap(k: usize) -> usize {
+    let n = (128 << 10) / (PAGE << k);
+    if n == 0 {
+        1
+    } else if n > 32 {
+        32
+    } else {
+        n
+    }
+}
+
 fn system_layout(len: usize) -> Option<Layout> {
     let align = if len >= PAGE { PAGE } else { 64 };
     Layout::from_size_align(len.max(1), align).ok()
 }
 
-/// Allocate a buffer of `len` bytes, zeroed if `zero`, page-aligned when
-/// `len` is at least a page. `None` if memory is exhausted.
-pub(crate) fn alloc(len: usize, zero: bool) -> Option<NonNull<u8>> {
+/// A frame of `len` bytes, page-aligned when `len` is at least a page,
+/// holding no reference yet, and whether its bytes are zero (otherwise
+/// stale: see the module invariants). `None` if memory is exhausted.
+pub(super) fn take(len: usize) -> Option<(NonNull<Frame>, bool)> {
     #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
     if let Some(k) = class_of(len) {
-        return arena::alloc(k, len, zero);
+        return pool::take(k);
     }
     let l = system_layout(len)?;
-    let p = if zero {
-        // SAFETY: `l` has a non-zero size.
-        unsafe { std::alloc::alloc_zeroed(l) }
-    } else {
-        // SAFETY: `l` has a non-zero size.
-        unsafe { std::alloc::alloc(l) }
-    };
-    NonNull::new(p)
+    // SAFETY: `l` has a non-zero size.
+    let data = NonNull::new(unsafe { std::alloc::alloc_zeroed(l) })?;
+    Some((Frame::boxed(data, len, true), true))
 }
 
-/// Free a buffer from [`alloc`].
+/// Give a frame back: recycled (a class size, outside Miri, loom and
+/// `kxarray_system_alloc`) or freed.
 ///
 /// # Safety
-/// - `p` came from [`alloc`] with this `len`, and is freed once;
-/// - nothing uses its bytes any more.
-pub(crate) unsafe fn free(p: NonNull<u8>, len: usize) {
+/// - `f` came from [`take`] and is given back once;
+/// - no one uses it or its bytes any more (its count is zero and every
+///   reader that could reach it has finished).
+pub(super) unsafe fn give(f: NonNull<Frame>) {
+    // SAFETY: a live header (the contract).
+    let len = unsafe { f.as_ref() }.len;
     #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
     if let Some(k) = class_of(len) {
-        // SAFETY: forwarded: from `alloc`, so from the arena's class `k`.
-        unsafe { arena::free(k, p, len) };
+        // SAFETY: forwarded: from `take`, so from the pool's class `k`.
+        unsafe { pool::give(k, f) };
         return;
     }
+    // SAFETY: a header from `Frame::boxed`, given back once (the contract).
+    let h = unsafe { Box::from_raw(f.as_ptr()) };
     let l = system_layout(len).expect("the layout was valid when allocated");
-    // SAFETY: allocated by the global allocator with this layout (the
-    // contract), freed once.
-    unsafe { std::alloc::dealloc(p.as_ptr(), l) };
+    // SAFETY: allocated by the global allocator with this layout (`take`),
+    // freed once.
+    unsafe { std::alloc::dealloc(h.data.as_ptr(), l) };
 }
 
-/// The regions (not compiled where every buffer is a global allocation).
+/// The recycling pool (not compiled where every frame is a global
+/// allocation).
 #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
-mod arena {
-    use super::{FrameStats, REGION};
+mod pool {
+    use super::super::regions;
+    use super::{
+        class_of, mag_cap, Frame, FrameStats, CLASSES, PAGE, REGION, RELEASE_BATCH, SLACK,
+    };
     use crate::sync::{AtomicUsize, Lock, Ordering};
-    #[cfg(not(target_os = "linux"))]
-    use core::alloc::Layout;
+    use core::cell::RefCell;
     use core::ptr::NonNull;
-    use std::collections::HashMap;
 
-    const CLASSES: usize = super::CLASSES;
-
-    /// Regions in existence, over every class.
-    static REGIONS: AtomicUsize = AtomicUsize::new(0);
-    /// Bytes in blocks handed out from regions.
+    /// Bytes of pool frames handed out.
     static IN_USE: AtomicUsize = AtomicUsize::new(0);
+    /// Bytes of pool frames in existence.
+    static HELD: AtomicUsize = AtomicUsize::new(0);
+    /// The retain limit: the live caches' capacities.
+    static LIMIT: AtomicUsize = AtomicUsize::new(0);
 
     pub(super) fn stats() -> FrameStats {
+        let held = held();
+        let in_use = IN_USE.load(Ordering::Relaxed).min(held);
         FrameStats {
-            regions: REGIONS.load(Ordering::Relaxed),
-            bytes_in_use: IN_USE.load(Ordering::Relaxed),
+            regions: regions::count(),
+            bytes_in_use: in_use,
+            bytes_free: held - in_use,
         }
     }
 
-    #[cfg(not(target_os = "linux"))]
-    fn region_layout() -> Layout {
-        match Layout::from_size_align(REGION, REGION) {
-            Ok(l) => l,
-            Err(_) => unreachable!("2 MiB is a valid size and alignment"),
+    /// Bytes of frames in existence plus the regions faulted in ahead.
+    fn held() -> usize {
+        HELD.load(Ordering::Relaxed) + regions::ready_count() * REGION
+    }
+
+    /// Regions of 4 KiB frames the prefaulter keeps faulted in ahead of a
+    /// growing cache: 4 MiB, 1,024 misses' worth.
+    const READY_TARGET: usize = 2;
+
+    /// Whether one more region fits under the retain limit, with every
+    /// frame and ready region counted.
+    fn room_for_a_region() -> bool {
+        held() + REGION <= LIMIT.load(Ordering::Relaxed)
+    }
+
+    /// The prefaulter: a thread, made on the first need, that keeps
+    /// [`READY_TARGET`] regions of 4 KiB frames faulted in while a cache
+    /// grows (the kernel's `kswapd` keeping free pages above a watermark,
+    /// in miniature), so that a miss does not wait for the kernel to find,
+    /// compact and zero fresh memory (on a machine whose memory is full of
+    /// page cache, a huge page's fault reclaims and compacts: 2 to 10 us
+    /// per 4 KiB). It never holds more than the retain limit allows.
+    static PREFAULTER: std::sync::OnceLock<Option<std::sync::Arc<crate::sync::Event>>> =
+        std::sync::OnceLock::new();
+
+    /// Ask the prefaulter for regions if it is short of them and there is
+    /// room (a load or two when it is not).
+    fn kick_prefaulter() {
+        if regions::ready_count() >= READY_TARGET || !room_for_a_region() {
+            return;
+        }
+        let ev = PREFAULTER.get_or_init(|| {
+            let ev = std::sync::Arc::new(crate::sync::Event::new());
+            let theirs = std::sync::Arc::clone(&ev);
+            let spawned = std::thread::Builder::new()
+                .name("kxarray-frames".into())
+                .spawn(move || loop {
+                    theirs.wait_timeout(std::time::Duration::from_secs(1));
+                    theirs.take();
+                    while regions::ready_count() < READY_TARGET && room_for_a_region() {
+                        if !regions::prefault() {
+                            break;
+                        }
+                    }
+                });
+            spawned.ok().map(|_| ev)
+        });
+        if let Some(ev) = ev {
+            ev.kick();
         }
     }
 
-    /// One region's blocks.
-    struct Region {
-        /// Freed blocks, by index.
-        free: Vec<u16>,
-        /// Blocks `bump..` were never handed out (and are still zero).
-        bump: u16,
-        /// Blocks handed out.
-        used: u16,
+    /// A frame pointer that may sit in a shared list.
+    struct Free(NonNull<Frame>);
+    // SAFETY: a free frame belongs to the list that holds it; whoever takes
+    // it out owns it, on whatever thread.
+    unsafe impl Send for Free {}
+
+    static SHARED: [Lock<Vec<Free>>; CLASSES] = [const { Lock::new(Vec::new()) }; CLASSES];
+
+    const MAG: usize = mag_cap(0);
+
+    /// One class's magazine: free frames in a fixed array.
+    struct Mag {
+        len: usize,
+        slots: [*mut Frame; MAG],
     }
 
-    /// One size class.
-    #[derive(Default)]
-    struct Class {
-        regions: HashMap<usize, Region>,
-        /// Bases of regions that may have a block to give (entries may be
-        /// stale: checked when used).
-        partial: Vec<usize>,
-        /// Regions with nothing handed out (at most one).
-        empty: usize,
-    }
-
-    static POOL: [Lock<Option<Class>>; CLASSES] = [const { Lock::new(None) }; CLASSES];
-
-    impl Class {
-        /// A block, and whether it is known to be zero; `None` without one.
-        fn take(&mut self, per_region: u16, block: usize) -> Option<(usize, bool)> {
-            while let Some(&base) = self.partial.last() {
-                let Some(r) = self.regions.get_mut(&base) else {
-                    self.partial.pop();
-                    continue;
-                };
-                let (idx, zero) = if let Some(i) = r.free.pop() {
-                    (i, false)
-                } else if r.bump < per_region {
-                    r.bump += 1;
-                    (r.bump - 1, true)
-                } else {
-                    self.partial.pop();
-                    continue;
-                };
-                if r.used == 0 {
-                    self.empty -= 1;
-                }
-                r.used += 1;
-                if r.free.is_empty() && r.bump == per_region {
-                    self.partial.pop();
-                }
-                return Some((base + idx as usize * block, zero));
-            }
-            None
-        }
-
-        /// Give back block `addr`; returns a region to release, if it emptied
-        /// beyond the spare.
-        fn put(&mut self, addr: usize, per_region: u16, block: usize) -> Option<usize> {
-            let base = addr & !(REGION - 1);
-            let r = self
-                .regions
-                .get_mut(&base)
-                .expect("a block is freed into the region it came from");
-            debug_assert!(r.used > 0);
-            let was_full = r.free.is_empty() && r.bump == per_region;
-            r.free.push(((addr - base) / block) as u16);
-            r.used -= 1;
-            if was_full {
-                self.partial.push(base);
-            }
-            if r.used > 0 {
-                return None;
-            }
-            if self.empty == 0 {
-                self.empty = 1;
-                return None;
-            }
-            self.regions.remove(&base);
-            Some(base)
-        }
-    }
-
-    /// A new region, zero, advised for huge pages before anything touches
-    /// it (a page faulted in first would be a 4 KiB page); `None` if the
-    /// system refuses. Mapped directly (Linux), so its bytes are known to be
-    /// zero and no allocator bookkeeping shares its first huge page.
-    #[cfg(target_os = "linux")]
-    fn new_region() -> Option<NonNull<u8>> {
-        let len = 2 * REGION;
-        // SAFETY: an anonymous private mapping at an address of the
-        // kernel's choosing: it aliases nothing.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
+    impl Mag {
+        const EMPTY: Mag = Mag {
+            len: 0,
+            slots: [core::ptr::null_mut(); MAG],
         };
-        if p == libc::MAP_FAILED {
+        #[inline]
+        fn pop(&mut self) -> Option<NonNull<Frame>> {
+            self.len = self.len.checked_sub(1)?;
+            NonNull::new(self.slots[self.len])
+        }
+        #[inline]
+        fn push(&mut self, f: NonNull<Frame>) {
+            self.slots[self.len] = f.as_ptr();
+            self.len += 1;
+        }
+    }
+
+    /// A thread's magazines; given back to the shared lists when it exits.
+    struct Mags(RefCell<[Mag; CLASSES]>);
+
+    impl Drop for Mags {
+        fn drop(&mut self) {
+            for (k, m) in self.0.get_mut().iter_mut().enumerate() {
+                spill(k, m, 0);
+            }
+        }
+    }
+
+    std::thread_local! {
+        static MAGS: Mags = const { Mags(RefCell::new([Mag::EMPTY; CLASSES])) };
+    }
+
+    /// The bytes of free frames (and ready regions) beyond what the limit
+    /// allows.
+    fn excess() -> usize {
+        let held = held();
+        let in_use = IN_USE.load(Ordering::Relaxed).min(held);
+        let allowed = LIMIT.load(Ordering::Relaxed).saturating_sub(in_use) + SLACK;
+        (held - in_use).saturating_sub(allowed)
+    }
+
+    /// Move the frames of `m` from `keep` on into class `k`'s shared list,
+    /// then release what is over the limit.
+    fn spill(k: usize, m: &mut Mag, keep: usize) {
+        {
+            let mut shared = SHARED[k].lock();
+            for &p in &m.slots[keep..m.len] {
+                if let Some(p) = NonNull::new(p) {
+                    shared.push(Free(p));
+                }
+            }
+        }
+        m.len = keep.min(m.len);
+        if excess() >= RELEASE_BATCH {
+            trim(true);
+        }
+    }
+
+    /// Release up to `bytes` of class `k`'s shared free frames, the oldest
+    /// first. Returns the bytes released.
+    fn release_from(k: usize, bytes: usize) -> usize {
+        let len = PAGE << k;
+        let n = bytes.div_ceil(len);
+        let frames: Vec<Free> = {
+            let mut shared = SHARED[k].lock();
+            let n = n.min(shared.len());
+            shared.drain(..n).collect()
+        };
+        release(k, frames)
+    }
+
+    /// Release free frames of class `k`: headers freed, bytes discarded,
+    /// blocks back to their regions.
+    fn release(k: usize, frames: Vec<Free>) -> usize {
+        if frames.is_empty() {
+            return 0;
+        }
+        let len = PAGE << k;
+        let mut blocks: Vec<NonNull<u8>> = frames
+            .into_iter()
+            .map(|Free(f)| {
+                // SAFETY: a free frame's header, owned here (taken off its
+                // list), made by `Frame::boxed` and freed once.
+                let h = unsafe { Box::from_raw(f.as_ptr()) };
+                debug_assert_eq!(h.len, len);
+                h.data
+            })
+            .collect();
+        // SAFETY: each block is a frame's bytes, `len` long, of a live
+        // region, handed out by it, and no one uses them (free).
+        unsafe { regions::discard(&mut blocks, len) };
+        // SAFETY: from `carve` for class `k`, given back once, now zero.
+        unsafe { regions::give_back(k, &blocks) };
+        let bytes = blocks.len() * len;
+        HELD.fetch_sub(bytes, Ordering::Relaxed);
+        bytes
+    }
+
+    pub(super) fn retain(bytes: usize, grow: bool) {
+        if grow {
+            LIMIT.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            let _ = LIMIT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                Some(l.saturating_sub(bytes))
+            });
+            trim(true);
+        }
+    }
+
+    /// Release free frames: those over the limit (`to_limit`), or all of
+    /// the shared lists and this thread's magazines. Over the limit, the
+    /// largest classes go first: a workload whose folio size changed (a
+    /// sequential warm-up's 64 KiB folios, then 4 KiB random misses) gives
+    /// back the frames it no longer uses, not the ones it recycles.
+    pub(super) fn trim(to_limit: bool) -> usize {
+        let _ = MAGS.try_with(|m| {
+            if let Ok(mut mags) = m.0.try_borrow_mut() {
+                for (k, mag) in mags.iter_mut().enumerate() {
+                    if !to_limit {
+                        spill(k, mag, 0);
+                    }
+                }
+            }
+        });
+        let mut released = 0;
+        if !to_limit || excess() > 0 {
+            released += regions::release_ready();
+        }
+        for k in (0..CLASSES).rev() {
+            let want = if to_limit { excess() } else { usize::MAX };
+            if want == 0 {
+                break;
+            }
+            released += release_from(k, want);
+        }
+        released
+    }
+
+    /// Refill `m` (empty) with up to half a magazine of class `k`: from the
+    /// shared list, else carved from the regions. Returns whether the
+    /// frames are zero (carved).
+    fn refill(k: usize, m: &mut Mag) -> Option<bool> {
+        let want = mag_cap(k).div_ceil(2);
+        {
+            let mut shared = SHARED[k].lock();
+            while m.len < want {
+                let Some(Free(f)) = shared.pop() else {
+                    break;
+                };
+                m.push(f);
+            }
+        }
+        if m.len > 0 {
+            return Some(false);
+        }
+        let len = PAGE << k;
+        let mut got = 0;
+        regions::carve(k, want, &mut |data| {
+            m.push(Frame::boxed(data, len, true));
+            got += 1;
+        });
+        if got == 0 {
             return None;
         }
-        let p = p.cast::<u8>();
-        let start = p.expose_provenance();
-        let head = ((start + REGION - 1) & !(REGION - 1)) - start;
-        let tail = len - head - REGION;
-        if head > 0 {
-            // SAFETY: the head lies inside the mapping just made, is whole
-            // pages (the mapping and 2 MiB are page-aligned), and nothing
-            // uses it; the region after it stays mapped.
-            unsafe { libc::munmap(p.cast(), head) };
+        HELD.fetch_add(got * len, Ordering::Relaxed);
+        if k == 0 {
+            kick_prefaulter();
         }
-        if tail > 0 {
-            // SAFETY: as for the head, at the mapping's end.
-            unsafe { libc::munmap(p.wrapping_add(head + REGION).cast(), tail) };
-        }
-        let region = p.wrapping_add(head);
-        // SAFETY: the region is ours and mapped; MADV_HUGEPAGE only changes
-        // how the kernel backs it, never its contents. A refusal (no THP
-        // support) changes nothing.
-        unsafe { libc::madvise(region.cast(), REGION, libc::MADV_HUGEPAGE) };
-        REGIONS.fetch_add(1, Ordering::Relaxed);
-        NonNull::new(region)
+        Some(true)
     }
 
-    /// A new region, zero; `None` if the allocator refuses.
-    #[cfg(not(target_os = "linux"))]
-    fn new_region() -> Option<NonNull<u8>> {
-        // SAFETY: the layout has a non-zero size.
-        let base = NonNull::new(unsafe { std::alloc::alloc_zeroed(region_layout()) })?;
-        REGIONS.fetch_add(1, Ordering::Relaxed);
-        Some(base)
+    /// One frame when this thread's magazines cannot be used (re-entered,
+    /// or the thread is exiting).
+    #[cold]
+    fn take_unbuffered(k: usize) -> Option<NonNull<Frame>> {
+        if let Some(Free(f)) = SHARED[k].lock().pop() {
+            return Some(f);
+        }
+        let len = PAGE << k;
+        let mut one = None;
+        regions::carve(k, 1, &mut |data| one = Some(Frame::boxed(data, len, true)));
+        if one.is_some() {
+            HELD.fetch_add(len, Ordering::Relaxed);
+        }
+        one
     }
 
-    /// Give a region back.
-    ///
-    /// # Safety
-    /// - `base` came from [`new_region`], is released once, and none of its
-    ///   blocks is handed out.
-    unsafe fn release_region(base: usize) {
-        REGIONS.fetch_sub(1, Ordering::Relaxed);
-        let p = core::ptr::with_exposed_provenance_mut::<u8>(base);
-        #[cfg(target_os = "linux")]
-        // SAFETY: the contract: a mapping of `REGION` bytes no one uses.
-        unsafe {
-            libc::munmap(p.cast(), REGION);
-        }
-        #[cfg(not(target_os = "linux"))]
-        // SAFETY: the contract: allocated with `region_layout`.
-        unsafe {
-            std::alloc::dealloc(p, region_layout())
+    /// Ask the CPU to fetch the frame this thread's next take of a page
+    /// will hand out: its header and its 4 KiB. A recycled frame is cold
+    /// (its folio was evicted for being the least recently used), and a
+    /// miss writes it whole (the backend's read into it) and then reads it
+    /// (the copy out): without the hint both wait on memory; with it, the
+    /// lines arrive during the miss before. A hint: reads nothing the
+    /// program sees.
+    #[inline]
+    fn prefetch_next(m: &Mag) {
+        let Some(&next) = m.slots[..m.len].last() else {
+            return;
         };
-    }
-
-    /// A block of class `k` (`len` bytes).
-    pub(super) fn alloc(k: usize, len: usize, zero: bool) -> Option<NonNull<u8>> {
-        let per_region = (REGION / len) as u16;
-        loop {
-            let got = POOL[k]
-                .lock()
-                .get_or_insert_with(Class::default)
-                .take(per_region, len);
-            if let Some((addr, fresh)) = got {
-                IN_USE.fetch_add(len, Ordering::Relaxed);
-                let p = NonNull::new(core::ptr::with_exposed_provenance_mut::<u8>(addr))
-                    .expect("regions are not at address 0");
-                if zero && !fresh {
-                    // SAFETY: the block is `len` bytes of a live region, handed
-                    // out to us alone.
-                    unsafe { p.as_ptr().write_bytes(0, len) };
-                }
-                return Some(p);
-            }
-            // No block: a new region, made without the lock.
-            let base = new_region()?;
-            let mut class = POOL[k].lock();
-            let c = class.get_or_insert_with(Class::default);
-            c.regions.insert(
-                base.as_ptr().expose_provenance(),
-                Region {
-                    free: Vec::new(),
-                    bump: 0,
-                    used: 0,
-                },
-            );
-            c.empty += 1;
-            c.partial.push(base.as_ptr().expose_provenance());
+        crate::node::prefetch(next.cast_const().cast());
+        // SAFETY: a free frame in this thread's magazine: its header lives
+        // until it leaves the magazine, and no one else touches it.
+        let data = unsafe { &*next }.data.as_ptr().cast_const().cast::<i8>();
+        for line in (0..PAGE).step_by(64) {
+            crate::node::prefetch(data.wrapping_add(line));
         }
     }
 
-    /// Free a block of class `k`.
-    ///
+    #[inline]
+    pub(super) fn take(k: usize) -> Option<(NonNull<Frame>, bool)> {
+        let f = MAGS
+            .try_with(|m| match m.0.try_borrow_mut() {
+                Ok(mut mags) => {
+                    let mag = &mut mags[k];
+                    let f = match mag.pop() {
+                        Some(f) => Some(f),
+                        None => {
+                            refill(k, mag)?;
+                            mag.pop()
+                        }
+                    };
+                    if k == 0 {
+                        prefetch_next(mag);
+                    }
+                    f
+                }
+                Err(_) => take_unbuffered(k),
+            })
+            .unwrap_or_else(|_| take_unbuffered(k))?;
+        IN_USE.fetch_add(PAGE << k, Ordering::Relaxed);
+        // SAFETY: a free frame, now ours alone.
+        let h = unsafe { f.as_ref() };
+        let zeroed = h.zeroed.load(Ordering::Relaxed);
+        debug_assert_eq!(h.refs.load(Ordering::Relaxed), 0);
+        Some((f, zeroed))
+    }
+
     /// # Safety
-    /// - as [`super::free`], for a block of class `k`.
-    pub(super) unsafe fn free(k: usize, p: NonNull<u8>, len: usize) {
-        debug_assert!(
-            (p.as_ptr() as usize).is_multiple_of(len),
-            "blocks are aligned to their size"
+    /// - as [`super::give`], for a frame of class `k`.
+    #[inline]
+    pub(super) unsafe fn give(k: usize, f: NonNull<Frame>) {
+        debug_assert_eq!(
+            class_of(
+                // SAFETY: live (the contract).
+                unsafe { f.as_ref() }.len
+            ),
+            Some(k)
         );
-        IN_USE.fetch_sub(len, Ordering::Relaxed);
-        let released = POOL[k]
-            .lock()
-            .as_mut()
-            .expect("a class that handed out a block exists")
-            .put(p.as_ptr().expose_provenance(), (REGION / len) as u16, len);
-        if let Some(base) = released {
-            // SAFETY: none of its blocks is handed out (it emptied) and it
-            // is no longer listed (removed from the class under its lock).
-            unsafe { release_region(base) };
+        // SAFETY: ours again (the contract).
+        let h = unsafe { f.as_ref() };
+        h.zeroed.store(false, Ordering::Relaxed);
+        h.refs.store(0, Ordering::Relaxed);
+        IN_USE.fetch_sub(PAGE << k, Ordering::Relaxed);
+        let kept = MAGS.try_with(|m| match m.0.try_borrow_mut() {
+            Ok(mut mags) => {
+                let mag = &mut mags[k];
+                if mag.len == mag_cap(k) {
+                    spill(k, mag, mag_cap(k) / 2);
+                }
+                mag.push(f);
+                true
+            }
+            Err(_) => false,
+        });
+        if kept != Ok(true) {
+            SHARED[k].lock().push(Free(f));
         }
     }
 
     #[cfg(test)]
     mod tests {
+        use super::super::{give, take, trim_frames};
         use super::*;
-        use crate::filemap::frames::{alloc, class_of, frame_stats, free};
 
+        /// A frame given back is handed out again (this thread's
+        /// magazine) with its stale bytes and `zeroed == false`; fresh
+        /// frames are zero; trimming releases the free ones.
         #[test]
-        fn blocks_are_aligned_zeroed_distinct_and_regions_go_back() {
-            let before = frame_stats();
-            let len = 64 << 10; // 32 per region
-            let mut blocks = Vec::new();
-            for i in 0..100 {
-                let p = alloc(len, true).unwrap();
-                assert_eq!(p.as_ptr() as usize % len, 0);
-                // SAFETY: ours, `len` bytes.
-                let b = unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), len) };
-                assert!(b.iter().all(|&x| x == 0), "block {i} not zeroed");
-                b.fill(i as u8 + 1);
-                blocks.push(p);
-            }
-            for (i, p) in blocks.iter().enumerate() {
-                // SAFETY: ours.
-                let b = unsafe { core::slice::from_raw_parts(p.as_ptr(), len) };
-                assert!(b.iter().all(|&x| x == i as u8 + 1), "blocks overlap");
-            }
-            assert!(frame_stats().regions >= before.regions + 3);
-            // A freed block comes back zeroed when asked.
-            // SAFETY: from `alloc` with `len`, freed once.
-            unsafe { free(blocks.pop().unwrap(), len) };
-            let p = alloc(len, true).unwrap();
+        fn frames_are_recycled_stale_and_trimmed() {
+            let len = 16 << 10;
+            let (f, zeroed) = take(len).unwrap();
             // SAFETY: ours.
-            assert!(unsafe { core::slice::from_raw_parts(p.as_ptr(), len) }
-                .iter()
-                .all(|&x| x == 0));
-            blocks.push(p);
-            for p in blocks {
-                // SAFETY: from `alloc` with `len`, freed once.
-                unsafe { free(p, len) };
+            let h = unsafe { f.as_ref() };
+            // SAFETY: ours, `len` bytes, initialised (zero or a former
+            // frame's).
+            let b = unsafe { core::slice::from_raw_parts_mut(h.data().as_ptr(), len) };
+            if zeroed {
+                assert!(b.iter().all(|&x| x == 0));
             }
-            // Other tests share the pool, so only this class's invariant can
-            // be counted on: the regions our blocks emptied went back but one.
-            let class = POOL[class_of(len).unwrap()].lock();
-            let empty = class
-                .as_ref()
-                .unwrap()
-                .regions
-                .values()
-                .filter(|r| r.used == 0);
-            assert!(empty.count() <= 1, "emptied regions were given back");
+            b.fill(0xa5);
+            let addr = h.data();
+            // SAFETY: from `take`, given back once, unused.
+            unsafe { give(f) };
+            let (g, zeroed) = take(len).unwrap();
+            // SAFETY: ours.
+            let h = unsafe { g.as_ref() };
+            assert_eq!(h.data(), addr, "the magazine hands the same frame back");
+            assert!(!zeroed, "a recycled frame is not known zero");
+            // SAFETY: ours.
+            let b = unsafe { core::slice::from_raw_parts(h.data().as_ptr(), len) };
+            assert!(b.iter().all(|&x| x == 0xa5), "not zeroed on the way");
+            // SAFETY: from `take`, given back once, unused.
+            unsafe { give(g) };
+            assert!(stats().bytes_free >= len);
+            let released = trim_frames();
+            assert!(released >= len, "released {released}");
         }
 
+        /// Many threads take and give frames of several classes; every
+        /// frame handed out is distinct while held, and the counters
+        /// balance.
         #[test]
-        fn odd_sizes_use_the_global_allocator() {
-            for len in [1, 100, 4095, 4096 * 3, 4 << 20] {
-                assert!(class_of(len).is_none(), "{len}");
-                let p = alloc(len, true).unwrap();
-                // SAFETY: from `alloc` with `len`.
-                unsafe { free(p, len) };
+        fn concurrent_takes_and_gives_hand_out_distinct_frames() {
+            let threads: Vec<_> = (0..4)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        let mut held: Vec<(NonNull<Frame>, u8)> = Vec::new();
+                        for i in 0..2000usize {
+                            let len = PAGE << ((i + t) % 3);
+                            let (f, _) = take(len).unwrap();
+                            // SAFETY: ours.
+                            let h = unsafe { f.as_ref() };
+                            let tag = (i % 251) as u8;
+                            // SAFETY: ours, `len` bytes.
+                            unsafe { h.data().as_ptr().write_bytes(tag, len) };
+                            held.push((f, tag));
+                            if held.len() > 40 {
+                                for (f, tag) in held.drain(..20) {
+                                    // SAFETY: ours.
+                                    let h = unsafe { f.as_ref() };
+                                    // SAFETY: ours, `len` bytes.
+                                    let b = unsafe {
+                                        core::slice::from_raw_parts(h.data().as_ptr(), h.len())
+                                    };
+                                    assert!(b.iter().all(|&x| x == tag), "frame shared");
+                                    // SAFETY: from `take`, given back once.
+                                    unsafe { give(f) };
+                                }
+                            }
+                        }
+                        for (f, _) in held {
+                            // SAFETY: from `take`, given back once.
+                            unsafe { give(f) };
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
             }
-            assert_eq!(class_of(4096), Some(0));
-            assert_eq!(class_of(2 << 20), Some(9));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_sizes_use_the_global_allocator() {
+        for len in [1, 100, 4095, 4096 * 3, 4 << 20] {
+            assert!(class_of(len).is_none(), "{len}");
+            let (f, zeroed) = take(len).unwrap();
+            assert!(zeroed);
+            // SAFETY: from `take`, given back once.
+            unsafe { give(f) };
+        }
+        assert_eq!(class_of(4096), Some(0));
+        assert_eq!(class_of(2 << 20), Some(9));
+        assert_eq!((mag_cap(0), mag_cap(4), mag_cap(9)), (32, 2, 1));
     }
 }

@@ -46,7 +46,7 @@
 use super::frames;
 use crate::bytewise;
 use crate::guard::ProtectsBuffers;
-use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Lock, LockGuard, Ordering};
+use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, Lock, LockGuard, Ordering};
 use core::fmt;
 use core::ptr::NonNull;
 
@@ -65,30 +65,21 @@ impl fmt::Display for AllocError {
 
 impl std::error::Error for AllocError {}
 
-/// One buffer: its header, and its bytes in a separate allocation.
-struct Buf {
-    /// The folio's reference (while current) plus one per pin.
-    refs: AtomicUsize,
-    /// Bytes at `data`; never changes.
-    len: usize,
-    /// The bytes; never changes.
-    data: NonNull<u8>,
-}
+/// One buffer: a frame ([`frames::Frame`]: its header and its bytes,
+/// recycled through the frames' free lists when freed).
+type Buf = frames::Frame;
 
 impl Buf {
-    /// A buffer of `len` bytes, zero if `zero` (else stale but
-    /// initialised), holding one reference (its creator's).
-    fn alloc(len: usize, zero: bool) -> Result<NonNull<Buf>, AllocError> {
-        let data = frames::alloc(len, zero).ok_or(AllocError { bytes: len })?;
-        let b = Box::new(Buf {
-            refs: AtomicUsize::new(1),
-            len,
-            data,
-        });
-        Ok(NonNull::from(Box::leak(b)))
+    /// A buffer of `len` bytes holding one reference (its creator's), and
+    /// whether its bytes are zero (otherwise stale: a former folio's).
+    fn alloc(len: usize) -> Result<(NonNull<Buf>, bool), AllocError> {
+        let (b, zeroed) = frames::take(len).ok_or(AllocError { bytes: len })?;
+        // SAFETY: a frame just taken: ours alone.
+        unsafe { b.as_ref() }.refs.store(1, Ordering::Relaxed);
+        Ok((b, zeroed))
     }
 
-    /// Free the header and the bytes.
+    /// Give the buffer back to the frames.
     ///
     /// # Safety
     /// - `b` came from [`Buf::alloc`] and is freed once;
@@ -96,13 +87,11 @@ impl Buf {
     ///   that loaded it from a folio has finished (a grace period passed),
     ///   or it was never published.
     unsafe fn free(b: NonNull<Buf>) {
-        // SAFETY: `b` is a live box from `Buf::alloc`, reachable by no one
-        // else (the contract), so it may be taken back.
-        let bx = unsafe { Box::from_raw(b.as_ptr()) };
-        debug_assert!(bx.refs.load(Ordering::Relaxed) <= 1);
-        // SAFETY: `data` came from `frames::alloc` with this length and is
-        // freed once, with its header.
-        unsafe { frames::free(bx.data, bx.len) };
+        // SAFETY: live until given back just below.
+        debug_assert!(unsafe { b.as_ref() }.refs.load(Ordering::Relaxed) <= 1);
+        // SAFETY: from `frames::take` (through `Buf::alloc`), given back
+        // once, unreachable (the contract).
+        unsafe { frames::give(b) };
     }
 
     /// Drop one reference; the last one frees the buffer after a grace
@@ -152,11 +141,13 @@ impl Buf {
             return;
         }
         let arrivals = crate::lightpin::arrivals();
+        // SAFETY: the count is zero, so the buffer is ours until freed.
+        let bytes = unsafe { b.as_ref() }.len();
         let to_limbo = move || {
             let p = p;
             // SAFETY: run once, after crossbeam's grace period (below); the
             // limbo then waits for the light sections.
-            unsafe { arrivals.push(p.0.cast(), free_erased) }
+            unsafe { arrivals.push_sized(p.0.cast(), free_erased, bytes) }
         };
         let guard = crate::pin();
         // SAFETY: the count is zero: no folio points to the buffer any more
@@ -167,7 +158,26 @@ impl Buf {
         // which the deferral waits for, or light pins, which the limbo
         // waits for.
         unsafe { guard.defer_unchecked(to_limbo) };
+        // Crossbeam seals a thread's bag of deferred frees at 64 entries:
+        // 64 buffers of up to 2 MiB each out of reach. Past 2 MiB retired
+        // by this thread, the bag goes to the global queue now.
+        let flush = RETIRED.with(|r| {
+            let n = r.get() + bytes;
+            r.set(if n >= RETIRED_FLUSH { 0 } else { n });
+            n >= RETIRED_FLUSH
+        });
+        if flush {
+            guard.flush();
+        }
     }
+}
+
+/// Bytes of buffers a thread retires between two flushes of its bag.
+const RETIRED_FLUSH: usize = 2 << 20;
+
+crate::sync::thread_local_const! {
+    /// Bytes of buffers this thread retired since its bag was last flushed.
+    static RETIRED: core::cell::Cell<usize> = core::cell::Cell::new(0);
 }
 
 /// A folio's bytes: see the module docs for the protocol. The version and
@@ -329,6 +339,13 @@ impl FolioMem {
         Some(b)
     }
 
+    /// Ask the CPU to fetch the current buffer's header (reclaim reads its
+    /// count before it evicts). A hint: reads nothing the program sees.
+    #[inline]
+    pub(crate) fn prefetch_buffer(&self) {
+        crate::node::prefetch(self.buf.load(Ordering::Relaxed).cast_const().cast());
+    }
+
     /// Take the lock (waiting for the writer that holds it).
     #[inline]
     pub(crate) fn lock(&self) -> MemWrite<'_> {
@@ -367,12 +384,12 @@ impl FolioMem {
     fn publish(&self, new: Option<NonNull<Buf>>) {
         let data = match new {
             // SAFETY: `new` is a live buffer this call makes current.
-            Some(b) => unsafe { b.as_ref() }.data.as_ptr(),
+            Some(b) => unsafe { b.as_ref() }.data().as_ptr(),
             None => core::ptr::null_mut(),
         };
         debug_assert!(
             // SAFETY: as above.
-            new.is_none_or(|b| unsafe { b.as_ref() }.len == self.len),
+            new.is_none_or(|b| unsafe { b.as_ref() }.len() == self.len),
             "a folio's buffers all have its length"
         );
         self.data.store(data, Ordering::Release);
@@ -436,7 +453,7 @@ impl BufPin {
         // SAFETY: the bytes live as long as the header, and while the pin is
         // counted no writer changes them (a writer writes in place only
         // with the count at one, the folio's own).
-        unsafe { core::slice::from_raw_parts(b.data.as_ptr(), b.len) }
+        unsafe { core::slice::from_raw_parts(b.data().as_ptr(), b.len()) }
     }
 }
 
@@ -519,7 +536,7 @@ impl MemWrite<'_> {
 
     /// The current buffer's length (0 without one).
     pub(crate) fn len(&self) -> usize {
-        self.cur().map_or(0, |b| b.len)
+        self.cur().map_or(0, |b| b.len())
     }
 
     /// The current buffer's bytes (empty without one), to read.
@@ -530,7 +547,7 @@ impl MemWrite<'_> {
             // methods replace it); they change only through `&mut self`
             // methods of this, the only, writer, which the shared borrow
             // excludes; other threads only read them.
-            Some(b) => unsafe { core::slice::from_raw_parts(b.data.as_ptr(), b.len) },
+            Some(b) => unsafe { core::slice::from_raw_parts(b.data().as_ptr(), b.len()) },
             None => &[],
         }
     }
@@ -552,32 +569,53 @@ impl MemWrite<'_> {
         Some(BufPin(NonNull::from(b)))
     }
 
-    /// Make a new buffer of the folio's length, zeroed, let `fill` write it (it is
+    /// Make a new buffer of the folio's length, let `fill` write it (it is
     /// private until published), and make it current, dropping the old
-    /// one. When `fill` fails nothing changes and its error is returned.
+    /// one. `fill` is told whether the bytes are zero; otherwise they are a
+    /// recycled frame's stale bytes, and it must write every byte a reader
+    /// may see (the frames hand out recycled frames unzeroed: a miss fills
+    /// its folio from the backend anyway). When `fill` fails nothing
+    /// changes and its error is returned.
     ///
     /// # Errors
     /// [`InstallError::Alloc`] when the buffer cannot be allocated,
     /// [`InstallError::Fill`] with `fill`'s error.
     pub(crate) fn install<E>(
         &mut self,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+        fill: impl FnOnce(&mut [u8], bool) -> Result<(), E>,
     ) -> Result<(), InstallError<E>> {
         let len = self.mem.len;
-        let new = Buf::alloc(len, true).map_err(InstallError::Alloc)?;
+        let (new, zeroed) = Buf::alloc(len).map_err(InstallError::Alloc)?;
         // SAFETY: just allocated, owned here.
-        let data = unsafe { new.as_ref() }.data;
+        let data = unsafe { new.as_ref() }.data();
         // SAFETY: the new buffer is private: nothing else can reach it
         // until it is published below, so a unique borrow of its `len`
-        // bytes is sound.
+        // bytes is sound; they are initialised (zero, or a former folio's).
         let bytes = unsafe { core::slice::from_raw_parts_mut(data.as_ptr(), len) };
-        if let Err(e) = fill(bytes) {
+        if let Err(e) = fill(bytes, zeroed) {
             // SAFETY: never published, so no one else can reach it.
             unsafe { Buf::free(new) };
             return Err(InstallError::Fill(e));
         }
         self.publish(Some(new));
         Ok(())
+    }
+
+    /// Like [`MemWrite::install`], with every byte zero before `fill` runs
+    /// (a recycled frame is zeroed first).
+    ///
+    /// # Errors
+    /// As [`MemWrite::install`].
+    pub(crate) fn install_zeroed<E>(
+        &mut self,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), InstallError<E>> {
+        self.install(|b, zeroed| {
+            if !zeroed {
+                b.fill(0);
+            }
+            fill(b)
+        })
     }
 
     /// Drop the current buffer (the folio leaves the cache).
@@ -607,7 +645,7 @@ impl MemWrite<'_> {
                 how: How::Nothing,
             });
         };
-        let (data, len) = (b.data, b.len);
+        let (data, len) = (b.data(), b.len());
         let s = self.mem.seq.load(Ordering::Relaxed);
         debug_assert!(s & 1 == 0);
         // The writer's half of the handshake: odd version, then the count.
@@ -628,9 +666,9 @@ impl MemWrite<'_> {
         // Pinned: nothing was written, so the version may go back to the
         // even value readers may have copied under (their copies are good).
         self.mem.seq.store(s, Ordering::Release);
-        let new = Buf::alloc(len, false)?;
+        let (new, _) = Buf::alloc(len)?;
         // SAFETY: just allocated, owned here.
-        let copy = unsafe { new.as_ref() }.data;
+        let copy = unsafe { new.as_ref() }.data();
         // SAFETY: `new` is private until published and `len` bytes long, as
         // the old buffer is; the old bytes are read with plain loads, which
         // only race with other reads (this guard is the only writer).
@@ -842,7 +880,7 @@ mod tests {
     fn filled(len: usize, byte: u8) -> FolioMem {
         let m = FolioMem::new(len);
         m.lock()
-            .install(|b| {
+            .install_zeroed(|b| {
                 b.fill(byte);
                 Ok::<(), ()>(())
             })
@@ -925,7 +963,7 @@ mod tests {
     #[test]
     fn failed_install_changes_nothing() {
         let m = filled(64, 5);
-        let r = m.lock().install(|b| {
+        let r = m.lock().install_zeroed(|b| {
             b.fill(6);
             Err("backend error")
         });

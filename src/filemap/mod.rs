@@ -22,10 +22,16 @@ mod folio;
 mod frames;
 pub mod legacy;
 mod mem;
+#[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
+mod regions;
 mod shadow;
 
 pub use folio::{Folio, FolioFlags, MAX_FOLIO_ORDER, PAGE_SIZE};
-pub use frames::{frame_stats, FrameStats};
+pub use frames::{frame_stats, trim_frames, FrameStats};
+pub(crate) use frames::{
+    retain as retain_frames, trim_to_limit as trim_frames_to_limit,
+    HEADER_BYTES as FRAME_HEADER_BYTES,
+};
 pub use mem::AllocError;
 pub(crate) use mem::{BufPin, InstallError, MemBorrow, MemWrite};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};

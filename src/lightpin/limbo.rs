@@ -23,6 +23,12 @@ use core::ptr::NonNull;
 /// and the Miri tests free while readers run.
 const BATCH: usize = if cfg!(any(loom, miri)) { 1 } else { 256 };
 
+/// Bytes (as the pushers weigh their objects) that trigger an immediate
+/// attempt too: 2 MiB. Folio buffers are up to 2 MiB each, so 256 of them
+/// would hold far more memory out of reach than 256 nodes (issue 30: a
+/// cache of 64 KiB folios kept 16 MiB beyond its capacity waiting here).
+const BATCH_BYTES: usize = 2 << 20;
+
 /// Where crossbeam's deferred frees hand their objects over: normally
 /// straight to [`defer_free`]. Under loom, a model's statics are torn down
 /// before crossbeam's collector runs what is left in it, so a free running
@@ -49,7 +55,7 @@ pub(crate) fn arrivals() -> Arrivals {
         for g in arrived {
             // SAFETY: handed over by `Arrivals::push`, whose contract is
             // `defer_free`'s.
-            unsafe { defer_free(g.addr, g.free) };
+            unsafe { defer_free(g.addr, g.free, 0) };
         }
         Arrivals {
             queue: ARRIVED.clone(),
@@ -73,16 +79,36 @@ impl Arrivals {
     /// As for [`defer_free`].
     #[inline]
     pub(crate) unsafe fn push(self, addr: NonNull<u8>, free: unsafe fn(NonNull<u8>)) {
+        // SAFETY: forwarded.
+        unsafe { self.push_sized(addr, free, 0) }
+    }
+
+    /// [`Arrivals::push`] for an object holding `bytes` of memory (a folio
+    /// buffer): the limbo attempts a grace period early once the bytes it
+    /// holds reach [`BATCH_BYTES`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`defer_free`].
+    #[inline]
+    pub(crate) unsafe fn push_sized(
+        self,
+        addr: NonNull<u8>,
+        free: unsafe fn(NonNull<u8>),
+        bytes: usize,
+    ) {
         debug_assert!(addr.as_ptr() as usize != 0);
         #[cfg(loom)]
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Garbage { addr, free });
+        #[cfg(loom)]
+        let _ = bytes;
         #[cfg(not(loom))]
         // SAFETY: forwarded from this function's contract.
         unsafe {
-            defer_free(addr, free)
+            defer_free(addr, free, bytes)
         }
     }
 }
@@ -99,6 +125,8 @@ unsafe impl Send for Garbage {}
 
 struct Limbo {
     open: Vec<Garbage>,
+    /// Bytes the objects in `open` hold, as their pushers weighed them.
+    open_bytes: usize,
     sealed: Vec<(u64, Vec<Garbage>)>,
     drain_queued: bool,
 }
@@ -106,6 +134,7 @@ struct Limbo {
 crate::sync::global! {
     static LIMBO: Lock<Limbo> = Lock::new(Limbo {
         open: Vec::new(),
+        open_bytes: 0,
         sealed: Vec::new(),
         drain_queued: false,
     });
@@ -121,14 +150,15 @@ crate::sync::global! {
 ///   it is gone (this runs from the object's crossbeam-deferred free).
 /// - This is the only reference that will free it; `free(addr)` frees it
 ///   and may run on any thread.
-pub(super) unsafe fn defer_free(addr: NonNull<u8>, free: unsafe fn(NonNull<u8>)) {
+pub(super) unsafe fn defer_free(addr: NonNull<u8>, free: unsafe fn(NonNull<u8>), bytes: usize) {
     debug_assert!(addr.as_ptr() as usize != 0);
     let (full, queue) = {
         let mut l = LIMBO.lock();
         l.open.push(Garbage { addr, free });
+        l.open_bytes += bytes;
         let queue = !l.drain_queued;
         l.drain_queued = true;
-        (l.open.len() >= BATCH, queue)
+        (l.open.len() >= BATCH || l.open_bytes >= BATCH_BYTES, queue)
     };
     if queue {
         queue_drain();
@@ -180,6 +210,7 @@ fn drain() {
 pub(crate) fn reclaim() {
     let (open, mut sealed) = {
         let mut l = LIMBO.lock();
+        l.open_bytes = 0;
         (core::mem::take(&mut l.open), core::mem::take(&mut l.sealed))
     };
     if !open.is_empty() {

@@ -93,7 +93,6 @@ mod registry;
 pub(crate) use limbo::arrivals;
 #[cfg(all(test, not(loom)))]
 use limbo::defer_free;
-#[cfg(all(test, not(loom)))]
 pub(crate) use limbo::reclaim;
 
 use crate::guard::ProtectsNodes;
@@ -268,7 +267,7 @@ mod tests {
         });
         entered_rx.recv().unwrap();
         // SAFETY: nobody else has the box; `free_marker` frees it once.
-        unsafe { defer_free(p, free_marker) };
+        unsafe { defer_free(p, free_marker, 0) };
         for _ in 0..3 {
             reclaim();
         }

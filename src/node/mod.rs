@@ -80,7 +80,7 @@ pub(crate) struct Node {
 /// Miri or loom, or on other targets). It never faults and reads nothing the
 /// program observes, so any address is fine.
 #[inline(always)]
-fn prefetch(p: *const i8) {
+pub(crate) fn prefetch(p: *const i8) {
     #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     // SAFETY: SSE is part of the x86-64 baseline, so the intrinsic's target
     // feature is always present; a prefetch dereferences nothing.

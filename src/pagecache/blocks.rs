@@ -251,6 +251,25 @@ impl BlockMap {
         self.settle(&mut map, key(f), false);
     }
 
+    /// Estimated heap bytes of the map: each shard's table (capacity times
+    /// an entry, plus a control byte per bucket) and the bitmaps of folios
+    /// over 64 blocks.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.maps
+            .iter()
+            .map(|m| {
+                let m = m.lock();
+                m.capacity() * (core::mem::size_of::<(usize, Bits)>() + 1)
+                    + m.values()
+                        .map(|b| match (&b.uptodate, &b.dirty) {
+                            (Words::One(_), _) => 0,
+                            _ => 2 * b.nblocks.div_ceil(64) * 8,
+                        })
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Whether no folio of the file has a block that is not uptodate (one
     /// relaxed load, no lock).
     #[inline(always)]

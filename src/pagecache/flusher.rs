@@ -64,7 +64,7 @@ fn run(cache: Weak<CacheInner>, event: Arc<Event>, period: Duration) {
         loop {
             // Requests from here on ask for another pass.
             event.take();
-            let bg = cache.config.dirty_background_bytes;
+            let bg = cache.dirty_background_bytes();
             let over = cache.counters.dirty_bytes.read() > bg;
             let written = cache.counters.backend_written_bytes.load(Ordering::Relaxed);
             pass(&cache, over);

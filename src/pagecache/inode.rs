@@ -89,9 +89,10 @@ impl FileShared {
     }
 
     /// Fill `buf` from the backend at `pos`, reading no further than
-    /// `size`; the rest stays as it is (zero in a new buffer). Short reads
-    /// and `EINTR` are retried.
-    pub(crate) fn read_backend(&self, buf: &mut [u8], pos: u64, size: u64) -> io::Result<()> {
+    /// `size`; the rest stays as it is. Returns the bytes read (fewer than
+    /// asked for when the backend ends early). Short reads and `EINTR` are
+    /// retried.
+    pub(crate) fn read_backend(&self, buf: &mut [u8], pos: u64, size: u64) -> io::Result<usize> {
         let want = size.saturating_sub(pos).min(buf.len() as u64) as usize;
         let mut done = 0;
         while done < want {
@@ -106,7 +107,7 @@ impl FileShared {
             }
         }
         bump(&self.cache.counters.backend_read_bytes, done as u64);
-        Ok(())
+        Ok(done)
     }
 
     /// Book what marking blocks of a folio dirty did (flag, tag, gauge,

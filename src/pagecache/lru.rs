@@ -126,6 +126,7 @@ impl Lru {
                     if !e.folio.test(FolioFlags::LRU) || e.folio.test(FolioFlags::ACTIVE) {
                         continue; // stale
                     }
+                    self.prefetch_next();
                     return Scan::Victim(e);
                 }
                 None => {
@@ -137,11 +138,33 @@ impl Lru {
         }
     }
 
+    /// Prefetch what the next scans will read: the buffer header of the
+    /// next candidate (whose folio was prefetched by the scan before) and
+    /// the folio after it. At steady state a miss evicts one folio, so a
+    /// line asked for now is needed a whole miss later; without the hints,
+    /// the victims' cold folio structs and buffer headers were two cache
+    /// misses per eviction.
+    #[inline]
+    fn prefetch_next(&self) {
+        let n = self.inactive.len();
+        if n >= 1 {
+            self.inactive[n - 1].folio.prefetch_buffer();
+        }
+        if n >= 2 {
+            self.inactive[n - 2].folio.prefetch();
+        }
+    }
+
     /// Drop a candidate that is being evicted from the accounting.
     pub(crate) fn take(&mut self, e: &LruEntry) {
         if e.folio.clear(FolioFlags::LRU) {
             self.nr_inactive -= e.folio.nr_pages();
         }
+    }
+
+    /// Heap bytes of the two lists (their capacities times an entry).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        (self.inactive.capacity() + self.active.capacity()) * core::mem::size_of::<LruEntry>()
     }
 
     /// Entries held, live or stale (for bounding a scan).

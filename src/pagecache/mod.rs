@@ -48,6 +48,7 @@
 
 mod blocks;
 mod borrow;
+mod capacity;
 mod errseq;
 mod file;
 mod flusher;
@@ -65,6 +66,7 @@ mod workingset;
 mod writeback;
 
 pub use borrow::FolioBorrow;
+pub use capacity::{CapacityError, MAX_CAPACITY};
 pub use file::CachedFile;
 pub use folio::{FolioRef, HeldFolio};
 pub use folio_write::FolioWrite;
@@ -99,7 +101,8 @@ use workingset::Workingset;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Bytes of folio data the cache holds before reclaiming (rounded down
-    /// to whole pages, at least one page).
+    /// to whole pages, at least one page): the starting capacity;
+    /// [`PageCache::set_capacity`] changes it at run time.
     pub capacity: u64,
     /// Largest folio order readahead allocates (4 = 64 KiB with 4 KiB
     /// pages). Clamped to at least 4 and at most
@@ -196,7 +199,14 @@ impl CacheConfig {
 /// The state every handle of one cache shares.
 pub(crate) struct CacheInner {
     pub(crate) config: CacheConfig,
-    pub(crate) capacity_pages: u64,
+    /// The capacity in pages ([`PageCache::set_capacity`] changes it).
+    capacity_pages: AtomicU64,
+    /// The flusher's threshold and the dirty limit in bytes: the
+    /// configuration's, scaled with the capacity when it changes.
+    dirty_background: AtomicU64,
+    dirty_limit: AtomicU64,
+    /// Serializes capacity changes.
+    resize: Lock<()>,
     pub(crate) max_order: u32,
     pub(crate) lru: Lock<Lru>,
     pub(crate) nr_cached: AtomicU64,
@@ -215,9 +225,28 @@ impl CacheInner {
         self.start.elapsed().as_millis() as u64 + 1
     }
 
+    /// The capacity in pages now.
+    #[inline]
+    pub(crate) fn capacity_pages(&self) -> u64 {
+        self.capacity_pages.load(Ordering::Relaxed)
+    }
+
+    /// Dirty bytes above which the flusher writes back now.
+    #[inline]
+    pub(crate) fn dirty_background_bytes(&self) -> u64 {
+        self.dirty_background.load(Ordering::Relaxed)
+    }
+
+    /// Unwritten bytes above which writers are throttled now.
+    #[inline]
+    pub(crate) fn dirty_bytes_limit(&self) -> u64 {
+        self.dirty_limit.load(Ordering::Relaxed)
+    }
+
     /// Pages the active list may hold: all but an eighth of the capacity.
     pub(crate) fn active_cap(&self) -> u64 {
-        self.capacity_pages - (self.capacity_pages / 8).max(1).min(self.capacity_pages)
+        let cap = self.capacity_pages();
+        cap - (cap / 8).max(1).min(cap)
     }
 
     /// The live files.
@@ -257,7 +286,7 @@ pub struct PageCache {
 impl std::fmt::Debug for PageCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageCache")
-            .field("capacity", &self.inner.config.capacity)
+            .field("capacity", &self.capacity())
             .field("stats", &self.stats())
             .finish()
     }
@@ -271,15 +300,22 @@ impl PageCache {
     ///
     /// let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
     /// assert_eq!(cache.config().capacity, 1 << 20);
-    /// assert_eq!(cache.stats(), CacheStats::default()); // nothing cached or counted yet
+    /// let s = cache.stats();
+    /// assert_eq!(s.capacity_bytes, 1 << 20);
+    /// let counted = CacheStats { capacity_bytes: 1 << 20, ..CacheStats::default() };
+    /// assert_eq!(CacheStats { frame_bytes_free: 0, ..s }, counted); // nothing cached or counted yet
     /// ```
     pub fn new(config: CacheConfig) -> PageCache {
         let capacity_pages = (config.capacity / PAGE_SIZE as u64).max(1);
         let max_order = config
             .max_folio_order
             .clamp(4, crate::filemap::MAX_FOLIO_ORDER);
+        crate::filemap::retain_frames(capacity_pages as usize * PAGE_SIZE, true);
         let inner = Arc::new(CacheInner {
-            capacity_pages,
+            capacity_pages: AtomicU64::new(capacity_pages),
+            dirty_background: AtomicU64::new(config.dirty_background_bytes),
+            dirty_limit: AtomicU64::new(config.dirty_bytes),
+            resize: Lock::new(()),
             max_order,
             lru: Lock::new(Lru::default()),
             nr_cached: AtomicU64::new(0),
@@ -395,12 +431,9 @@ impl PageCache {
     pub fn stats(&self) -> CacheStats {
         let c = &self.inner.counters;
         let t = &self.inner.throttle;
-        let shadows = self
-            .inner
-            .files()
-            .iter()
-            .map(|f| f.mapping.nr_shadow_pages())
-            .sum();
+        let files = self.inner.files();
+        let shadows = files.iter().map(|f| f.mapping.nr_shadow_pages()).sum();
+        let cached_pages = self.inner.nr_cached.load(Ordering::Relaxed);
         CacheStats {
             hits: c.hits.sum(),
             misses: c.misses.sum(),
@@ -422,9 +455,65 @@ impl PageCache {
             writeback_errors: c.writeback_errors.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
-            cached_pages: self.inner.nr_cached.load(Ordering::Relaxed),
+            cached_pages,
             readahead_pages: c.readahead_pages.load(Ordering::Relaxed),
+            capacity_bytes: self.capacity(),
+            cached_bytes: cached_pages * PAGE_SIZE as u64,
+            frame_bytes_free: crate::filemap::frame_stats().bytes_free as u64,
+            metadata_bytes: self.inner.metadata_bytes(&files),
         }
+    }
+
+    /// The capacity now, in bytes (whole pages): the configuration's until
+    /// [`set_capacity`](PageCache::set_capacity) changes it.
+    ///
+    /// ```
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().capacity(10_000).flusher(false));
+    /// assert_eq!(cache.capacity(), 8192); // whole pages
+    /// ```
+    pub fn capacity(&self) -> u64 {
+        self.inner.capacity_pages() * PAGE_SIZE as u64
+    }
+
+    /// Change the capacity at run time (rounded down to whole pages).
+    /// Growing takes effect at once. Shrinking evicts, in the caller,
+    /// until the cache holds at most the new capacity (dirty folios are
+    /// written back first; folios pinned or in use stay until they are
+    /// let go, as at any capacity), then returns the memory the evicted
+    /// folios held to the system (free frames beyond the sum of the live
+    /// caches' capacities are released). The dirty thresholds scale with
+    /// the capacity (10% and 20% of it by default) and so does the
+    /// workingset's cap on shadow-only tree nodes (an eighth). What
+    /// [`config`](PageCache::config) returns does not change: it is the
+    /// configuration the cache was made with.
+    ///
+    /// # Errors
+    /// [`CapacityError::TooSmall`] under one page, [`CapacityError::TooLarge`]
+    /// above [`MAX_CAPACITY`]; nothing changes.
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// file.write_at(&[7; 1 << 20], 0).unwrap(); // 256 pages, all dirty
+    /// cache.set_capacity(64 << 10).unwrap(); // 16 pages: written back, then evicted
+    /// let s = cache.stats();
+    /// assert_eq!((s.capacity_bytes, s.dirty_bytes), (64 << 10, 0));
+    /// assert!(s.cached_bytes <= 64 << 10);
+    /// let mut b = [0u8; 4];
+    /// file.read_at(&mut b, 900_000).unwrap(); // nothing lost
+    /// assert_eq!(b, [7; 4]);
+    /// cache.set_capacity(2 << 20).unwrap();
+    /// assert_eq!(cache.capacity(), 2 << 20);
+    /// ```
+    pub fn set_capacity(&self, bytes: u64) -> Result<(), CapacityError> {
+        let pages = capacity::pages_for(bytes)?;
+        self.inner.resize(pages);
+        Ok(())
     }
 
     /// Write back every dirty folio of every file (without flushing the

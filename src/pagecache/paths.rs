@@ -146,8 +146,19 @@ impl FileShared {
                 bump(&self.cache.counters.readahead_pages, nr - 1);
             }
             let filled = match fill {
-                Fill::Read => w.install(|buf| self.read_backend(buf, base * PAGE, size)),
-                Fill::Write => w.install(|_| Ok(())),
+                // A recycled frame holds a former folio's bytes: what the
+                // backend did not fill (past the end of the file) is zeroed.
+                Fill::Read => w.install(|buf, zeroed| {
+                    let done = self.read_backend(buf, base * PAGE, size)?;
+                    if !zeroed {
+                        buf[done..].fill(0);
+                    }
+                    Ok(())
+                }),
+                // No block is uptodate yet, but zeroed all the same: a
+                // write marks blocks uptodate that it covers only in part
+                // past the end of the file.
+                Fill::Write => w.install_zeroed(|_| Ok(())),
             };
             if let Err(e) = filled {
                 folio.set(FolioFlags::DETACHED);
@@ -549,7 +560,7 @@ impl FileShared {
             let in_file = (size.saturating_sub(base + x as u64) as usize).min(y - x);
             if in_file > 0 {
                 let mut tmp = vec![0u8; in_file];
-                self.read_backend(&mut tmp, base + x as u64, size)?;
+                let _ = self.read_backend(&mut tmp, base + x as u64, size)?;
                 reads.push((x, tmp));
             }
         }
@@ -579,7 +590,7 @@ impl FileShared {
         let base = f.index() * PAGE;
         for (a, b) in self.blocks.missing(f, from, to, (0, 0)) {
             let mut tmp = vec![0u8; b - a];
-            self.read_backend(&mut tmp, base + a as u64, self.len())?;
+            let _ = self.read_backend(&mut tmp, base + a as u64, self.len())?;
             w.edit().map_err(oom)?.write(a, &tmp);
         }
         self.blocks.set_uptodate(f, from, to);

@@ -35,7 +35,7 @@ impl CacheInner {
         if let Some(s) = shadow {
             bump(&self.counters.refaults, 1);
             let distance = self.workingset.refault_distance(s);
-            if distance <= self.capacity_pages {
+            if distance <= self.capacity_pages() {
                 folio.set(FolioFlags::WORKINGSET);
                 activate = true;
             }
@@ -50,7 +50,7 @@ impl CacheInner {
         if activate {
             bump(&self.counters.activations, 1);
         }
-        if self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages {
+        if self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() {
             self.reclaim();
         }
     }
@@ -59,7 +59,7 @@ impl CacheInner {
     pub(crate) fn reclaim(&self) {
         for _round in 0..2 {
             let dirty = self.scan();
-            if dirty.is_empty() || self.nr_cached.load(Ordering::Relaxed) <= self.capacity_pages {
+            if dirty.is_empty() || self.nr_cached.load(Ordering::Relaxed) <= self.capacity_pages() {
                 break;
             }
             // Write the dirty victims back (`pageout`), then scan again.
@@ -72,16 +72,46 @@ impl CacheInner {
         bump(&self.counters.shadow_nodes_reclaimed, dropped);
     }
 
+    /// Evict until the cache is at most at its capacity (after the capacity
+    /// was lowered): reclaim rounds, each writing back the dirty victims it
+    /// found (`pageout`, as the kernel's reclaim does), for as long as they
+    /// make progress. Folios pinned or in use stay (the capacity's stated
+    /// exception).
+    pub(crate) fn shrink_to_capacity(&self) {
+        loop {
+            let before = self.nr_cached.load(Ordering::Relaxed);
+            if before <= self.capacity_pages() {
+                return;
+            }
+            self.reclaim();
+            if self.nr_cached.load(Ordering::Relaxed) >= before {
+                return; // nothing evictable left
+            }
+        }
+    }
+
     /// One pass under the LRU lock; returns dirty victims to write back.
     fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
         let mut dirty = Vec::new();
         // Files upgraded during the scan are released after the LRU lock
         // (declared first, dropped last): dropping a file's last handle
-        // detaches its folios, which takes the LRU lock.
+        // detaches its folios, which takes the LRU lock. The last file
+        // kept is held apart: a handle of the same file again is dropped at
+        // once (not the last one: `last` holds another), so a scan of one
+        // file's folios allocates nothing.
         let mut files: Vec<Arc<FileShared>> = Vec::new();
+        let mut last: Option<Arc<FileShared>> = None;
+        let mut keep = |file: Arc<FileShared>| match &last {
+            Some(l) if Arc::ptr_eq(l, &file) => drop(file),
+            _ => {
+                if let Some(old) = last.replace(file) {
+                    files.push(old);
+                }
+            }
+        };
         let mut lru = self.lru.lock();
         let mut budget = 2 * lru.entries() + 64;
-        while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages && budget > 0 {
+        while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() && budget > 0 {
             budget -= 1;
             while lru.nr_active > self.active_cap() {
                 if !lru.demote_one(false) {
@@ -100,7 +130,7 @@ impl CacheInner {
                 // The second access: promote.
                 lru.activate(e);
                 bump(&self.counters.activations, 1);
-                files.push(file);
+                keep(file);
                 continue;
             }
             if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
@@ -108,13 +138,14 @@ impl CacheInner {
                     dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
                 }
                 lru.rotate(e);
-                files.push(file);
+                keep(file);
                 continue;
             }
             self.evict(&mut lru, &file, e);
-            files.push(file);
+            keep(file);
         }
         drop(lru);
+        drop(last);
         drop(files);
         dirty
     }

@@ -228,6 +228,9 @@ pub(crate) fn drop_gauge(c: &AtomicU64, n: u64) {
 /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
 /// file.write_at(&[7; 4096], 0).unwrap(); // a whole block: nothing to read first
 /// let s = cache.stats();
+/// assert_eq!((s.capacity_bytes, s.cached_bytes), (64 << 20, 4096));
+/// assert!(s.metadata_bytes > 0); // a tree node, a folio struct, a frame header
+/// let s = cache.stats();
 /// assert_eq!((s.misses, s.cached_pages, s.dirty_bytes), (1, 1, 4096));
 /// assert_eq!(s.backend_read_bytes, 0);
 /// file.sync().unwrap();
@@ -289,6 +292,27 @@ pub struct CacheStats {
     pub cached_pages: u64,
     /// Pages brought in by readahead (beyond the one asked for).
     pub readahead_pages: u64,
+    /// The capacity now, in bytes ([`PageCache::set_capacity`](super::PageCache::set_capacity)).
+    pub capacity_bytes: u64,
+    /// Bytes of folios cached now (`cached_pages` pages): at most
+    /// `capacity_bytes`, except folios pinned, in use or dirty that reclaim
+    /// could not evict yet.
+    pub cached_bytes: u64,
+    /// Bytes of free folio frames held for the next misses, process-wide
+    /// (every cache shares the frames): at most the sum of the live caches'
+    /// capacities minus the frames in use, plus 2 MiB, plus up to 128 KiB
+    /// per size class in each thread's magazine
+    /// ([`frame_stats`](crate::filemap::frame_stats)).
+    pub frame_bytes_free: u64,
+    /// Estimated bytes the cache spends beside its folios' bytes: tree
+    /// nodes (every file's, counted times the node's stride), one folio
+    /// struct and frame header per folio on the reclaim lists (with the
+    /// allocator's chunk headers), the reclaim lists' and the block maps'
+    /// tables (capacities times entry sizes), the workingset's queue of
+    /// shadow nodes and the files' shared state. Not counted: the bytes
+    /// of frames pinned by zero-copy references after their folio moved
+    /// on, and threads' magazines of tree nodes.
+    pub metadata_bytes: u64,
 }
 
 impl CacheStats {

@@ -207,13 +207,14 @@ impl CacheInner {
                 self.unwritten()
             }
         };
-        if self.counters.dirty_bytes.read() > cfg.dirty_background_bytes {
+        if self.counters.dirty_bytes.read() > self.dirty_background_bytes() {
             self.throttle
                 .background_kicks
                 .fetch_add(1, Ordering::Relaxed);
             self.kick_flusher();
         }
-        if dirty <= cfg.dirty_bytes {
+        let limit = self.dirty_bytes_limit();
+        if dirty <= limit {
             if self.throttle.exceeded.load(Ordering::Relaxed) != 0 {
                 self.throttle.exceeded.store(0, Ordering::Relaxed);
             }
@@ -223,7 +224,7 @@ impl CacheInner {
         self.throttle.throttled.fetch_add(1, Ordering::Relaxed);
         let mut dirty = dirty;
         let mut stuck = 0;
-        while dirty > cfg.dirty_bytes {
+        while dirty > limit {
             if self.flusher_event.get().is_none() {
                 // No flusher: the writer writes back itself.
                 for f in self.files() {
@@ -240,7 +241,7 @@ impl CacheInner {
             let written = c.backend_written_bytes.load(Ordering::Relaxed);
             let errors = c.writeback_errors.load(Ordering::Relaxed);
             self.kick_flusher();
-            let pause = self.throttle.pause_for(dirty - cfg.dirty_bytes);
+            let pause = self.throttle.pause_for(dirty - limit);
             let t0 = Instant::now();
             std::thread::sleep(pause);
             let ns = t0.elapsed().as_nanos() as u64;

@@ -24,24 +24,54 @@
 
 use super::inode::FileShared;
 use crate::filemap::{AddressSpace, Shadow, ShadowFields, EVICTION_BITS};
-use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Lock, Ordering};
 use crate::{pin, EntryRef, CHUNK_SHIFT, CHUNK_SIZE};
 use std::collections::{HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Weak;
 
 const EVICTION_MASK: u64 = (1u64 << EVICTION_BITS) - 1;
 
+/// Shadow-only nodes a cache of `capacity_pages` keeps.
+fn node_cap(capacity_pages: u64) -> usize {
+    (capacity_pages / 8).max(1) as usize
+}
+
+/// The set's hasher: its keys (file id, node index) are small integers,
+/// which a multiply-rotate mixes well enough; SipHash's protection against
+/// chosen keys buys nothing here, and every eviction looks a key up.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 #[derive(Default)]
 struct Nodes {
     queue: VecDeque<(u64, u64, Weak<FileShared>)>,
-    set: HashSet<(u64, u64)>,
+    set: HashSet<(u64, u64), BuildHasherDefault<KeyHasher>>,
 }
 
 /// The workingset state of one cache.
 pub(crate) struct Workingset {
     clock: AtomicU64,
     nodes: Lock<Nodes>,
-    node_cap: usize,
+    /// Shadow-only nodes kept: an eighth of the capacity in pages.
+    node_cap: AtomicUsize,
 }
 
 impl Workingset {
@@ -49,8 +79,24 @@ impl Workingset {
         Workingset {
             clock: AtomicU64::new(0),
             nodes: Lock::new(Nodes::default()),
-            node_cap: (capacity_pages / 8).max(1) as usize,
+            node_cap: AtomicUsize::new(node_cap(capacity_pages)),
         }
+    }
+
+    /// Follow a new capacity (the cap on shadow-only nodes is an eighth of
+    /// it; [`Workingset::shrink`] applies it).
+    pub(crate) fn set_capacity(&self, capacity_pages: u64) {
+        self.node_cap
+            .store(node_cap(capacity_pages), Ordering::Relaxed);
+    }
+
+    /// Index ranges (tree nodes) remembered as holding shadows, and the
+    /// heap bytes their queue and set take (an estimate: capacities times
+    /// entry sizes, plus a control byte per set bucket).
+    pub(crate) fn queue_bytes(&self) -> usize {
+        let n = self.nodes.lock();
+        n.queue.capacity() * core::mem::size_of::<(u64, u64, Weak<FileShared>)>()
+            + n.set.capacity() * (core::mem::size_of::<(u64, u64)>() + 1)
     }
 
     /// Advance the clock for an eviction of `pages` and pack the shadow
@@ -87,7 +133,8 @@ impl Workingset {
         // Released after the lock (a file's last handle may go here).
         let mut files = Vec::new();
         let mut n = self.nodes.lock();
-        while n.set.len() > self.node_cap {
+        let cap = self.node_cap.load(Ordering::Relaxed);
+        while n.set.len() > cap {
             let Some((id, node, file)) = n.queue.pop_front() else {
                 break;
             };
