@@ -87,6 +87,12 @@ struct Args {
     /// Page-cache capacity for `--backend cached` (bytes, K/M/G suffixes).
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     cache_size: u64,
+    /// Do not follow memory pressure. By default `--backend cached` shrinks
+    /// its cache while the system stalls on memory (the kernel's PSI) and
+    /// grows it back to `--cache-size` once the stalls stop, with a log
+    /// line each time; where PSI is unavailable, one line says so.
+    #[arg(long)]
+    no_pressure: bool,
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
     export_name: String,
@@ -144,6 +150,8 @@ fn run(args: Args) -> Result<(), String> {
     if args.listen.is_none() && args.unix.is_none() {
         return Err("give --listen HOST:PORT and/or --unix PATH".into());
     }
+    // The pressure monitor of a cached backend, alive while the server runs.
+    let mut pressure = None;
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
         BackendKind::Hashmap => Arc::new(HashMapDisk::new(args.size)),
@@ -159,6 +167,13 @@ fn run(args: Args) -> Result<(), String> {
             }
             if args.backend == BackendKind::Cached {
                 let cache = PageCache::new(CacheConfig::default().capacity(args.cache_size));
+                if !args.no_pressure {
+                    pressure = kxarray::memory::PressureMonitor::start(
+                        Arc::new(cache.clone()),
+                        kxarray::memory::PressureConfig::default(),
+                    )
+                    .ok();
+                }
                 let file = cache
                     .open(f)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -214,6 +229,8 @@ fn run(args: Args) -> Result<(), String> {
     ctrlc::set_handler(move || handle.shutdown()).map_err(|e| format!("signal handler: {e}"))?;
 
     let served = server.serve(listeners);
+    // The cache no longer follows pressure once the server stops.
+    drop(pressure);
     if let Err(e) = &served {
         error!(error = %e, "event loop failed");
     }

@@ -24,6 +24,11 @@ pub struct Settings {
     /// Serve `xFetch` (SQLite's memory-mapped reads) with zero-copy
     /// references into the cache's folios, when `PRAGMA mmap_size` > 0.
     pub fetch: bool,
+    /// Follow memory pressure (the kernel's PSI): shrink the process's
+    /// cache while the system stalls on memory, grow it back after
+    /// (`kxarray::memory::PressureMonitor`; read by the open that creates
+    /// the cache).
+    pub pressure: bool,
 }
 
 /// A setting that does not parse.
@@ -140,11 +145,15 @@ const FETCH: Names = Names {
     uri: "kx_fetch",
     env: "KXARRAY_SQLITE_FETCH",
 };
+const PRESSURE: Names = Names {
+    uri: "kx_pressure",
+    env: "KXARRAY_SQLITE_PRESSURE",
+};
 
 impl Settings {
     /// The settings for an open: each from `uri(name)` (the URI parameter,
     /// if the open has one), else from `env(name)`, else the default
-    /// (cache [`default_capacity`], direct off, fetch on).
+    /// (cache [`default_capacity`], direct off, fetch on, pressure on).
     ///
     /// # Errors
     /// A [`SettingError`] naming the first value that does not parse (or a
@@ -183,6 +192,7 @@ impl Settings {
             cache_bytes,
             direct: boolean(&DIRECT, false)?,
             fetch: boolean(&FETCH, true)?,
+            pressure: boolean(&PRESSURE, true)?,
         })
     }
 
@@ -244,12 +254,15 @@ mod tests {
             Settings {
                 cache_bytes: 8 << 20,
                 direct: true,
-                fetch: true
+                fetch: true,
+                pressure: true
             }
         );
         let d = Settings::resolve(|_| None, |_| None).unwrap();
         assert_eq!(d.cache_bytes, default_capacity());
-        assert!(!d.direct && d.fetch);
+        assert!(!d.direct && d.fetch && d.pressure);
+        let off = Settings::resolve(|k| (k == "kx_pressure").then(|| "0".into()), |_| None);
+        assert!(!off.unwrap().pressure);
     }
 
     #[test]

@@ -478,7 +478,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
          writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} open_files={}",
-        cache.config().capacity,
+        cache.capacity(),
         s.cached_pages,
         s.hits,
         s.misses,
@@ -517,10 +517,11 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} mmap_size={} block_size={}",
+            "cache={} direct={} fetch={} pressure={} mmap_size={} block_size={}",
             h.cache.config().capacity,
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
+            u8::from(h.settings.pressure),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
         ),

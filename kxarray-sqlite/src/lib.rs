@@ -31,6 +31,7 @@
 //! | `kx_cache=<size>` | `KXARRAY_SQLITE_CACHE` | the process-wide cache's capacity (`k`/`m`/`g` suffixes); the first open makes the cache, later values are ignored with a notice in SQLite's log | a quarter of the memory budget (physical memory, or the cgroup's `memory.max`/`memory.high` when lower), at least 256 MiB (at most half the budget), at most 64 GiB ([`default_capacity`]) |
 //! | `kx_direct=0\|1` | `KXARRAY_SQLITE_DIRECT` | `O_DIRECT` below the cache for the database file (its journal or WAL stay buffered) | 0 |
 //! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
+//! | `kx_pressure=0\|1` | `KXARRAY_SQLITE_PRESSURE` | follow memory pressure: the kernel's PSI shrinks the cache by an eighth per stall event (down to an eighth of `kx_cache`) and it grows back after 10 s without one, each change a line in SQLite's log (`kxarray::memory::PressureMonitor`; where PSI is unavailable, one line and nothing else); the first open decides | 1 |
 //!
 //! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
 //! `name=value ...` row; `PRAGMA kx_settings` the settings in force.

@@ -43,12 +43,20 @@ pub fn cache() -> Option<&'static PageCache> {
     CACHE.get()
 }
 
-/// The cache, made with `capacity` bytes if it does not exist yet. The
-/// flusher thread is off: every write is written through, so nothing is
-/// left dirty for it.
-fn cache_for(capacity: u64) -> &'static PageCache {
-    let c = CACHE
-        .get_or_init(|| PageCache::new(CacheConfig::default().capacity(capacity).flusher(false)));
+/// The cache, made with `settings.cache_bytes` if it does not exist yet
+/// (and, with `settings.pressure`, a pressure monitor following it for the
+/// life of the process). The flusher thread is off: every write is written
+/// through, so nothing is left dirty for it.
+fn cache_for(settings: &Settings) -> &'static PageCache {
+    let capacity = settings.cache_bytes;
+    let c = CACHE.get_or_init(|| {
+        let c = PageCache::new(CacheConfig::default().capacity(capacity).flusher(false));
+        if settings.pressure {
+            follow_pressure(&c);
+        }
+        c
+    });
+    // The configured capacity (the live one moves under pressure).
     if c.config().capacity != capacity {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
@@ -63,6 +71,28 @@ fn cache_for(capacity: u64) -> &'static PageCache {
         });
     }
     c
+}
+
+/// Start the process's pressure monitor over `cache`, its lines to
+/// SQLite's log; where PSI is unavailable, one line there and nothing else.
+fn follow_pressure(cache: &PageCache) {
+    #[cfg(target_os = "linux")]
+    {
+        use kxarray::memory::{LogSink, PressureConfig, PressureMonitor};
+        static MONITOR: OnceLock<PressureMonitor> = OnceLock::new();
+        let log = LogSink::Callback(Arc::new(|line: &str| {
+            api().log(SQLITE_NOTICE, &format!("kxarray: {line}"))
+        }));
+        let config = PressureConfig {
+            log,
+            ..PressureConfig::default()
+        };
+        if let Ok(m) = PressureMonitor::start(Arc::new(cache.clone()), config) {
+            let _ = MONITOR.set(m);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cache;
 }
 
 /// The VFS object (leaked once: SQLite keeps a pointer to it for ever).
@@ -220,7 +250,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     } else {
         true
     };
-    let cache = cache_for(settings.cache_bytes).clone();
+    let cache = cache_for(&settings).clone();
     let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
     let mut out_flags = flags;
 

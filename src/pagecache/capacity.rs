@@ -148,6 +148,32 @@ impl Drop for CacheInner {
     }
 }
 
+/// A [`PageCache`](super::PageCache) follows memory pressure through a
+/// [`PressureMonitor`](crate::memory::PressureMonitor): the monitor calls
+/// [`PageCache::set_capacity`](super::PageCache::set_capacity).
+///
+/// ```no_run
+/// use kxarray::memory::{PressureConfig, PressureMonitor};
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+/// use std::sync::Arc;
+///
+/// let cache = PageCache::new(CacheConfig::default().capacity(1 << 30));
+/// // Off by default; where PSI is unavailable this logs one line and errs.
+/// let _monitor = PressureMonitor::start(Arc::new(cache.clone()), PressureConfig::default()).ok();
+/// ```
+#[cfg(target_os = "linux")]
+impl crate::memory::Resizable for super::PageCache {
+    type Error = CapacityError;
+
+    fn capacity(&self) -> u64 {
+        super::PageCache::capacity(self)
+    }
+
+    fn set_capacity(&self, bytes: u64) -> Result<(), CapacityError> {
+        super::PageCache::set_capacity(self, bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
