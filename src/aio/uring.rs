@@ -305,8 +305,18 @@ impl Progress for Ring {
     fn poll_once(&self) {
         self.drain(false);
     }
+    /// On an engine thread waiting inside a waker: reap what this ring has
+    /// completed, else sleep a millisecond. Never wait in the kernel for a
+    /// completion: this ring's reaper (another thread, unless it is this
+    /// one) may take the entry first, and an `io_uring_enter` waiting for
+    /// one more would then sleep until some unrelated request completes
+    /// (seen as a 10 s hang of a nested wait under load). The request's
+    /// own completion unparks this thread through its waker.
     fn block(&self) {
-        let _ = self.wait_and_drain();
+        self.enter_submit();
+        if self.drain(true) == 0 {
+            std::thread::park_timeout(std::time::Duration::from_millis(1));
+        }
     }
 }
 
