@@ -1,5 +1,5 @@
 //! Folio frames: the buffers that hold folios' bytes (`2^k` pages each, `k`
-//! from 0 to 9, 4 KiB to 2 MiB, carved from the huge-page [`regions`]),
+//! from 0 to 9, 4 KiB to 2 MiB, carved from the huge-page [`regions`](super::regions)),
 //! each with its header ([`Frame`]: a reference count, the length, the
 //! bytes' address), and their recycling: a frame whose folio was evicted or
 //! truncated goes back, header and bytes together, to a free list of its
