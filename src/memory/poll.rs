@@ -136,7 +136,10 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg_attr(miri, ignore = "poll(2) and eventfd(2) are foreign calls Miri does not run")]
+    #[cfg_attr(
+        miri,
+        ignore = "poll(2) and eventfd(2) are foreign calls Miri does not run"
+    )]
     fn timeouts_round_up() {
         assert_eq!(timeout_ms(None), -1);
         assert_eq!(timeout_ms(Some(Duration::ZERO)), 0);
@@ -150,7 +153,10 @@ mod tests {
 
     /// A set from another thread wakes a waiter blocked with no timeout.
     #[test]
-    #[cfg_attr(miri, ignore = "poll(2) and eventfd(2) are foreign calls Miri does not run")]
+    #[cfg_attr(
+        miri,
+        ignore = "poll(2) and eventfd(2) are foreign calls Miri does not run"
+    )]
     fn set_wakes_a_blocked_waiter() {
         let stop = std::sync::Arc::new(StopSignal::new().unwrap());
         let s = std::sync::Arc::clone(&stop);
