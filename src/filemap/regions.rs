@@ -33,7 +33,7 @@
 //!   is held while a region that emptied is discarded whole to become the
 //!   spare: an `madvise`, which allocates nothing).
 //!
-//! Only [`frames`](super::frames) uses it, and only where folio memory does
+//! Only the frames module (`filemap::frames`) uses it, and only where folio memory does
 //! not come from the global allocator (not under Miri, loom, cargo-fuzz or
 //! `--cfg kxarray_system_alloc`).
 
