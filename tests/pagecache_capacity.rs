@@ -17,8 +17,9 @@ const PAGE: u64 = 4096;
 /// Drive this thread's deferred frees (the evicted buffers come back to
 /// its magazines when their grace periods end).
 fn drive_frees() {
-    for _ in 0..16 {
+    for _ in 0..64 {
         kxarray::pin().flush();
+        std::thread::yield_now();
     }
 }
 
@@ -66,6 +67,9 @@ fn a_recycled_frame_shows_no_stale_bytes() {
     .into_iter()
     .enumerate()
     {
+        // This thread's magazines emptied first, so that its next misses
+        // refill from the shared lists, where the dirtied frames go.
+        kxarray::filemap::trim_frames();
         let dirtied = dirty_the_frames(&cache, 256, 0xAB, opts);
         let mut seen = |r: &kxarray::pagecache::FolioRef| {
             recycled += u32::from(dirtied.contains(&(r.as_ptr() as usize)));
