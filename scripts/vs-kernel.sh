@@ -311,7 +311,7 @@ miss)
         case $t in
           kx-grow)
             got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
-              --cache-size "$MISS_GROW_CACHE" --cold --ios "$GROW_IOS" --no-verify --reuse-file \
+              --cache-size "$MISS_GROW_CACHE" --no-warm --ios "$GROW_IOS" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
           kx-steady)
             got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \

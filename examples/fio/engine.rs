@@ -44,6 +44,37 @@ pub(crate) trait Engine {
     /// # Errors
     /// The engine's sync error.
     fn sync(&mut self) -> io::Result<()>;
+
+    /// Read several blocks at once (`--iodepth N`): each `(offset, buf)`
+    /// filled, one result per request, in order. The default reads them
+    /// one after the other (a synchronous engine: fio's psync ignores its
+    /// iodepth too); the kxarray engine hands the whole batch to the page
+    /// cache ([`read_many`]).
+    fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        reqs.iter_mut()
+            .map(|(off, buf)| {
+                let n = buf.len();
+                self.read(*off, buf, &mut |_| {}).map(|()| n)
+            })
+            .collect()
+    }
+}
+
+/// The page cache's batch read: every request's hits copied, its misses
+/// submitted together through the I/O engine, so `reqs.len()` reads are in
+/// flight at once.
+///
+/// The one place the example calls the batch API: until
+/// `CachedFile::read_many` (issue 31, item 3) is in the library, this
+/// reads the requests one after the other with `read_at`, so `--iodepth`
+/// runs but keeps one miss in flight per job.
+pub(crate) fn read_many(
+    file: &CachedFile,
+    reqs: &mut [(u64, &mut [u8])],
+) -> Vec<io::Result<usize>> {
+    reqs.iter_mut()
+        .map(|(off, buf)| file.read_at(buf, *off))
+        .collect()
 }
 
 fn short(what: &str, off: u64, got: usize, want: usize) -> io::Error {
@@ -81,6 +112,10 @@ impl Engine for ReadAt<'_> {
 
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync()
+    }
+
+    fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        read_many(self.file, reqs)
     }
 }
 

@@ -64,6 +64,10 @@ pub(crate) struct Setup<'a> {
     /// The kxarray cache and file (unused by the other engines).
     pub(crate) cache: CacheConfig,
     pub(crate) file_options: FileOptions,
+    /// kxarray over an `O_DIRECT` [`FileBackend`] (`--direct`).
+    pub(crate) direct: bool,
+    /// Drop the file from the kernel's cache before the run (`--cold`).
+    pub(crate) cold: bool,
 }
 
 impl Setup<'_> {
@@ -181,6 +185,22 @@ fn open_file(name: Option<&Path>) -> io::Result<(File, PathBuf, Option<tempfile:
     }
 }
 
+/// Drop `f`'s pages from the kernel's cache (`posix_fadvise(DONTNEED)`:
+/// clean pages go; the layout was synced, so all of them).
+///
+/// # Errors
+/// The error of `posix_fadvise(2)`.
+pub(crate) fn drop_kernel_cache(f: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on a descriptor this process owns; no memory of the
+    // process is read or written.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Read `len` bytes of `f` in megabyte requests, to have them in the
 /// kernel's cache.
 fn warm_kernel_cache(f: &File, len: u64) -> io::Result<()> {
@@ -219,13 +239,17 @@ impl Store {
                 lay_out(&mut |c, off| f.write_all_at(c, off), s.blocks, s.bs)?;
                 f.sync_all()?;
             }
+            if s.cold {
+                drop_kernel_cache(&f)?;
+            }
             (file, path, temp) = (Some(f), Some(p), t);
         }
         let store = match s.engine {
             EngineKind::Kxarray => {
-                let backend: Arc<dyn Backend> = match &file {
-                    Some(f) => Arc::new(FileBackend::from_file(f.try_clone()?)),
-                    None => {
+                let backend: Arc<dyn Backend> = match (&file, &path) {
+                    (Some(_), Some(p)) if s.direct => Arc::new(FileBackend::create_direct(p)?),
+                    (Some(f), _) => Arc::new(FileBackend::from_file(f.try_clone()?)),
+                    (None, _) => {
                         let r = RamDisk::new(size);
                         lay_out(&mut |c, off| r.write_all_at(c, off), s.blocks, s.bs)?;
                         Arc::new(r)
@@ -280,7 +304,12 @@ impl Store {
         } else {
             "nothing laid out".to_string()
         };
-        Ok((store, format!("{where_}: {how}"), temp))
+        let cold = if s.cold && on_file {
+            "; dropped from the kernel's cache (posix_fadvise DONTNEED)"
+        } else {
+            ""
+        };
+        Ok((store, format!("{where_}: {how}{cold}"), temp))
     }
 
     /// The warm-up pass: read the whole file once through the engine's
