@@ -330,6 +330,7 @@ impl<'a> Transmission<'a> {
         req.command == NBD_CMD_READ
             && req.flags & !NBD_CMD_FLAG_FUA == 0
             && req.length > 0
+            && req.length <= MAX_PAYLOAD
             && self.reply_len(req) <= REPLY_BUFFER
             && req
                 .offset

@@ -34,6 +34,7 @@ use crate::config::Settings;
 use crate::fetch::Fetches;
 use crate::ffi::*;
 use crate::inode::{self, Inode, Key, WritePolicy};
+use crate::pattern::{self, Pattern};
 use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
 use kxarray::pagecache::PageCache;
@@ -70,6 +71,8 @@ pub(crate) struct Handle {
     mmap_limit: i64,
     /// The pages `xFetch` lent SQLite, and the hot pages held for it.
     fetches: Fetches,
+    /// The reads' pattern (sequential or not), for the readahead hint.
+    pattern: Pattern,
     /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
@@ -112,6 +115,20 @@ impl Handle {
         }
     }
 
+    /// Note a read (`xRead`, or a page `xFetch` serves) in the handle's
+    /// pattern: a scan starting hints the cache to read ahead
+    /// sequentially, its end hands readahead back to the cache's own
+    /// detection. A hint is advice: its error is not the read's.
+    #[inline]
+    fn note_read(&mut self, off: u64, len: u64) {
+        if let Some(hint) = self.pattern.on_read(off, len) {
+            if let Err(e) = pattern::advise(&self.inode.file, off, hint) {
+                let path = self.inode.path.display();
+                api().log(SQLITE_NOTICE, &format!("kxarray: readahead hint for {path}: {e}"));
+            }
+        }
+    }
+
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
         let (f, b, h) = std::mem::take(&mut self.unbooked);
@@ -144,6 +161,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetches: Fetches::new(),
+            pattern: Pattern::default(),
             unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
@@ -300,6 +318,7 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        h.note_read(off, n as u64);
         match h.inode.file.read_at(out, off) {
             Ok(got) if got == n => SQLITE_OK,
             Ok(got) => {
@@ -748,6 +767,7 @@ unsafe extern "C" fn x_fetch(
             h.count_fetch(None);
             return SQLITE_OK;
         }
+        h.note_read(off as u64, amt as u64);
         let file = &h.inode.file;
         match h.fetches.fetch(file, off, amt) {
             Some((p, held)) => {

@@ -1,0 +1,130 @@
+//! The read side's access pattern: whether a handle's reads run forward
+//! through the file (a full scan, an index range: SQLite reads the B-tree's
+//! leaves in order, with the odd interior or overflow page between them)
+//! or jump about (point lookups), and the readahead hint that goes with it.
+//!
+//! Owns [`Pattern`] (one per open handle, no locks: a handle is used by one
+//! connection at a time) and [`advise`], the one place the VFS hands a hint
+//! to the page cache. Invariants: a hint is given only when the pattern
+//! changes (a scan costs one call, not one per page), and a hint never
+//! changes what a read returns, only what the cache reads ahead.
+
+use kxarray::pagecache::CachedFile;
+use std::io;
+
+/// How far past the previous read's end a read still continues a forward
+/// run (SQLite's leaves of one table are in order, but interior and
+/// overflow pages, and other tables' pages, sit between them).
+const GAP: u64 = 16 * 4096;
+
+/// Forward reads in a row after which the handle reads sequentially.
+const SEQ_AFTER: u32 = 4;
+
+/// Reads in a row off the run after which a sequential handle is random
+/// again.
+const RANDOM_AFTER: u32 = 8;
+
+/// A hint for the cache's readahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// Reads run forward: read ahead early and far.
+    Sequential,
+    /// Back to the cache's own detection.
+    Normal,
+}
+
+/// One handle's recent reads.
+#[derive(Debug, Default)]
+pub(crate) struct Pattern {
+    /// Where the previous read ended.
+    next: u64,
+    /// Forward reads in a row.
+    run: u32,
+    /// Reads in a row off the run.
+    off_run: u32,
+    /// The hint in force.
+    sequential: bool,
+}
+
+impl Pattern {
+    /// Note a read of `len` bytes at `off`; the hint to give now, if the
+    /// pattern changed.
+    #[inline]
+    pub(crate) fn on_read(&mut self, off: u64, len: u64) -> Option<Hint> {
+        let forward = off >= self.next && off - self.next <= GAP && self.next > 0;
+        self.next = off.saturating_add(len);
+        if forward {
+            self.run = self.run.saturating_add(1);
+            self.off_run = 0;
+            if !self.sequential && self.run >= SEQ_AFTER {
+                self.sequential = true;
+                return Some(Hint::Sequential);
+            }
+        } else {
+            self.run = 0;
+            self.off_run = self.off_run.saturating_add(1);
+            if self.sequential && self.off_run >= RANDOM_AFTER {
+                self.sequential = false;
+                return Some(Hint::Normal);
+            }
+        }
+        None
+    }
+}
+
+/// Hand `hint` for the file from `off` on to the page cache's readahead
+/// (`CachedFile::advise(offset, len, Advice::Sequential | Advice::Normal)`,
+/// issue 31).
+///
+/// Pending: until `CachedFile::advise` is in the library this is where the
+/// call goes, and the cache's own detection of sequential misses (its
+/// readahead window growing with each one) is all a scan gets; the hint is
+/// advice, so giving none changes no result.
+///
+/// # Errors
+/// The cache's error for the advice (none today).
+pub(crate) fn advise(_file: &CachedFile, _off: u64, _hint: Hint) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 4096;
+
+    fn hints(p: &mut Pattern, pages: &[u64]) -> Vec<(u64, Hint)> {
+        pages
+            .iter()
+            .filter_map(|&i| p.on_read(i * P, P).map(|h| (i, h)))
+            .collect()
+    }
+
+    #[test]
+    fn a_scan_is_sequential_once_with_interior_pages_between_leaves() {
+        let mut p = Pattern::default();
+        // Root, interior, then leaves in order with interior pages between.
+        let scan = [1, 2, 3, 4, 5, 6, 9, 10, 11, 30, 12, 13, 14];
+        let h = hints(&mut p, &scan);
+        assert_eq!(h, vec![(5, Hint::Sequential)], "one hint per scan");
+        // Leaves continue forward with small gaps: no new hint.
+        assert!(hints(&mut p, &[16, 17, 20, 21, 22]).is_empty());
+    }
+
+    #[test]
+    fn point_lookups_stay_normal_and_a_scan_ending_goes_back() {
+        let mut p = Pattern::default();
+        assert!(hints(&mut p, &[900, 3, 5000, 17, 100, 2, 7000, 40]).is_empty());
+        let h = hints(&mut p, &[500, 501, 502, 503, 504]);
+        assert_eq!(h, vec![(504, Hint::Sequential)]);
+        // Random again: Normal after RANDOM_AFTER reads off the run.
+        let h = hints(&mut p, &[9000, 3, 7000, 1, 5000, 200, 8000, 30, 6000]);
+        assert_eq!(h, vec![(30, Hint::Normal)]);
+    }
+
+    #[test]
+    fn a_backward_read_breaks_a_run() {
+        let mut p = Pattern::default();
+        assert!(hints(&mut p, &[10, 11, 12, 5, 13, 14, 15]).is_empty());
+    }
+}
