@@ -36,7 +36,9 @@ WHAT = {
 
 
 def fio_json(path):
-    jobs = json.load(open(path))["jobs"]
+    text = open(path).read()
+    # fio's nbd engine prints "fio: connected to NBD server" before the JSON.
+    jobs = json.loads(text[text.index("{"):])["jobs"]
     iops = sum(j["read"]["iops"] for j in jobs)
     bw = sum(j["read"]["bw_bytes"] for j in jobs)
     print(round(iops), round(bw))

@@ -40,7 +40,7 @@ pub const REPLY_BUFFER: usize = 1 << 20;
 pub const MAX_BATCH_PAYLOAD: usize = 1 << 20;
 
 /// Most requests one worker takes from the read buffer at once.
-pub const MAX_BATCH: usize = 16;
+pub const MAX_BATCH: usize = 64;
 
 /// Bytes of ciphertext a TLS connection holds besides its plaintext
 /// buffers: the encrypted replies of one send (at most [`REPLY_BUFFER`]

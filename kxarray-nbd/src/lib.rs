@@ -44,8 +44,8 @@ pub mod socket;
 pub mod tls;
 pub mod transmission;
 
-pub use config::Config;
 pub use batch::ReadMany;
+pub use config::Config;
 pub use export::Export;
 pub use hashmap_disk::HashMapDisk;
 pub use rlimit::raise_nofile_limit;

@@ -426,7 +426,10 @@ impl<'a> Transmission<'a> {
             let data = &mut out[at + prefix..at + prefix + len];
             let res = res.and_then(|n| match n {
                 n if n >= len => Ok(()),
-                n => self.export.backend().read_exact_at(&mut data[n..], req.offset + n as u64),
+                n => self
+                    .export
+                    .backend()
+                    .read_exact_at(&mut data[n..], req.offset + n as u64),
             });
             match res {
                 Ok(()) if self.structured => encode_offset_data_prefix(

@@ -139,7 +139,11 @@ fn writes_and_refused_reads_split_groups_and_keep_their_order() {
         assert_eq!(got[&past], Err(NBD_EINVAL));
         assert_eq!(got[&bad], Err(NBD_EINVAL));
         assert_eq!(got[&w], Ok(vec![]));
-        assert_eq!(got[&r2], Ok(new.clone()), "the read after the write sees it");
+        assert_eq!(
+            got[&r2],
+            Ok(new.clone()),
+            "the read after the write sees it"
+        );
         assert!(rec.groups.lock().unwrap().len() >= 2);
         c.disconnect();
         server.stop();

@@ -124,7 +124,10 @@ impl Handle {
         if let Some(hint) = self.pattern.on_read(off, len) {
             if let Err(e) = pattern::advise(&self.inode.file, off, hint) {
                 let path = self.inode.path.display();
-                api().log(SQLITE_NOTICE, &format!("kxarray: readahead hint for {path}: {e}"));
+                api().log(
+                    SQLITE_NOTICE,
+                    &format!("kxarray: readahead hint for {path}: {e}"),
+                );
             }
         }
     }
