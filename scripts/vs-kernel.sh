@@ -116,6 +116,9 @@
 #                         randread, against kxarray-nbd --backend cached
 #                         --direct --cache-size COLD_CACHE serving the file
 #                         over a Unix socket (a fresh server per run)
+#         nbd-file-qd64   the same against --backend file --direct (no
+#                         cache: the batch read is the file's submission
+#                         side on the I/O engine), for reference
 #         fio-uring-qd64  fio io_uring --bs 4k --iodepth 64 --direct 1,
 #                         2 jobs, on the file
 # and prints each row's medians and the ratios the issue's targets name
@@ -424,10 +427,10 @@ cold)
       --quiet "$@" | grep '^result:')
   }
   # fio's nbd engine against a fresh kxarray-nbd serving the file.
-  nbd_cold() {
+  nbd_cold() { # backend (cached or file)
     local sock=$WORK/nbd.sock pid got
     rm -f "$sock"
-    "$NBD" --backend cached --direct --file "$F" --size "$FSIZE" --cache-size "${COLD_CACHE^^}" \
+    "$NBD" --backend "$1" --direct --file "$F" --size "$FSIZE" --cache-size "${COLD_CACHE^^}" \
       --unix "$sock" 2>"$WORK/nbd.log" &
     pid=$!
     for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
@@ -445,7 +448,7 @@ cold)
       case $row in
         seq) tools="kx-seq fio-psync fio-uring-128k" ;;
         rand) tools="kx-rand-qd32 kx-rand-sync fio-uring-qd32 fio-psync-direct" ;;
-        nbd) tools="nbd-qd64 fio-uring-qd64" ;;
+        nbd) tools="nbd-qd64 nbd-file-qd64 fio-uring-qd64" ;;
         *) echo "unknown cold row: $row" >&2; exit 2 ;;
       esac
       read -r -a tlist <<<"$tools"
@@ -462,7 +465,8 @@ cold)
           fio-psync-direct) got=$(fio_cold rand --ioengine=psync --rw=randread --bs=4k --direct=1 --numjobs=2) ;;
           fio-uring-qd64) got=$(fio_cold rand --ioengine=io_uring --rw=randread --bs=4k --iodepth=64 \
             --direct=1 --numjobs=2) ;;
-          nbd-qd64) got=$(nbd_cold) ;;
+          nbd-qd64) got=$(nbd_cold cached) ;;
+          nbd-file-qd64) got=$(nbd_cold file) ;;
         esac
         echo "$round $row $t ${got:-0 0}" >>"$RAW"
         echo "round $round $row $t: ${got:-failed} (IOPS bytes/s)" >&2

@@ -20,7 +20,8 @@ TARGETS = {
             ["kx-seq", "fio-psync", "fio-uring-128k"]),
     "rand": ("KIOPS", [("kx-rand-qd32", "fio-uring-qd32", 0.9), ("kx-rand-sync", "fio-psync-direct", 1.0)],
              ["kx-rand-qd32", "kx-rand-sync", "fio-uring-qd32", "fio-psync-direct"]),
-    "nbd": ("KIOPS", [("nbd-qd64", "fio-uring-qd64", 0.9)], ["nbd-qd64", "fio-uring-qd64"]),
+    "nbd": ("KIOPS", [("nbd-qd64", "fio-uring-qd64", 0.9), ("nbd-file-qd64", "fio-uring-qd64", 0.9)],
+            ["nbd-qd64", "nbd-file-qd64", "fio-uring-qd64"]),
 }
 WHAT = {
     "kx-seq": "fio example --direct --cold --rw read --bs 4k, 1 job",
@@ -31,6 +32,7 @@ WHAT = {
     "fio-uring-qd32": "fio io_uring --bs 4k --iodepth 32 --direct 1 --rw randread",
     "fio-psync-direct": "fio psync --direct 1 --rw randread --bs 4k, 2 jobs",
     "nbd-qd64": "fio nbd engine --rw randread --bs 4k --iodepth 64, 2 jobs, against kxarray-nbd --backend cached --direct --cache-size 256M",
+    "nbd-file-qd64": "the same against kxarray-nbd --backend file --direct (no cache; reference)",
     "fio-uring-qd64": "fio io_uring --bs 4k --iodepth 64 --direct 1 --rw randread, 2 jobs, on the file",
 }
 
