@@ -73,6 +73,11 @@ impl std::fmt::Debug for CachedFile {
 }
 
 impl CachedFile {
+    /// The file's shared state (for the handle's methods in other modules).
+    pub(crate) fn shared(&self) -> &Arc<FileShared> {
+        &self.shared
+    }
+
     pub(crate) fn new(shared: Arc<FileShared>) -> Self {
         let since = shared.errseq.sample();
         CachedFile {
