@@ -60,21 +60,14 @@ pub(crate) trait Engine {
     }
 }
 
-/// The page cache's batch read: every request's hits copied, its misses
-/// submitted together through the I/O engine, so `reqs.len()` reads are in
-/// flight at once.
-///
-/// The one place the example calls the batch API: until
-/// `CachedFile::read_many` (issue 31, item 3) is in the library, this
-/// reads the requests one after the other with `read_at`, so `--iodepth`
-/// runs but keeps one miss in flight per job.
+/// The page cache's batch read (`CachedFile::read_many`): every
+/// request's hits copied, its misses submitted together through the I/O
+/// engine, so `reqs.len()` reads are in flight at once.
 pub(crate) fn read_many(
     file: &CachedFile,
     reqs: &mut [(u64, &mut [u8])],
 ) -> Vec<io::Result<usize>> {
-    reqs.iter_mut()
-        .map(|(off, buf)| file.read_at(buf, *off))
-        .collect()
+    file.read_many(reqs)
 }
 
 fn short(what: &str, off: u64, got: usize, want: usize) -> io::Error {

@@ -5,7 +5,7 @@
 //!
 //! Owns [`ReadMany`], the one call the transmission phase makes for a group
 //! of reads, and its implementations: [`CachedFile`] (the page cache's
-//! batch read) and [`FileBackend`] (the backend's submission side: the
+//! batch read, `CachedFile::read_many`) and [`FileBackend`] (the backend's submission side: the
 //! reads in flight together on the I/O engine). An export without one reads
 //! its group one request after the other ([`read_each`]).
 //!
@@ -38,17 +38,12 @@ pub fn read_each(backend: &dyn Backend, reqs: &mut [(u64, &mut [u8])]) -> Vec<io
         .collect()
 }
 
-/// The page cache's batch read (issue 31): every request's cached pages
-/// copied, its misses submitted together through the I/O engine.
-///
-/// The one call site of `CachedFile::read_many` in the server: until that
-/// method is in the library, the requests are read one after the other
-/// with `read_at` (the worker threads still run groups side by side).
+/// The page cache's batch read ([`CachedFile::read_many`]): every
+/// request's cached pages copied, its misses submitted together through
+/// the I/O engine.
 impl ReadMany for CachedFile {
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
-        reqs.iter_mut()
-            .map(|(off, buf)| self.read_at(buf, *off))
-            .collect()
+        CachedFile::read_many(self, reqs)
     }
 }
 

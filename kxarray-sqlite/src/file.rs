@@ -122,7 +122,7 @@ impl Handle {
     #[inline]
     fn note_read(&mut self, off: u64, len: u64) {
         if let Some(hint) = self.pattern.on_read(off, len) {
-            if let Err(e) = pattern::advise(&self.inode.file, off, hint) {
+            if let Err(e) = pattern::advise(&self.inode.file, hint) {
                 let path = self.inode.path.display();
                 api().log(
                     SQLITE_NOTICE,

@@ -9,7 +9,7 @@
 //! changes (a scan costs one call, not one per page), and a hint never
 //! changes what a read returns, only what the cache reads ahead.
 
-use kxarray::pagecache::CachedFile;
+use kxarray::pagecache::{Advice, CachedFile};
 use std::io;
 
 /// How far past the previous read's end a read still continues a forward
@@ -72,19 +72,19 @@ impl Pattern {
     }
 }
 
-/// Hand `hint` for the file from `off` on to the page cache's readahead
-/// (`CachedFile::advise(offset, len, Advice::Sequential | Advice::Normal)`,
-/// issue 31).
-///
-/// Pending: until `CachedFile::advise` is in the library this is where the
-/// call goes, and the cache's own detection of sequential misses (its
-/// readahead window growing with each one) is all a scan gets; the hint is
-/// advice, so giving none changes no result.
+/// Hand `hint` to the page cache's readahead
+/// ([`CachedFile::advise`]: `Sequential` doubles the file's largest
+/// readahead window; `Normal` gives it back). The hint is the file's, for
+/// every handle on it, as `posix_fadvise` on a shared open file is.
 ///
 /// # Errors
-/// The cache's error for the advice (none today).
-pub(crate) fn advise(_file: &CachedFile, _off: u64, _hint: Hint) -> io::Result<()> {
-    Ok(())
+/// The cache's error for the advice.
+pub(crate) fn advise(file: &CachedFile, hint: Hint) -> io::Result<()> {
+    let advice = match hint {
+        Hint::Sequential => Advice::Sequential,
+        Hint::Normal => Advice::Normal,
+    };
+    file.advise(0, 0, advice)
 }
 
 #[cfg(test)]
