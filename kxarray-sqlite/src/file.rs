@@ -121,7 +121,8 @@ impl Handle {
     /// detection. A hint is advice: its error is not the read's.
     #[inline]
     fn note_read(&mut self, off: u64, len: u64) {
-        if let Some(hint) = self.pattern.on_read(off, len) {
+        let mode = self.pattern.on_read(off, len);
+        for hint in [mode, self.pattern.ahead()].into_iter().flatten() {
             if let Err(e) = pattern::advise(&self.inode.file, hint) {
                 let path = self.inode.path.display();
                 api().log(
@@ -155,6 +156,9 @@ impl Handle {
         psow: bool,
         readonly: bool,
     ) -> Handle {
+        // Over O_DIRECT the handle runs ahead of a scan (the kernel reads
+        // nothing ahead below the cache).
+        let pattern = Pattern::new(inode.direct);
         Handle {
             inode,
             key,
@@ -164,7 +168,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetches: Fetches::new(),
-            pattern: Pattern::default(),
+            pattern,
             unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,

@@ -24,6 +24,15 @@ const SEQ_AFTER: u32 = 4;
 /// again.
 const RANDOM_AFTER: u32 = 8;
 
+/// How far ahead of a sequential reader the handle keeps reads submitted
+/// (`WillNeed`), on top of the cache's own readahead window: over
+/// `O_DIRECT` the window (1-2 MiB) alone leaves the device idle between
+/// windows.
+const AHEAD: u64 = 8 << 20;
+
+/// The least a `WillNeed` asks for (one call per this many bytes read).
+const AHEAD_STEP: u64 = 2 << 20;
+
 /// A hint for the cache's readahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hint {
@@ -31,6 +40,8 @@ pub(crate) enum Hint {
     Sequential,
     /// Back to the cache's own detection.
     Normal,
+    /// Bytes `offset..offset + len` will be read soon: submit their reads.
+    WillNeed(u64, u64),
 }
 
 /// One handle's recent reads.
@@ -44,9 +55,39 @@ pub(crate) struct Pattern {
     off_run: u32,
     /// The hint in force.
     sequential: bool,
+    /// Where the reads submitted ahead end (sequential only).
+    ahead: u64,
+    /// Run ahead with `WillNeed` while sequential.
+    run_ahead: bool,
 }
 
 impl Pattern {
+    /// A pattern that, while sequential, also keeps [`AHEAD`] bytes of
+    /// reads submitted ahead of the reader ([`Pattern::ahead`]).
+    pub(crate) fn new(run_ahead: bool) -> Pattern {
+        Pattern {
+            run_ahead,
+            ..Pattern::default()
+        }
+    }
+
+    /// While sequential (and running ahead): the range to submit now so
+    /// that reads stay [`AHEAD`] bytes ahead of the last read, in steps of
+    /// at least [`AHEAD_STEP`].
+    #[inline]
+    pub(crate) fn ahead(&mut self) -> Option<Hint> {
+        if !self.sequential || !self.run_ahead {
+            return None;
+        }
+        let from = self.ahead.max(self.next);
+        let to = self.next.saturating_add(AHEAD);
+        if to < from.saturating_add(AHEAD_STEP) {
+            return None;
+        }
+        self.ahead = to;
+        Some(Hint::WillNeed(from, to - from))
+    }
+
     /// Note a read of `len` bytes at `off`; the hint to give now, if the
     /// pattern changed.
     #[inline]
@@ -65,6 +106,7 @@ impl Pattern {
             self.off_run = self.off_run.saturating_add(1);
             if self.sequential && self.off_run >= RANDOM_AFTER {
                 self.sequential = false;
+                self.ahead = 0;
                 return Some(Hint::Normal);
             }
         }
@@ -74,17 +116,18 @@ impl Pattern {
 
 /// Hand `hint` to the page cache's readahead
 /// ([`CachedFile::advise`]: `Sequential` doubles the file's largest
-/// readahead window; `Normal` gives it back). The hint is the file's, for
+/// readahead window; `Normal` gives it back; `WillNeed` submits the
+/// range's reads and returns). The hint is the file's, for
 /// every handle on it, as `posix_fadvise` on a shared open file is.
 ///
 /// # Errors
 /// The cache's error for the advice.
 pub(crate) fn advise(file: &CachedFile, hint: Hint) -> io::Result<()> {
-    let advice = match hint {
-        Hint::Sequential => Advice::Sequential,
-        Hint::Normal => Advice::Normal,
-    };
-    file.advise(0, 0, advice)
+    match hint {
+        Hint::Sequential => file.advise(0, 0, Advice::Sequential),
+        Hint::Normal => file.advise(0, 0, Advice::Normal),
+        Hint::WillNeed(off, len) => file.advise(off, len, Advice::WillNeed),
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +163,27 @@ mod tests {
         // Random again: Normal after RANDOM_AFTER reads off the run.
         let h = hints(&mut p, &[9000, 3, 7000, 1, 5000, 200, 8000, 30, 6000]);
         assert_eq!(h, vec![(30, Hint::Normal)]);
+    }
+
+    #[test]
+    fn a_sequential_reader_keeps_reads_submitted_ahead_in_steps() {
+        let mut p = Pattern::new(true);
+        assert_eq!(p.ahead(), None, "not sequential yet");
+        hints(&mut p, &[0, 1, 2, 3, 4]);
+        let first = p.ahead();
+        assert_eq!(first, Some(Hint::WillNeed(5 * P, AHEAD)));
+        assert_eq!(p.ahead(), None, "nothing new to submit");
+        // A step later, the next range starts where the last one ended.
+        let pages = AHEAD_STEP / P;
+        let upto: Vec<u64> = (5..5 + pages).collect();
+        hints(&mut p, &upto);
+        assert_eq!(p.ahead(), Some(Hint::WillNeed(5 * P + AHEAD, AHEAD_STEP)));
+        // Off the pattern: no more submissions.
+        hints(&mut p, &[90_000, 3, 70_000, 1, 50_000, 200, 80_000, 30]);
+        assert_eq!(p.ahead(), None);
+        let mut q = Pattern::new(false);
+        hints(&mut q, &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(q.ahead(), None, "running ahead is off");
     }
 
     #[test]
