@@ -47,7 +47,10 @@
 //! read, which for `kxarray` is the page cache's batch API (hits copied,
 //! misses submitted together through the I/O engine; see
 //! `engine::read_many`), and for the other engines N reads one after the
-//! other (they are synchronous, as fio's psync). Reads only.
+//! other (they are synchronous, as fio's psync). Reads only. As fio does
+//! by default (`fadvise_hint=1`), the kxarray file is advised `Random` for
+//! random jobs and `Sequential` for sequential ones (`--no-fadvise-hint`:
+//! not).
 //!
 //! ```text
 //! # cold sequential 4 KiB reads through a 256 MiB cache over O_DIRECT (scripts/vs-kernel.sh cold):
@@ -177,6 +180,11 @@ struct Args {
     /// submitted together; other engines: N synchronous reads).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     iodepth: u32,
+    /// kxarray: do not advise the file Random (random jobs) or Sequential
+    /// (sequential ones) before the run, as fio does by default
+    /// (fadvise_hint=1; --no-fadvise-hint is fio's fadvise_hint=0).
+    #[arg(long)]
+    no_fadvise_hint: bool,
     /// With --filename and --no-verify: use the file as it is when it
     /// already holds --size bytes (no layout).
     #[arg(long)]
@@ -590,6 +598,7 @@ fn run(a: &Args) -> io::Result<Outcome> {
             .whole_folio(a.whole_folio),
         direct: a.direct,
         cold: a.cold,
+        fadvise_hint: !a.no_fadvise_hint,
     })?;
     println!("file: {where_}");
     if !a.cold && !a.no_warm {

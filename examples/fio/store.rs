@@ -14,7 +14,7 @@ use crate::job::{Job, JobResult};
 use crate::stamp::stamp;
 use clap::ValueEnum;
 use kxarray::backend::{Backend, FileBackend, RamDisk};
-use kxarray::pagecache::{CacheConfig, CachedFile, FileOptions, PageCache};
+use kxarray::pagecache::{Advice, CacheConfig, CachedFile, FileOptions, PageCache};
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
 use std::io;
@@ -68,6 +68,9 @@ pub(crate) struct Setup<'a> {
     pub(crate) direct: bool,
     /// Drop the file from the kernel's cache before the run (`--cold`).
     pub(crate) cold: bool,
+    /// Advise the kxarray file `Random` or `Sequential` (fio's
+    /// `fadvise_hint`).
+    pub(crate) fadvise_hint: bool,
 }
 
 impl Setup<'_> {
@@ -257,6 +260,17 @@ impl Store {
                 };
                 let cache = PageCache::new(s.cache.clone());
                 let file = cache.open_with(backend, s.file_options)?;
+                if s.fadvise_hint {
+                    // As fio's fadvise_hint=1 (its default) tells the
+                    // kernel: random jobs read nothing ahead, sequential
+                    // ones read ahead far.
+                    let advice = if s.random {
+                        Advice::Random
+                    } else {
+                        Advice::Sequential
+                    };
+                    file.advise(0, 0, advice)?;
+                }
                 Store::Cache { cache, file }
             }
             EngineKind::Psync => Store::File {
