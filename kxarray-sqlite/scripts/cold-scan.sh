@@ -50,7 +50,7 @@ scan() { # config -> seconds
 }
 RAW=$DIR/cold-scan.tsv
 : >"$RAW"
-echo "date: $(date -Is); $(nproc) CPUs; load average: $(cut -d' ' -f1-3 /proc/loadavg); $DB: $(du -m "$DB" | cut -f1) MB; $(sqlite3 --version | cut -d' ' -f1-2)"
+echo "date: $(date -Is); $(nproc) CPUs; load average: $(cut -d' ' -f1-3 /proc/loadavg); $DB: $(du -m "$DB" | cut -f1) MiB; $(sqlite3 --version | cut -d' ' -f1-2)"
 read -r -a cl <<<"$CONFIGS"
 for r in $(seq 1 "$ROUNDS"); do
   k=${#cl[@]}
