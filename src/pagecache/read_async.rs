@@ -191,12 +191,14 @@ impl CachedFile {
             0 => MAX_FILE_SIZE,
             _ => match checked_end(offset, len) {
                 Ok(e) if e <= MAX_FILE_SIZE => e,
-                _ => return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
                         "advice for {len} bytes at offset {offset} ends past the largest file size"
                     ),
-                )),
+                    ))
+                }
             },
         };
         if offset > MAX_FILE_SIZE {
