@@ -30,10 +30,14 @@
 //! Under loom the fill is synchronous (loom's mutex cannot be handed to
 //! another thread); the protocol seen by readers is the same.
 
-use super::inode::{oom, FileShared};
+#[cfg(not(loom))]
+use super::inode::oom;
+use super::inode::FileShared;
 use super::readahead::Window;
 use super::stats::bump;
+#[cfg(not(loom))]
 use crate::aio::{IoBuf, IoBufMut};
+#[cfg(not(loom))]
 use crate::backend::ReadBuf;
 use crate::filemap::{AddError, Folio, FolioFlags, PAGE_SIZE};
 use crate::sync::Lock;
@@ -99,6 +103,7 @@ impl FillCtx {
     }
 
     /// Wake the waiters of `f`'s read (it ended).
+    #[cfg_attr(loom, allow(dead_code))]
     fn wake(&self, f: &Folio) {
         let key = f as *const Folio as usize;
         let mut woken = Vec::new();

@@ -145,7 +145,14 @@ impl Readahead {
         if index >= size_pages {
             return None;
         }
-        let size = init_size(req, max);
+        // A miss inside (or at the end of) the current window: its reads
+        // were lost (evicted before the reader came, or failed): go on with
+        // the next size rather than ramp up again from a small window.
+        let size = if in_window {
+            next_size(s.size, max).max(init_size(req, max))
+        } else {
+            init_size(req, max)
+        };
         s.start = index;
         s.size = size;
         s.async_size = size.saturating_sub(req.max(1));
@@ -245,6 +252,10 @@ mod tests {
         let w = ra.on_miss(6, 1, 1 << 20).unwrap();
         assert_eq!(w.start, 6);
         assert_eq!(ra.on_miss(7000, 1, 1 << 20), None, "a jump reads alone");
+        // A miss inside the window (its folios were evicted) goes on with
+        // a larger window.
+        let w = ra.on_miss(8, 1, 1 << 20).unwrap();
+        assert_eq!((w.start, w.end), (8, 16), "{w:?}");
     }
 
     #[test]
