@@ -48,6 +48,9 @@ struct Args {
     /// The readahead window's maximum (0: the backend's default).
     #[arg(long, default_value = "0")]
     ra: String,
+    /// The cache's largest folio order (0: its default, 64 KiB folios).
+    #[arg(long, default_value_t = 0)]
+    order: u32,
     /// Read size in bytes.
     #[arg(long, default_value_t = 4096)]
     bs: usize,
@@ -111,11 +114,13 @@ fn drop_kernel_cache(path: &Path) {
 }
 
 fn open(args: &Args) -> (PageCache, CachedFile) {
-    let cache = PageCache::new(
-        CacheConfig::default()
-            .capacity(parse_size(&args.cache))
-            .flusher(false),
-    );
+    let mut config = CacheConfig::default()
+        .capacity(parse_size(&args.cache))
+        .flusher(false);
+    if args.order > 0 {
+        config = config.max_folio_order(args.order);
+    }
+    let cache = PageCache::new(config);
     let b = if args.buffered {
         FileBackend::create(&args.file).unwrap()
     } else {

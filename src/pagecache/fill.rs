@@ -323,6 +323,12 @@ impl FileShared {
                     got = Some(Arc::clone(&folio));
                 } else {
                     bump(&self.cache.counters.readahead_pages, nr);
+                    // Read ahead, not yet read: enter the reclaim lists
+                    // referenced, as the folios the reader has just read
+                    // are (reclaim promotes a referenced folio instead of
+                    // evicting it), so a scan does not evict the window
+                    // ahead of the reader before the pages behind it.
+                    folio.set(FolioFlags::REFERENCED);
                 }
                 if holds(win.mark) {
                     folio.set(FolioFlags::READAHEAD);
