@@ -149,7 +149,7 @@ fn seq(args: &Args, size: u64) {
         }
         sum = sum.wrapping_add(buf[0] as u64);
         pos += n as u64;
-        if pos % (64 << 20) == 0 && limit.is_some_and(|l| t.elapsed() > l) {
+        if pos.is_multiple_of(64 << 20) && limit.is_some_and(|l| t.elapsed() > l) {
             break;
         }
     }

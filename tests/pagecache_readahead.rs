@@ -177,7 +177,7 @@ fn a_future_dropped_while_its_read_is_in_flight_leaves_everything_valid() {
         // reads the same page to the end.
         for i in 0..16u64 {
             let off = 900 * PAGE + i * PAGE * 3;
-            let mut fut = std::pin::pin!(f.read_owned(off, vec![0u8; 4096]));
+            let mut fut = Box::pin(f.read_owned(off, vec![0u8; 4096]));
             let waker = std::task::Waker::noop();
             let _ = fut
                 .as_mut()

@@ -30,6 +30,7 @@
 //! Under loom the fill is synchronous (loom's mutex cannot be handed to
 //! another thread); the protocol seen by readers is the same.
 
+use super::fill_state::FillCtx;
 #[cfg(not(loom))]
 use super::inode::oom;
 use super::inode::FileShared;
@@ -40,92 +41,10 @@ use crate::aio::{IoBuf, IoBufMut};
 #[cfg(not(loom))]
 use crate::backend::ReadBuf;
 use crate::filemap::{AddError, Folio, FolioFlags, PAGE_SIZE};
-use crate::sync::Lock;
-use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
-use std::task::Waker;
 
 const PAGE: u64 = PAGE_SIZE as u64;
-
-/// Failed fills remembered per file, at most (the oldest goes first: a
-/// reader that comes later re-reads without the old error).
-const MAX_ERRORS: usize = 256;
-
-/// A file's record of failed fills and the async readers waiting for fills.
-pub(crate) struct FillCtx {
-    /// (folio address, folio index, the read's error) of fills that failed
-    /// and whose folio no reader has removed yet.
-    errors: Lock<VecDeque<(usize, u64, io::Error)>>,
-    /// Async readers waiting for a fill of this file: (the folio's
-    /// address, the reader's waker).
-    waiters: Lock<Vec<(usize, Waker)>>,
-}
-
-impl FillCtx {
-    pub(crate) fn new() -> Arc<FillCtx> {
-        Arc::new(FillCtx {
-            errors: Lock::new(VecDeque::new()),
-            waiters: Lock::new(Vec::new()),
-        })
-    }
-
-    fn record(&self, f: &Folio, e: io::Error) {
-        let mut q = self.errors.lock();
-        if q.len() >= MAX_ERRORS {
-            q.pop_front();
-        }
-        q.push_back((f as *const Folio as usize, f.index(), e));
-    }
-
-    /// The error recorded for the failed fill of `f`, taken.
-    fn take(&self, f: &Folio) -> Option<io::Error> {
-        let mut q = self.errors.lock();
-        let key = (f as *const Folio as usize, f.index());
-        let at = q.iter().position(|(a, i, _)| (*a, *i) == key)?;
-        q.remove(at).map(|(_, _, e)| e)
-    }
-
-    /// Register `w` to be woken when the read of `f` ends, if it is still
-    /// in flight (`LOCKED`); whether it is. Checked under the waiters'
-    /// lock, which the completion takes after it clears `LOCKED`, so the
-    /// wake-up cannot be missed.
-    pub(crate) fn wait_for(&self, f: &Folio, w: &Waker) -> bool {
-        let mut v = self.waiters.lock();
-        if !f.test(FolioFlags::LOCKED) {
-            return false;
-        }
-        let key = f as *const Folio as usize;
-        if !v.iter().any(|(k, x)| *k == key && x.will_wake(w)) {
-            v.push((key, w.clone()));
-        }
-        true
-    }
-
-    /// Wake the waiters of `f`'s read (it ended).
-    #[cfg_attr(loom, allow(dead_code))]
-    fn wake(&self, f: &Folio) {
-        let key = f as *const Folio as usize;
-        let mut woken = Vec::new();
-        {
-            let mut v = self.waiters.lock();
-            if v.is_empty() {
-                return;
-            }
-            v.retain(|(k, w)| {
-                if *k == key {
-                    woken.push(w.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        for w in woken {
-            w.wake();
-        }
-    }
-}
 
 /// The I/O buffer of one folio's fill: the folio's private new buffer
 /// ([`RawFill`]), the folio's lock (held by the fill), a reference to the

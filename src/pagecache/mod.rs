@@ -52,6 +52,7 @@ mod capacity;
 mod errseq;
 mod file;
 mod fill;
+mod fill_state;
 mod flusher;
 mod folio;
 mod folio_write;

@@ -226,7 +226,7 @@ impl CachedFile {
     /// page). The default is the backend's
     /// ([`Backend::readahead_max`](crate::backend::Backend::readahead_max)):
     /// 128 KiB ([`DEFAULT_READAHEAD_BYTES`](super::DEFAULT_READAHEAD_BYTES)),
-    /// 1 MiB over an `O_DIRECT` [`FileBackend`](crate::backend::FileBackend).
+    /// 2 MiB over an `O_DIRECT` [`FileBackend`](crate::backend::FileBackend).
     ///
     /// ```
     /// use kxarray::backend::RamDisk;
