@@ -192,7 +192,14 @@ impl FileShared {
                     continue;
                 }
                 let mut order = if shrink { 0 } else { self.cache.max_order };
-                while order > 0 && (pos.trailing_zeros() < order || pos + (1u64 << order) > end) {
+                // Aligned, inside the window, and not across the marker
+                // (the folio the reader asked for should not carry it).
+                let crosses = |o: u32| win.mark.is_some_and(|m| pos < m && m < pos + (1u64 << o));
+                while order > 0
+                    && (pos.trailing_zeros() < order
+                        || pos + (1u64 << order) > end
+                        || crosses(order))
+                {
                     order -= 1;
                 }
                 let folio = match Folio::new(pos, order) {
@@ -345,6 +352,13 @@ impl FileShared {
         Ok(())
     }
 
+    /// The largest readahead window this file's cache allows: a quarter
+    /// of its capacity, in pages.
+    #[inline]
+    pub(crate) fn ra_limit(&self) -> u64 {
+        self.cache.capacity_pages() / 4
+    }
+
     /// A reader reached `f`: if it carries readahead's marker, clear it
     /// and submit the next window (`page_cache_async_ra`) without waiting.
     /// A failed submission is dropped: readahead is a hint, and the reader
@@ -353,7 +367,11 @@ impl FileShared {
     pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio) {
         if f.test(FolioFlags::READAHEAD) && f.clear(FolioFlags::READAHEAD) {
             let size_pages = self.len().div_ceil(PAGE);
-            if let Some(win) = self.ra.on_marker(f.index(), f.nr_pages(), size_pages) {
+            let limit = self.ra_limit();
+            if let Some(win) = self
+                .ra
+                .on_marker(f.index(), f.nr_pages(), size_pages, limit)
+            {
                 let _ = self.submit_fills(&[win], None);
             }
         }
