@@ -476,3 +476,18 @@ fn futures_run_on_a_plain_executor_many_at_once() {
         }
     }
 }
+
+#[test]
+fn a_zero_copy_probe_of_the_marker_is_a_hit_and_runs_ahead() {
+    use kxarray::backend::RamDisk;
+    let c = cache(16 << 20);
+    let f = c.open(RamDisk::new(1 << 20)).unwrap();
+    let mut one = [0u8; 16];
+    f.read_at(&mut one, 0).unwrap(); // window 0..4, the marker on page 1
+    assert_eq!(f.cached_pages(), 4);
+    // `try_read_folio` never blocks or reads itself: the marked folio is
+    // cached and read, so it is a hit, and touching it submits 4..12.
+    let r = f.try_read_folio(1).expect("a cached, uptodate folio");
+    assert_eq!(r.index(), 1);
+    assert_eq!(f.cached_pages(), 12);
+}

@@ -377,6 +377,20 @@ impl FileShared {
         }
     }
 
+    /// The hit of `try_read_folio` on a folio carrying readahead's marker
+    /// (the lock-free hit passes such folios over): submit the next window
+    /// and try the hit again. `None` when the folio at `index` is not a
+    /// live marker.
+    #[cold]
+    pub(crate) fn marker_hit(self: &Arc<Self>, index: u64) -> Option<super::folio::FolioRef> {
+        let f = self.cached(index)?;
+        if !super::folio::is_live(&f) || !f.test(FolioFlags::READAHEAD) {
+            return None;
+        }
+        self.touch_marker(&f);
+        self.folio_hit(index)
+    }
+
     /// The first folio of pages `first..end` with a read in flight
     /// (flagged `LOCKED`), if any.
     pub(crate) fn in_flight(&self, first: u64, end: u64) -> Option<Arc<Folio>> {
