@@ -27,10 +27,10 @@ use std::sync::Arc;
 pub const DIRECT_ALIGN: usize = 4096;
 
 /// The readahead window a page cache uses over a direct [`FileBackend`]
-/// ([`Backend::readahead_max`]): 1 MiB, measured in `docs/readahead.md`
+/// ([`Backend::readahead_max`]): 4 MiB, measured in `docs/readahead.md`
 /// (the kernel reads nothing ahead for `O_DIRECT`, so the cache's window
 /// is the device's only queue depth for a sequential reader).
-pub const DIRECT_READAHEAD: u64 = 1 << 20;
+pub const DIRECT_READAHEAD: u64 = 4 << 20;
 
 /// `O_DIRECT` for this target, if known without `libc`.
 #[cfg(all(

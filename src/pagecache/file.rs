@@ -453,7 +453,7 @@ impl CachedFile {
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return None;
         }
-        s.folio_hit(index)
+        s.folio_hit(index).or_else(|| s.marker_hit(index))
     }
 
     /// Whether `page`, a reference [`read_folio`](CachedFile::read_folio)

@@ -30,97 +30,21 @@
 //! Under loom the fill is synchronous (loom's mutex cannot be handed to
 //! another thread); the protocol seen by readers is the same.
 
-use super::inode::{oom, FileShared};
+use super::fill_state::FillCtx;
+#[cfg(not(loom))]
+use super::inode::oom;
+use super::inode::FileShared;
 use super::readahead::Window;
 use super::stats::bump;
+#[cfg(not(loom))]
 use crate::aio::{IoBuf, IoBufMut};
+#[cfg(not(loom))]
 use crate::backend::ReadBuf;
 use crate::filemap::{AddError, Folio, FolioFlags, PAGE_SIZE};
-use crate::sync::Lock;
-use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
-use std::task::Waker;
 
 const PAGE: u64 = PAGE_SIZE as u64;
-
-/// Failed fills remembered per file, at most (the oldest goes first: a
-/// reader that comes later re-reads without the old error).
-const MAX_ERRORS: usize = 256;
-
-/// A file's record of failed fills and the async readers waiting for fills.
-pub(crate) struct FillCtx {
-    /// (folio address, folio index, the read's error) of fills that failed
-    /// and whose folio no reader has removed yet.
-    errors: Lock<VecDeque<(usize, u64, io::Error)>>,
-    /// Async readers waiting for a fill of this file: (the folio's
-    /// address, the reader's waker).
-    waiters: Lock<Vec<(usize, Waker)>>,
-}
-
-impl FillCtx {
-    pub(crate) fn new() -> Arc<FillCtx> {
-        Arc::new(FillCtx {
-            errors: Lock::new(VecDeque::new()),
-            waiters: Lock::new(Vec::new()),
-        })
-    }
-
-    fn record(&self, f: &Folio, e: io::Error) {
-        let mut q = self.errors.lock();
-        if q.len() >= MAX_ERRORS {
-            q.pop_front();
-        }
-        q.push_back((f as *const Folio as usize, f.index(), e));
-    }
-
-    /// The error recorded for the failed fill of `f`, taken.
-    fn take(&self, f: &Folio) -> Option<io::Error> {
-        let mut q = self.errors.lock();
-        let key = (f as *const Folio as usize, f.index());
-        let at = q.iter().position(|(a, i, _)| (*a, *i) == key)?;
-        q.remove(at).map(|(_, _, e)| e)
-    }
-
-    /// Register `w` to be woken when the read of `f` ends, if it is still
-    /// in flight (`LOCKED`); whether it is. Checked under the waiters'
-    /// lock, which the completion takes after it clears `LOCKED`, so the
-    /// wake-up cannot be missed.
-    pub(crate) fn wait_for(&self, f: &Folio, w: &Waker) -> bool {
-        let mut v = self.waiters.lock();
-        if !f.test(FolioFlags::LOCKED) {
-            return false;
-        }
-        let key = f as *const Folio as usize;
-        if !v.iter().any(|(k, x)| *k == key && x.will_wake(w)) {
-            v.push((key, w.clone()));
-        }
-        true
-    }
-
-    /// Wake the waiters of `f`'s read (it ended).
-    fn wake(&self, f: &Folio) {
-        let key = f as *const Folio as usize;
-        let mut woken = Vec::new();
-        {
-            let mut v = self.waiters.lock();
-            if v.is_empty() {
-                return;
-            }
-            v.retain(|(k, w)| {
-                if *k == key {
-                    woken.push(w.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        for w in woken {
-            w.wake();
-        }
-    }
-}
 
 /// The I/O buffer of one folio's fill: the folio's private new buffer
 /// ([`RawFill`]), the folio's lock (held by the fill), a reference to the
@@ -268,7 +192,14 @@ impl FileShared {
                     continue;
                 }
                 let mut order = if shrink { 0 } else { self.cache.max_order };
-                while order > 0 && (pos.trailing_zeros() < order || pos + (1u64 << order) > end) {
+                // Aligned, inside the window, and not across the marker
+                // (the folio the reader asked for should not carry it).
+                let crosses = |o: u32| win.mark.is_some_and(|m| pos < m && m < pos + (1u64 << o));
+                while order > 0
+                    && (pos.trailing_zeros() < order
+                        || pos + (1u64 << order) > end
+                        || crosses(order))
+                {
                     order -= 1;
                 }
                 let folio = match Folio::new(pos, order) {
@@ -318,6 +249,12 @@ impl FileShared {
                     got = Some(Arc::clone(&folio));
                 } else {
                     bump(&self.cache.counters.readahead_pages, nr);
+                    // Read ahead, not yet read: enter the reclaim lists
+                    // referenced, as the folios the reader has just read
+                    // are (reclaim promotes a referenced folio instead of
+                    // evicting it), so a scan does not evict the window
+                    // ahead of the reader before the pages behind it.
+                    folio.set(FolioFlags::REFERENCED);
                 }
                 if holds(win.mark) {
                     folio.set(FolioFlags::READAHEAD);
@@ -415,6 +352,13 @@ impl FileShared {
         Ok(())
     }
 
+    /// The largest readahead window this file's cache allows: a quarter
+    /// of its capacity, in pages.
+    #[inline]
+    pub(crate) fn ra_limit(&self) -> u64 {
+        self.cache.capacity_pages() / 4
+    }
+
     /// A reader reached `f`: if it carries readahead's marker, clear it
     /// and submit the next window (`page_cache_async_ra`) without waiting.
     /// A failed submission is dropped: readahead is a hint, and the reader
@@ -423,10 +367,28 @@ impl FileShared {
     pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio) {
         if f.test(FolioFlags::READAHEAD) && f.clear(FolioFlags::READAHEAD) {
             let size_pages = self.len().div_ceil(PAGE);
-            if let Some(win) = self.ra.on_marker(f.index(), f.nr_pages(), size_pages) {
+            let limit = self.ra_limit();
+            if let Some(win) = self
+                .ra
+                .on_marker(f.index(), f.nr_pages(), size_pages, limit)
+            {
                 let _ = self.submit_fills(&[win], None);
             }
         }
+    }
+
+    /// The hit of `try_read_folio` on a folio carrying readahead's marker
+    /// (the lock-free hit passes such folios over): submit the next window
+    /// and try the hit again. `None` when the folio at `index` is not a
+    /// live marker.
+    #[cold]
+    pub(crate) fn marker_hit(self: &Arc<Self>, index: u64) -> Option<super::folio::FolioRef> {
+        let f = self.cached(index)?;
+        if !super::folio::is_live(&f) || !f.test(FolioFlags::READAHEAD) {
+            return None;
+        }
+        self.touch_marker(&f);
+        self.folio_hit(index)
     }
 
     /// The first folio of pages `first..end` with a read in flight

@@ -17,7 +17,7 @@
 
 use super::blocks::{BlockMap, Dirtied};
 use super::errseq::ErrSeq;
-use super::fill::FillCtx;
+use super::fill_state::FillCtx;
 use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
 use super::stats::{bump, drop_gauge};

@@ -52,6 +52,7 @@ mod capacity;
 mod errseq;
 mod file;
 mod fill;
+mod fill_state;
 mod flusher;
 mod folio;
 mod folio_write;
@@ -426,8 +427,8 @@ impl PageCache {
     /// let cache = PageCache::new(CacheConfig::default().flusher(false));
     /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
     /// let mut buf = [0u8; 100];
-    /// file.read_at(&mut buf, 0).unwrap(); // a miss: the page is read from the RAM disk
-    /// file.read_at(&mut buf, 0).unwrap(); // a hit
+    /// file.read_at(&mut buf, 40960).unwrap(); // a miss: the page is read from the RAM disk
+    /// file.read_at(&mut buf, 40960).unwrap(); // a hit
     /// let s = cache.stats();
     /// assert_eq!((s.misses, s.hits, s.cached_pages), (1, 1, 1));
     /// assert_eq!(s.backend_read_bytes, 4096);

@@ -147,7 +147,10 @@ impl FileShared {
             }
             let size = self.len();
             if fill == Fill::Read && allow_large {
-                if let Some(win) = self.ra.on_miss(index, req, size.div_ceil(PAGE)) {
+                if let Some(win) = self
+                    .ra
+                    .on_miss(index, req, size.div_ceil(PAGE), self.ra_limit())
+                {
                     match self.submit_fills(&[win], Some(index))? {
                         Some(f) => return Ok(f),
                         // Someone else's folio is in the way: look again.

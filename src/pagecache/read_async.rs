@@ -223,10 +223,10 @@ impl CachedFile {
     }
 
     /// Set the largest readahead window of this file, in bytes (at least a
-    /// page). The default is the backend's
+    /// page; a window never exceeds a quarter of the cache's capacity). The default is the backend's
     /// ([`Backend::readahead_max`](crate::backend::Backend::readahead_max)):
     /// 128 KiB ([`DEFAULT_READAHEAD_BYTES`](super::DEFAULT_READAHEAD_BYTES)),
-    /// 1 MiB over an `O_DIRECT` [`FileBackend`](crate::backend::FileBackend).
+    /// 4 MiB over an `O_DIRECT` [`FileBackend`](crate::backend::FileBackend).
     ///
     /// ```
     /// use kxarray::backend::RamDisk;

@@ -63,6 +63,19 @@ struct State {
     advice: Advice,
 }
 
+impl State {
+    /// The largest window now: the maximum (doubled under `Sequential`)
+    /// within `limit` pages (at least 4); `None` under `Random`.
+    fn max(&self, limit: u64) -> Option<u64> {
+        let max = match self.advice {
+            Advice::Random => return None,
+            Advice::Sequential => self.max_pages * 2,
+            _ => self.max_pages,
+        };
+        Some(max.min(limit.max(4)))
+    }
+}
+
 /// One file's readahead state.
 pub(crate) struct Readahead(Lock<State>);
 
@@ -126,17 +139,21 @@ impl Readahead {
     }
 
     /// A read miss at page `index` of a read of `req` pages, in a file of
-    /// `size_pages` pages (`page_cache_sync_ra`): the window to submit if
+    /// `size_pages` pages, windows of at most `limit` pages (a quarter of
+    /// the cache's capacity, so a small cache does not evict a window
+    /// before it is read) (`page_cache_sync_ra`): the window to submit if
     /// the miss is sequential (the first page of the file, the page after
     /// the last miss, or inside or just past the current window), `None`
     /// for a random one (read the page alone).
-    pub(crate) fn on_miss(&self, index: u64, req: u64, size_pages: u64) -> Option<Window> {
+    pub(crate) fn on_miss(
+        &self,
+        index: u64,
+        req: u64,
+        size_pages: u64,
+        limit: u64,
+    ) -> Option<Window> {
         let mut s = self.0.lock();
-        let max = match s.advice {
-            Advice::Random => return None,
-            Advice::Sequential => s.max_pages * 2,
-            _ => s.max_pages,
-        };
+        let max = s.max(limit)?;
         let in_window = s.size > 0 && index >= s.start && index <= s.start + s.size;
         if index != 0 && index != s.next_miss && !in_window {
             s.next_miss = index + req.max(1);
@@ -145,7 +162,14 @@ impl Readahead {
         if index >= size_pages {
             return None;
         }
-        let size = init_size(req, max);
+        // A miss inside (or at the end of) the current window: its reads
+        // were lost (evicted before the reader came, or failed): go on with
+        // the next size rather than ramp up again from a small window.
+        let size = if in_window {
+            next_size(s.size, max).max(init_size(req, max))
+        } else {
+            init_size(req, max)
+        };
         s.start = index;
         s.size = size;
         s.async_size = size.saturating_sub(req.max(1));
@@ -153,16 +177,18 @@ impl Readahead {
         Some(clip(&s, size_pages))
     }
 
-    /// A reader touched the marker folio at `index`, `nr` pages
-    /// (`page_cache_async_ra`): the next window, larger, whose first folio
+    /// A reader touched the marker folio at `index`, `nr` pages, windows of
+    /// at most `limit` pages (`page_cache_async_ra`): the next window, larger, whose first folio
     /// carries the next marker. `None` when there is nothing left to read.
-    pub(crate) fn on_marker(&self, index: u64, nr: u64, size_pages: u64) -> Option<Window> {
+    pub(crate) fn on_marker(
+        &self,
+        index: u64,
+        nr: u64,
+        size_pages: u64,
+        limit: u64,
+    ) -> Option<Window> {
         let mut s = self.0.lock();
-        let max = match s.advice {
-            Advice::Random => return None,
-            Advice::Sequential => s.max_pages * 2,
-            _ => s.max_pages,
-        };
+        let max = s.max(limit)?;
         let expected = s.start + s.size - s.async_size;
         let next = s.start + s.size;
         if s.size > 0 && (index == expected || (index <= next && next < index + nr.max(1))) {
@@ -204,7 +230,7 @@ mod tests {
     fn windows_grow_as_the_kernels_do() {
         // 4 KiB reads, 128 KiB maximum (32 pages).
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 1 << 20).unwrap();
+        let w = ra.on_miss(0, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!(
             w,
             Window {
@@ -213,7 +239,7 @@ mod tests {
                 mark: Some(1)
             }
         );
-        let w = ra.on_marker(1, 1, 1 << 20).unwrap();
+        let w = ra.on_marker(1, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!(
             w,
             Window {
@@ -222,7 +248,7 @@ mod tests {
                 mark: Some(4)
             }
         );
-        let w = ra.on_marker(4, 1, 1 << 20).unwrap();
+        let w = ra.on_marker(4, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!(
             w,
             Window {
@@ -231,35 +257,49 @@ mod tests {
                 mark: Some(12)
             }
         );
-        let w = ra.on_marker(12, 1, 1 << 20).unwrap();
+        let w = ra.on_marker(12, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!((w.start, w.end), (28, 60), "capped at 32 pages");
-        let w = ra.on_marker(28, 1, 1 << 20).unwrap();
+        let w = ra.on_marker(28, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!((w.start, w.end), (60, 92));
     }
 
     #[test]
     fn random_misses_read_alone_and_a_second_sequential_one_starts_a_window() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        assert_eq!(ra.on_miss(1000, 1, 1 << 20), None);
-        assert_eq!(ra.on_miss(5, 1, 1 << 20), None);
-        let w = ra.on_miss(6, 1, 1 << 20).unwrap();
+        assert_eq!(ra.on_miss(1000, 1, 1 << 20, u64::MAX), None);
+        assert_eq!(ra.on_miss(5, 1, 1 << 20, u64::MAX), None);
+        let w = ra.on_miss(6, 1, 1 << 20, u64::MAX).unwrap();
         assert_eq!(w.start, 6);
-        assert_eq!(ra.on_miss(7000, 1, 1 << 20), None, "a jump reads alone");
+        assert_eq!(
+            ra.on_miss(7000, 1, 1 << 20, u64::MAX),
+            None,
+            "a jump reads alone"
+        );
+        // A miss inside the window (its folios were evicted) goes on with
+        // a larger window.
+        let w = ra.on_miss(8, 1, 1 << 20, u64::MAX).unwrap();
+        assert_eq!((w.start, w.end), (8, 16), "{w:?}");
     }
 
     #[test]
     fn windows_stop_at_the_end_of_the_file_and_advice_steers_them() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 2).unwrap();
+        let w = ra.on_miss(0, 1, 2, u64::MAX).unwrap();
         assert_eq!((w.start, w.end), (0, 2));
-        assert_eq!(ra.on_marker(1, 1, 2), None, "nothing past the end");
+        assert_eq!(
+            ra.on_marker(1, 1, 2, u64::MAX),
+            None,
+            "nothing past the end"
+        );
         ra.advise(Advice::Random);
-        assert_eq!(ra.on_miss(0, 1, 100), None);
+        assert_eq!(ra.on_miss(0, 1, 100, u64::MAX), None);
         ra.advise(Advice::Sequential);
-        let w = ra.on_miss(0, 64, 1 << 20).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
         assert_eq!(w.end, 64, "the maximum doubled to 64 pages");
         ra.advise(Advice::Normal);
-        let w = ra.on_miss(0, 64, 1 << 20).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
         assert_eq!(w.end, 32);
+        let w = ra.on_miss(0, 64, 1 << 20, 16).unwrap();
+        assert_eq!(w.end, 16, "a small cache's limit");
     }
 }
