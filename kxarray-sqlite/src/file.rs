@@ -157,8 +157,13 @@ impl Handle {
         readonly: bool,
     ) -> Handle {
         // Over O_DIRECT the handle runs ahead of a scan (the kernel reads
-        // nothing ahead below the cache).
-        let pattern = Pattern::new(inode.direct);
+        // nothing ahead below the cache), by at most an eighth of the cache.
+        let ahead = if inode.direct {
+            pattern::AHEAD.min(cache.capacity() / 8)
+        } else {
+            0
+        };
+        let pattern = Pattern::new(ahead);
         Handle {
             inode,
             key,

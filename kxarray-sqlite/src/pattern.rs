@@ -25,10 +25,9 @@ const SEQ_AFTER: u32 = 4;
 const RANDOM_AFTER: u32 = 8;
 
 /// How far ahead of a sequential reader the handle keeps reads submitted
-/// (`WillNeed`), on top of the cache's own readahead window: over
-/// `O_DIRECT` the window (1-2 MiB) alone leaves the device idle between
-/// windows.
-const AHEAD: u64 = 8 << 20;
+/// (`WillNeed`), on top of the cache's own readahead window, at most
+/// (see [`Pattern::new`]).
+pub(crate) const AHEAD: u64 = 8 << 20;
 
 /// The least a `WillNeed` asks for (one call per this many bytes read).
 const AHEAD_STEP: u64 = 2 << 20;
@@ -57,14 +56,17 @@ pub(crate) struct Pattern {
     sequential: bool,
     /// Where the reads submitted ahead end (sequential only).
     ahead: u64,
-    /// Run ahead with `WillNeed` while sequential.
-    run_ahead: bool,
+    /// Bytes kept submitted ahead of a sequential reader (0: none).
+    run_ahead: u64,
 }
 
 impl Pattern {
-    /// A pattern that, while sequential, also keeps [`AHEAD`] bytes of
-    /// reads submitted ahead of the reader ([`Pattern::ahead`]).
-    pub(crate) fn new(run_ahead: bool) -> Pattern {
+    /// A pattern that, while sequential, also keeps `run_ahead` bytes of
+    /// reads submitted ahead of the reader ([`Pattern::ahead`]; 0: none).
+    /// The VFS passes [`AHEAD`] or an eighth of the cache's capacity,
+    /// whichever is less, over `O_DIRECT`, so that what is read ahead is
+    /// not evicted before the reader gets there.
+    pub(crate) fn new(run_ahead: u64) -> Pattern {
         Pattern {
             run_ahead,
             ..Pattern::default()
@@ -72,16 +74,17 @@ impl Pattern {
     }
 
     /// While sequential (and running ahead): the range to submit now so
-    /// that reads stay [`AHEAD`] bytes ahead of the last read, in steps of
-    /// at least [`AHEAD_STEP`].
+    /// that reads stay `run_ahead` bytes ahead of the last read, in steps
+    /// of at least [`AHEAD_STEP`] (or a quarter of `run_ahead`).
     #[inline]
     pub(crate) fn ahead(&mut self) -> Option<Hint> {
-        if !self.sequential || !self.run_ahead {
+        if !self.sequential || self.run_ahead == 0 {
             return None;
         }
+        let step = AHEAD_STEP.min(self.run_ahead / 4).max(1);
         let from = self.ahead.max(self.next);
-        let to = self.next.saturating_add(AHEAD);
-        if to < from.saturating_add(AHEAD_STEP) {
+        let to = self.next.saturating_add(self.run_ahead);
+        if to < from.saturating_add(step) {
             return None;
         }
         self.ahead = to;
@@ -167,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_sequential_reader_keeps_reads_submitted_ahead_in_steps() {
-        let mut p = Pattern::new(true);
+        let mut p = Pattern::new(AHEAD);
         assert_eq!(p.ahead(), None, "not sequential yet");
         hints(&mut p, &[0, 1, 2, 3, 4]);
         let first = p.ahead();
@@ -181,9 +184,15 @@ mod tests {
         // Off the pattern: no more submissions.
         hints(&mut p, &[90_000, 3, 70_000, 1, 50_000, 200, 80_000, 30]);
         assert_eq!(p.ahead(), None);
-        let mut q = Pattern::new(false);
+        let mut q = Pattern::new(0);
         hints(&mut q, &[0, 1, 2, 3, 4, 5]);
         assert_eq!(q.ahead(), None, "running ahead is off");
+        // A small budget: small steps, never more than the budget ahead.
+        let mut r = Pattern::new(64 * P);
+        hints(&mut r, &[0, 1, 2, 3, 4]);
+        assert_eq!(r.ahead(), Some(Hint::WillNeed(5 * P, 64 * P)));
+        hints(&mut r, &(5..21).collect::<Vec<_>>());
+        assert_eq!(r.ahead(), Some(Hint::WillNeed(69 * P, 16 * P)));
     }
 
     #[test]
