@@ -108,6 +108,9 @@
 #         fio-uring-128k  fio io_uring --bs 128k --iodepth 8 --direct 1
 #   rand  kx-rand-qd32    the fio example --direct --cold --rw randread --bs 4k,
 #                         2 jobs, --iodepth 32 (the page cache's batch read)
+#         kx-rand-fut32   the same with --iodepth-api future (32 read_owned
+#                         futures in flight per job, each replaced as it
+#                         completes)
 #         kx-rand-sync    the same at --iodepth 1 (read_at)
 #         fio-uring-qd32  fio io_uring --bs 4k --iodepth 32 --direct 1,
 #                         COLD_URING_JOBS (1) job(s), the anchor
@@ -123,7 +126,8 @@
 #                         2 jobs, on the file
 # and prints each row's medians and the ratios the targets name
 # (median of the per-round ratios, range): kx-seq / fio-psync (1.0x),
-# kx-seq / fio-uring-128k (0.7x), kx-rand-qd32 / fio-uring-qd32 (0.9x),
+# kx-seq / fio-uring-128k (0.7x), kx-rand-qd32 and kx-rand-fut32 /
+# fio-uring-qd32 (0.9x),
 # kx-rand-sync / fio-psync-direct (1.0x), nbd-qd64 / fio-uring-qd64 (0.9x).
 # Report: python3 scripts/vs_kernel_cold.py report $DIR/vs-kernel-cold.tsv
 #
@@ -447,7 +451,7 @@ cold)
     for row in $COLD_ROWS; do
       case $row in
         seq) tools="kx-seq fio-psync fio-uring-128k" ;;
-        rand) tools="kx-rand-qd32 kx-rand-sync fio-uring-qd32 fio-psync-direct" ;;
+        rand) tools="kx-rand-qd32 kx-rand-fut32 kx-rand-sync fio-uring-qd32 fio-psync-direct" ;;
         nbd) tools="nbd-qd64 nbd-file-qd64 fio-uring-qd64" ;;
         *) echo "unknown cold row: $row" >&2; exit 2 ;;
       esac
@@ -457,6 +461,7 @@ cold)
         case $t in
           kx-seq) got=$(kx_cold --rw read --numjobs 1) ;;
           kx-rand-qd32) got=$(kx_cold --rw randread --numjobs 2 --iodepth 32 --seed "$round") ;;
+          kx-rand-fut32) got=$(kx_cold --rw randread --numjobs 2 --iodepth 32 --iodepth-api future --seed "$round") ;;
           kx-rand-sync) got=$(kx_cold --rw randread --numjobs 2 --seed "$round") ;;
           fio-psync) got=$(fio_cold seq --ioengine=psync --rw=read --bs=4k) ;;
           fio-uring-128k) got=$(fio_cold seq --ioengine=io_uring --rw=read --bs=128k --iodepth=8 --direct=1) ;;

@@ -18,8 +18,9 @@ from collections import defaultdict
 TARGETS = {
     "seq": ("MB/s", [("kx-seq", "fio-psync", 1.0), ("kx-seq", "fio-uring-128k", 0.7)],
             ["kx-seq", "fio-psync", "fio-uring-128k"]),
-    "rand": ("KIOPS", [("kx-rand-qd32", "fio-uring-qd32", 0.9), ("kx-rand-sync", "fio-psync-direct", 1.0)],
-             ["kx-rand-qd32", "kx-rand-sync", "fio-uring-qd32", "fio-psync-direct"]),
+    "rand": ("KIOPS", [("kx-rand-qd32", "fio-uring-qd32", 0.9), ("kx-rand-fut32", "fio-uring-qd32", 0.9),
+                       ("kx-rand-sync", "fio-psync-direct", 1.0)],
+             ["kx-rand-qd32", "kx-rand-fut32", "kx-rand-sync", "fio-uring-qd32", "fio-psync-direct"]),
     "nbd": ("KIOPS", [("nbd-qd64", "fio-uring-qd64", 0.9), ("nbd-file-qd64", "fio-uring-qd64", 0.9)],
             ["nbd-qd64", "nbd-file-qd64", "fio-uring-qd64"]),
 }
@@ -28,6 +29,7 @@ WHAT = {
     "fio-psync": "fio psync buffered, cold kernel cache, --rw read --bs 4k, 1 job",
     "fio-uring-128k": "fio io_uring --bs 128k --iodepth 8 --direct 1 --rw read, 1 job",
     "kx-rand-qd32": "fio example --direct --cold --rw randread --bs 4k, 2 jobs, --iodepth 32",
+    "kx-rand-fut32": "the same with --iodepth-api future (32 read_owned futures in flight per job)",
     "kx-rand-sync": "fio example --direct --cold --rw randread --bs 4k, 2 jobs, --iodepth 1 (read_at)",
     "fio-uring-qd32": "fio io_uring --bs 4k --iodepth 32 --direct 1 --rw randread",
     "fio-psync-direct": "fio psync --direct 1 --rw randread --bs 4k, 2 jobs",

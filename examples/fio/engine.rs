@@ -58,6 +58,12 @@ pub(crate) trait Engine {
             })
             .collect()
     }
+
+    /// The page cache under the engine, for `--iodepth-api future` (a
+    /// window of `CachedFile::read_owned` futures); `None` for the others.
+    fn cached_file(&self) -> Option<&CachedFile> {
+        None
+    }
 }
 
 /// The page cache's batch read (`CachedFile::read_many`): every
@@ -109,6 +115,10 @@ impl Engine for ReadAt<'_> {
 
     fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
         read_many(self.file, reqs)
+    }
+
+    fn cached_file(&self) -> Option<&CachedFile> {
+        Some(self.file)
     }
 }
 

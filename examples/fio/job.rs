@@ -12,12 +12,17 @@ use crate::engine::Engine;
 use crate::stamp::{check_piece, checksum, stamp};
 use clap::ValueEnum;
 use hdrhistogram::Histogram;
+use kxarray::pagecache::{CachedFile, ReadFuture};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use std::future::Future;
 use std::hint::black_box;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 /// I/O pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,6 +66,9 @@ pub(crate) struct Spec {
     /// Reads in flight per job (`--iodepth`; reads only): batches of this
     /// many through [`Engine::read_many`].
     pub(crate) iodepth: usize,
+    /// With `iodepth`: keep that many `read_owned` futures in flight,
+    /// each replaced as it completes, instead of batches.
+    pub(crate) futures: bool,
 }
 
 /// What one job measured.
@@ -142,6 +150,11 @@ impl Job<'_> {
     pub(crate) fn run<E: Engine>(&self, mut engine: E) -> JobResult {
         let a = self.spec;
         if a.iodepth > 1 {
+            if a.futures {
+                if let Some(file) = engine.cached_file() {
+                    return self.run_futures(file);
+                }
+            }
             return self.run_batched(engine);
         }
         let bs = a.bs as usize;
@@ -327,5 +340,132 @@ impl Job<'_> {
         }
         r.end = Instant::now();
         r
+    }
+
+    /// The job loop at `--iodepth N --iodepth-api future` (kxarray, reads
+    /// only): N `CachedFile::read_owned` futures in flight, polled by a
+    /// plain loop on this thread (each future's waker marks its slot and
+    /// unparks the thread); each completed one is checked as the
+    /// one-at-a-time loop checks a block and replaced at once by the next
+    /// block of the stream, so N reads stay in flight as fio's io_uring
+    /// engine keeps them. A request's latency runs from its submission to
+    /// its completion being seen.
+    fn run_futures(&self, file: &CachedFile) -> JobResult {
+        type Fut = Pin<Box<ReadFuture<Vec<u8>>>>;
+        let a = self.spec;
+        let bs = a.bs as usize;
+        let mut r = self.result();
+        let mut rng = SmallRng::seed_from_u64(a.seed.wrapping_mul(1000).wrapping_add(self.id));
+        let mut next_seq = 0u64;
+        let mut next_block = || {
+            let rel = if a.rw == Rw::Read {
+                let b = next_seq;
+                next_seq = (next_seq + 1) % self.blocks;
+                b
+            } else {
+                rng.random_range(0..self.blocks)
+            };
+            self.first_block + rel
+        };
+        let mut issued = 0u64;
+        let mut slots: Vec<(Fut, Arc<SlotWaker>, u64, Instant)> = Vec::new();
+        while slots.len() < a.iodepth && issued < a.ios {
+            let b = next_block();
+            issued += 1;
+            let w = Arc::new(SlotWaker::new());
+            let fut = Box::pin(file.read_owned(b * a.bs, vec![0u8; bs]));
+            slots.push((fut, w, b, Instant::now()));
+        }
+        let mut n = 0u64;
+        'run: while !slots.is_empty() && !self.stop.load(Ordering::Relaxed) {
+            let mut progressed = false;
+            let mut i = 0;
+            while i < slots.len() {
+                let (fut, w, block, t0) = &mut slots[i];
+                if !w.ready.swap(false, Ordering::AcqRel) {
+                    i += 1;
+                    continue;
+                }
+                let waker = Waker::from(Arc::clone(w));
+                let mut cx = Context::from_waker(&waker);
+                let Poll::Ready((res, buf)) = fut.as_mut().poll(&mut cx) else {
+                    i += 1;
+                    continue;
+                };
+                progressed = true;
+                if a.clat {
+                    r.read.saturating_record(t0.elapsed().as_nanos() as u64);
+                }
+                match res {
+                    Ok(got) if got == bs => {}
+                    Ok(got) => {
+                        r.error = Some(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("short read of block {block}: {got} of {bs} bytes"),
+                        ));
+                        break 'run;
+                    }
+                    Err(e) => {
+                        r.error = Some(e);
+                        break 'run;
+                    }
+                }
+                let gen = r.gens[(*block - self.first_block) as usize];
+                black_box(buf.first().copied());
+                if a.touch {
+                    r.sum = r.sum.wrapping_add(black_box(checksum(&buf)));
+                }
+                if a.verify {
+                    if let Err(e) = check_piece(&buf, *block, gen, 0) {
+                        r.mismatches.push(format!("during the run: {e}"));
+                    }
+                }
+                r.reads += 1;
+                r.read_bytes += bs as u64;
+                n += 1;
+                if n.is_multiple_of(64) {
+                    self.ops.fetch_add(64, Ordering::Relaxed);
+                }
+                if issued < a.ios {
+                    let b = next_block();
+                    issued += 1;
+                    w.ready.store(true, Ordering::Release);
+                    *fut = Box::pin(file.read_owned(b * a.bs, buf));
+                    *block = b;
+                    *t0 = Instant::now();
+                    i += 1;
+                } else {
+                    drop(slots.swap_remove(i));
+                }
+            }
+            if !progressed {
+                std::thread::park_timeout(Duration::from_millis(10));
+            }
+        }
+        r.end = Instant::now();
+        r
+    }
+}
+
+/// A future's waker in `run_futures`: marks its slot ready and unparks the
+/// job's thread.
+struct SlotWaker {
+    ready: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl SlotWaker {
+    fn new() -> SlotWaker {
+        SlotWaker {
+            ready: AtomicBool::new(true),
+            thread: std::thread::current(),
+        }
+    }
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.ready.store(true, Ordering::Release);
+        self.thread.unpark();
     }
 }

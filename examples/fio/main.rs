@@ -47,7 +47,9 @@
 //! read, which for `kxarray` is the page cache's batch API (hits copied,
 //! misses submitted together through the I/O engine; see
 //! `engine::read_many`), and for the other engines N reads one after the
-//! other (they are synchronous, as fio's psync). Reads only. As fio does
+//! other (they are synchronous, as fio's psync); `--iodepth-api future`
+//! keeps N `CachedFile::read_owned` futures in flight instead, each
+//! replaced as it completes. Reads only. As fio does
 //! by default (`fadvise_hint=1`), the kxarray file is advised `Random` for
 //! random jobs and `Sequential` for sequential ones (`--no-fadvise-hint`:
 //! not).
@@ -180,6 +182,12 @@ struct Args {
     /// submitted together; other engines: N synchronous reads).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     iodepth: u32,
+    /// How a kxarray job keeps --iodepth reads in flight: `batch` hands
+    /// N blocks at a time to CachedFile::read_many (all complete before the
+    /// next N go); `future` keeps N CachedFile::read_owned futures in
+    /// flight, each replaced as it completes (as fio's io_uring engine).
+    #[arg(long, value_enum, default_value_t = IodepthApi::Batch)]
+    iodepth_api: IodepthApi,
     /// kxarray: do not advise the file Random (random jobs) or Sequential
     /// (sequential ones) before the run, as fio does by default
     /// (fadvise_hint=1; --no-fadvise-hint is fio's fadvise_hint=0).
@@ -234,6 +242,15 @@ struct Args {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// How `--iodepth` reads stay in flight (`--iodepth-api`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum IodepthApi {
+    /// Batches of N through `CachedFile::read_many`.
+    Batch,
+    /// N `CachedFile::read_owned` futures, each replaced as it completes.
+    Future,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -311,6 +328,7 @@ impl Args {
             touch: self.touch,
             clat: !self.no_clat,
             iodepth: self.iodepth as usize,
+            futures: self.iodepth_api == IodepthApi::Future,
         }
     }
 }
@@ -840,6 +858,15 @@ mod tests {
             &["--cold", "--iodepth", "32"],
             &["--engine", "psync", "--cold", "--iodepth", "4"],
             &["--cold", "--direct", "--iodepth", "16"],
+            &["--cold", "--iodepth", "32", "--iodepth-api", "future"],
+            &[
+                "--cold",
+                "--direct",
+                "--iodepth",
+                "8",
+                "--iodepth-api",
+                "future",
+            ],
         ] {
             let a = Args::try_parse_from(base.iter().chain(extra)).unwrap();
             match super::run(&a) {
