@@ -87,13 +87,6 @@ fn follow_pressure(cache: &PageCache) {
             log,
             ..PressureConfig::default()
         };
-        // A first lock-free read now, while the process may still have one
-        // thread, settles the light readers' barrier mode (its
-        // `membarrier` registration waits for an RCU grace period, 10-20
-        // ms, when other threads exist: the monitor's would be one).
-        if let Ok(f) = cache.open(kxarray::backend::RamDisk::new(4096)) {
-            let _ = f.try_read_folio(0);
-        }
         if let Ok(m) = PressureMonitor::start(Arc::new(cache.clone()), config) {
             let _ = MONITOR.set(m);
         }
