@@ -159,6 +159,29 @@ mod imp {
             self.0.is_locked()
         }
     }
+
+    /// Hand a held [`Lock`] over to whoever will finish with it elsewhere
+    /// (an I/O completion, on another thread): the guard is forgotten and
+    /// the lock stays held until [`lock_resume`] makes a guard again.
+    pub(crate) fn lock_handover<T>(g: LockGuard<'_, T>) {
+        core::mem::forget(g);
+    }
+
+    /// A guard for a [`Lock`] handed over with [`lock_handover`]; dropping
+    /// it unlocks. parking_lot's mutex is not tied to the thread that
+    /// locked it (its unlock is an atomic store and a wake-up), so the
+    /// thread that resumes may be another.
+    ///
+    /// # Safety
+    /// - `lock` is held by a guard [`lock_handover`] forgot, and the caller
+    ///   owns that acquisition (it resumes it once; nobody else will).
+    pub(crate) unsafe fn lock_resume<T>(lock: &Lock<T>) -> LockGuard<'_, T> {
+        debug_assert!(lock.is_locked());
+        // SAFETY: the caller owns the acquisition the forgotten guard held
+        // (the contract); the marker is parking_lot's guard state for it
+        // (stateless).
+        unsafe { lock.make_guard_unchecked(parking_lot::lock_api::GuardNoSend::new()) }
+    }
 }
 
 #[cfg(loom)]

@@ -36,6 +36,9 @@ fn dirty_the_frames(
     disk.write_all_at(&vec![byte; (pages * PAGE) as usize], 0)
         .unwrap();
     let f = cache.open_with(disk, opts).unwrap();
+    // One-page folios (no readahead windows): the size class of the
+    // test's one-page misses.
+    f.advise(0, 0, kxarray::pagecache::Advice::Random).unwrap();
     let mut buf = vec![0u8; PAGE as usize];
     let mut frames = std::collections::HashSet::new();
     for p in 0..pages {

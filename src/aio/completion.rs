@@ -67,8 +67,14 @@ impl Wake for ThreadWaker {
     }
 }
 
+/// A function the engine runs with the outcome, in place of storing it
+/// ([`Completion::on_complete`]).
+type Callback<B> = Box<dyn FnOnce(io::Result<usize>, B) + Send>;
+
 enum State<B> {
     Pending(Option<Waker>),
+    /// Pending, with a callback to run on completion instead of a waiter.
+    Callback(Callback<B>),
     Done(io::Result<usize>, B),
     Taken,
 }
@@ -91,8 +97,18 @@ impl<B> Slot<B> {
     pub(crate) fn complete(&self, res: io::Result<usize>, buf: B) {
         let waker = {
             let mut st = self.state.lock();
+            if let State::Callback(_) = &*st {
+                let State::Callback(f) = std::mem::replace(&mut *st, State::Taken) else {
+                    unreachable!("matched Callback above")
+                };
+                drop(st);
+                // Outside the slot's lock, on the completing thread.
+                f(res, buf);
+                return;
+            }
             match std::mem::replace(&mut *st, State::Done(res, buf)) {
                 State::Pending(w) => w,
+                State::Callback(_) => unreachable!("handled above"),
                 State::Done(..) | State::Taken => {
                     debug_assert!(false, "a slot completed twice");
                     None
@@ -104,11 +120,28 @@ impl<B> Slot<B> {
         }
     }
 
+    /// Run `f` with the outcome: now if it is there, else when the engine
+    /// completes the slot (on the engine's thread, in place of a waiter).
+    fn set_callback(&self, f: Callback<B>) {
+        let mut st = self.state.lock();
+        match std::mem::replace(&mut *st, State::Taken) {
+            State::Pending(_) => *st = State::Callback(f),
+            State::Done(r, b) => {
+                drop(st);
+                f(r, b);
+            }
+            State::Callback(_) | State::Taken => {
+                debug_assert!(false, "a completion's outcome is handed over once");
+            }
+        }
+    }
+
     /// The outcome if done; otherwise `waker` is registered (replacing an
     /// older one) and `None` returned.
     fn take_or_register(&self, waker: &Waker) -> Option<BufResult<B>> {
         let mut st = self.state.lock();
         match &mut *st {
+            State::Callback(_) => None,
             State::Pending(w) => {
                 if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
                     *w = Some(waker.clone());
@@ -222,6 +255,38 @@ impl<B: Send + 'static> Completion<B> {
                 _ => std::thread::park(),
             }
         }
+    }
+}
+
+impl<B: Send + 'static> Completion<B> {
+    /// Hand the outcome to `f` instead of waiting for it: `f` runs once,
+    /// with the result and the buffer, on the thread that completes the
+    /// request (an engine's reaper or pool thread), or at once on the
+    /// caller's thread when the request is already finished (a backend
+    /// without an engine). Nothing waits: this is how a submitter that
+    /// does not want the outcome itself (the page cache's readahead)
+    /// finishes its requests.
+    ///
+    /// `f` runs on an engine thread: it must be short and must not wait
+    /// for other requests of the same engine to finish.
+    ///
+    /// ```
+    /// use kxarray::aio::{IoEngine, IoSettings};
+    /// use std::io::Write;
+    /// use std::sync::{mpsc, Arc};
+    ///
+    /// let mut f = tempfile::tempfile().unwrap();
+    /// f.write_all(b"called back").unwrap();
+    /// let f = Arc::new(f);
+    /// let engine = IoEngine::new(&IoSettings::default()).unwrap();
+    /// let (tx, rx) = mpsc::channel();
+    /// engine.read(&f, 7, vec![0u8; 4]).on_complete(move |n, buf| {
+    ///     tx.send((n.unwrap(), buf)).unwrap();
+    /// });
+    /// assert_eq!(rx.recv().unwrap(), (4, b"back".to_vec()));
+    /// ```
+    pub fn on_complete(self, f: impl FnOnce(io::Result<usize>, B) + Send + 'static) {
+        self.slot.set_callback(Box::new(f));
     }
 }
 

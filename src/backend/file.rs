@@ -26,6 +26,12 @@ use std::sync::Arc;
 /// Offset, length and buffer alignment `O_DIRECT` requests use.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// The readahead window a page cache uses over a direct [`FileBackend`]
+/// ([`Backend::readahead_max`]): 4 MiB, measured in `docs/readahead.md`
+/// (the kernel reads nothing ahead for `O_DIRECT`, so the cache's window
+/// is the device's only queue depth for a sequential reader).
+pub const DIRECT_READAHEAD: u64 = 4 << 20;
+
 /// `O_DIRECT` for this target, if known without `libc`.
 #[cfg(all(
     target_os = "linux",
@@ -258,6 +264,12 @@ fn aligned(p: *const u8) -> bool {
 }
 
 impl Backend for FileBackend {
+    /// [`DIRECT_READAHEAD`] for a direct backend (the kernel reads nothing
+    /// ahead below it); the cache's default otherwise.
+    fn readahead_max(&self) -> Option<u64> {
+        self.is_direct().then_some(DIRECT_READAHEAD)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         check_range("read", offset, buf.len() as u64)?;
         match self.direct_for(offset, buf.len()) {

@@ -27,7 +27,7 @@ use std::io;
 mod file;
 mod ramdisk;
 
-pub use file::{FileBackend, DIRECT_ALIGN};
+pub use file::{FileBackend, DIRECT_ALIGN, DIRECT_READAHEAD};
 pub use ramdisk::{RamDisk, RAMDISK_PAGE_SIZE};
 
 /// A byte-addressed store with positional I/O (`pread`/`pwrite`).
@@ -237,6 +237,21 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// The largest readahead window a page cache should read ahead of a
+    /// sequential reader of this backend, in bytes; `None` (the default)
+    /// leaves the cache's default (128 KiB, the kernel's). A backend that
+    /// bypasses the kernel's page cache (`O_DIRECT`: [`FileBackend`] made
+    /// by `create_direct`) asks for more, since the kernel reads nothing
+    /// ahead for it.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, RamDisk};
+    /// assert_eq!(RamDisk::new(4096).readahead_max(), None);
+    /// ```
+    fn readahead_max(&self) -> Option<u64> {
+        None
+    }
+
     /// Submit a read of up to `buf.len()` bytes at `offset` and return at
     /// once; the completion gives what [`read_at`](Backend::read_at) would
     /// have returned, and the buffer back. The backend owns the buffer
@@ -440,6 +455,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).write_zeroes(offset, len)
+    }
+    fn readahead_max(&self) -> Option<u64> {
+        (**self).readahead_max()
     }
     fn submit_read(&self, buf: ReadBuf, offset: u64) -> Completion<ReadBuf> {
         (**self).submit_read(buf, offset)

@@ -64,6 +64,9 @@ impl FolioFlags {
     /// `PG_owner_priv_1`). The page cache sets it on a folio whose every
     /// block is dirty, changing it only under the folio's lock.
     pub const OWNER_PRIV: FolioFlags = FolioFlags(512);
+    /// Readahead's marker (`PG_readahead`): a reader touching this folio
+    /// submits the next readahead window.
+    pub const READAHEAD: FolioFlags = FolioFlags(1024);
 }
 
 /// A folio: `2^order` pages starting at page index `index`.

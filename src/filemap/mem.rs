@@ -680,6 +680,109 @@ impl MemWrite<'_> {
     }
 }
 
+/// A fill in flight ([`MemWrite::begin_fill`]): the folio's lock, handed
+/// over to an I/O and held by nobody's guard, and the new buffer the I/O
+/// writes, private (not published: no reader can reach its bytes) until
+/// [`RawFill::end`] publishes or frees it and gives the lock back as a
+/// guard. Not tied to a thread or a borrow, so an I/O completion on
+/// another thread may end it.
+///
+/// Dropping one without ending it leaves the folio locked for ever and the
+/// buffer allocated (a bug: `debug_assert`); its owner must end it.
+#[cfg(not(loom))]
+pub(crate) struct RawFill {
+    frame: NonNull<Buf>,
+    zeroed: bool,
+    len: usize,
+    ended: bool,
+}
+
+// SAFETY: the buffer is private to this value (never published) and its
+// bytes are plain; the lock it stands for may be released from any thread
+// (`sync::lock_resume`).
+#[cfg(not(loom))]
+unsafe impl Send for RawFill {}
+
+#[cfg(not(loom))]
+impl MemWrite<'_> {
+    /// Hand the lock over to a fill: allocate the folio's new buffer and
+    /// keep the lock held (by the returned [`RawFill`]) after this guard is
+    /// gone. On an allocation failure the lock is released.
+    ///
+    /// # Errors
+    /// [`AllocError`] when the buffer cannot be allocated.
+    pub(crate) fn begin_fill(self) -> Result<RawFill, AllocError> {
+        let len = self.mem.len;
+        let (frame, zeroed) = Buf::alloc(len)?;
+        crate::sync::lock_handover(self._lock);
+        Ok(RawFill {
+            frame,
+            zeroed,
+            len,
+            ended: false,
+        })
+    }
+}
+
+#[cfg(not(loom))]
+impl RawFill {
+    /// The first byte of the private buffer (page-aligned once a page or
+    /// more: a frame).
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        // SAFETY: the frame is live until `end` (this value owns it).
+        unsafe { self.frame.as_ref() }.data().as_ptr()
+    }
+
+    /// The buffer's length: the folio's.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// End the fill: with `Some(n)`, the first `n` bytes were filled (the
+    /// rest is zeroed unless the buffer came zeroed) and the buffer becomes
+    /// the folio's current one; with `None` it is freed and the folio keeps
+    /// what it had. Returns the folio's lock as a guard (dropping it
+    /// unlocks).
+    ///
+    /// # Safety
+    /// - `mem` is the folio memory whose guard [`MemWrite::begin_fill`]
+    ///   made this value from;
+    /// - nothing writes the buffer any more (the I/O is finished) and no
+    ///   reference to its bytes outlives this call.
+    pub(crate) unsafe fn end(mut self, mem: &FolioMem, filled: Option<usize>) -> MemWrite<'_> {
+        debug_assert_eq!(mem.len, self.len);
+        debug_assert!(mem.lock.is_locked());
+        self.ended = true;
+        // SAFETY: the lock is held by the guard `begin_fill` forgot, whose
+        // acquisition this value owns (the contract) and gives up here.
+        let lock = unsafe { crate::sync::lock_resume(&mem.lock) };
+        let mut w = MemWrite { mem, _lock: lock };
+        match filled {
+            Some(n) => {
+                if !self.zeroed {
+                    let n = n.min(self.len);
+                    // SAFETY: the buffer is private (never published) and
+                    // the I/O is finished (the contract): this is its only
+                    // user; `len` initialised bytes.
+                    let bytes = unsafe { core::slice::from_raw_parts_mut(self.ptr(), self.len) };
+                    bytes[n..].fill(0);
+                }
+                w.publish(Some(self.frame));
+            }
+            // SAFETY: never published, so no one else can reach it.
+            None => unsafe { Buf::free(self.frame) },
+        }
+        w
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for RawFill {
+    fn drop(&mut self) {
+        debug_assert!(self.ended, "a fill dropped without being ended");
+    }
+}
+
 impl fmt::Debug for MemWrite<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemWrite")

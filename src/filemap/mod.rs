@@ -33,6 +33,8 @@ pub(crate) use frames::{
     HEADER_BYTES as FRAME_HEADER_BYTES,
 };
 pub use mem::AllocError;
+#[cfg(not(loom))]
+pub(crate) use mem::RawFill;
 pub(crate) use mem::{BufPin, InstallError, MemBorrow, MemWrite};
 pub use shadow::{Shadow, ShadowFields, EVICTION_BITS, MEMCG_BITS, NODE_BITS};
 

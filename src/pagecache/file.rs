@@ -73,6 +73,11 @@ impl std::fmt::Debug for CachedFile {
 }
 
 impl CachedFile {
+    /// The file's shared state (for the handle's methods in other modules).
+    pub(crate) fn shared(&self) -> &Arc<FileShared> {
+        &self.shared
+    }
+
     pub(crate) fn new(shared: Arc<FileShared>) -> Self {
         let since = shared.errseq.sample();
         CachedFile {
@@ -448,7 +453,7 @@ impl CachedFile {
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return None;
         }
-        s.folio_hit(index)
+        s.folio_hit(index).or_else(|| s.marker_hit(index))
     }
 
     /// Whether `page`, a reference [`read_folio`](CachedFile::read_folio)

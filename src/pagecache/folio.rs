@@ -32,6 +32,17 @@ pub(crate) fn is_live(f: &Folio) -> bool {
     )
 }
 
+/// Whether a lock-free hit may use the folio as it is: live, and not
+/// readahead's marker (a reader touching the marker goes to the locked
+/// path, which submits the next window). One load, as [`is_live`].
+#[inline]
+pub(crate) fn is_plain_hit(f: &Folio) -> bool {
+    f.flags_are(
+        FolioFlags::UPTODATE | FolioFlags::DETACHED | FolioFlags::READAHEAD,
+        FolioFlags::UPTODATE,
+    )
+}
+
 /// A zero-copy reference to a cached folio's bytes
 /// ([`CachedFile::read_folio`](super::CachedFile::read_folio)).
 ///

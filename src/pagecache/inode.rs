@@ -17,6 +17,7 @@
 
 use super::blocks::{BlockMap, Dirtied};
 use super::errseq::ErrSeq;
+use super::fill_state::FillCtx;
 use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
 use super::stats::{bump, drop_gauge};
@@ -48,6 +49,8 @@ pub(crate) struct FileShared {
     /// ([`CacheInner::now_ms`]), 0 when clean.
     pub(crate) dirtied_at: AtomicU64,
     pub(crate) ra: Readahead,
+    /// Failed fills and async readers waiting for fills (`fill`).
+    pub(crate) fills: Arc<FillCtx>,
     /// Per-block uptodate and dirty state.
     pub(crate) blocks: BlockMap,
     /// Dirty and read-modify-write whole folios (the baseline mode).
@@ -65,6 +68,9 @@ impl FileShared {
         opts: FileOptions,
     ) -> Result<Self, OpenError> {
         let (shift, write_order) = opts.validate()?;
+        let ra_max = backend
+            .readahead_max()
+            .unwrap_or(super::readahead::DEFAULT_READAHEAD_BYTES);
         Ok(FileShared {
             id,
             cache,
@@ -75,7 +81,8 @@ impl FileShared {
             wb_lock: Lock::new(Vec::new()),
             errseq: ErrSeq::new(),
             dirtied_at: AtomicU64::new(0),
-            ra: Readahead::new(),
+            ra: Readahead::new(ra_max),
+            fills: FillCtx::new(),
             blocks: BlockMap::new(shift),
             whole_folio: opts.whole_folio,
             write_order,

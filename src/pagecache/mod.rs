@@ -51,6 +51,8 @@ mod borrow;
 mod capacity;
 mod errseq;
 mod file;
+mod fill;
+mod fill_state;
 mod flusher;
 mod folio;
 mod folio_write;
@@ -58,6 +60,7 @@ mod inode;
 mod lru;
 mod options;
 mod paths;
+mod read_async;
 mod readahead;
 mod reclaim;
 mod stats;
@@ -72,6 +75,8 @@ pub use folio::{FolioRef, HeldFolio};
 pub use folio_write::FolioWrite;
 pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, MIN_BLOCK_SIZE};
 pub use paths::MAX_FILE_SIZE;
+pub use read_async::ReadFuture;
+pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE};
 
@@ -422,8 +427,8 @@ impl PageCache {
     /// let cache = PageCache::new(CacheConfig::default().flusher(false));
     /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
     /// let mut buf = [0u8; 100];
-    /// file.read_at(&mut buf, 0).unwrap(); // a miss: the page is read from the RAM disk
-    /// file.read_at(&mut buf, 0).unwrap(); // a hit
+    /// file.read_at(&mut buf, 40960).unwrap(); // a miss: the page is read from the RAM disk
+    /// file.read_at(&mut buf, 40960).unwrap(); // a hit
     /// let s = cache.stats();
     /// assert_eq!((s.misses, s.hits, s.cached_pages), (1, 1, 1));
     /// assert_eq!(s.backend_read_bytes, 4096);

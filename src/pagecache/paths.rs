@@ -111,19 +111,59 @@ impl FileShared {
     /// re-check `DETACHED`/`UPTODATE`, and check the blocks it uses are
     /// uptodate ([`BlockMap::is_uptodate`](super::blocks)).
     pub(crate) fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
+        self.get_folio_for(index, fill, 1)
+    }
+
+    /// [`get_folio`](FileShared::get_folio) for a read of `req` pages from
+    /// `index` on: a sequential read miss submits a readahead window
+    /// (`fill`) and returns the folio holding `index` with its read in
+    /// flight (locking it waits for the read); a random one reads its page
+    /// alone, synchronously. A folio whose read failed is removed and its
+    /// error returned to a reader (a writer just goes on).
+    pub(crate) fn get_folio_for(
+        self: &Arc<Self>,
+        index: u64,
+        fill: Fill,
+        req: u64,
+    ) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
             if let Some(f) = self.cached(index) {
+                if !f.test(FolioFlags::UPTODATE) {
+                    // Being filled (wait), or its read failed.
+                    match self.take_failed(&f) {
+                        Ok(false) => continue,
+                        Ok(true) => {
+                            allow_large = false;
+                            continue;
+                        }
+                        Err(e) if fill == Fill::Read => return Err(e),
+                        Err(_) => continue,
+                    }
+                }
                 self.cache.counters.hits.add(1);
                 folio::mark_accessed(&f);
                 return Ok(f);
             }
             let size = self.len();
+            if fill == Fill::Read && allow_large {
+                if let Some(win) = self
+                    .ra
+                    .on_miss(index, req, size.div_ceil(PAGE), self.ra_limit())
+                {
+                    match self.submit_fills(&[win], Some(index))? {
+                        Some(f) => return Ok(f),
+                        // Someone else's folio is in the way: look again.
+                        None => {
+                            allow_large = false;
+                            continue;
+                        }
+                    }
+                }
+            }
             let order = match fill {
                 _ if !allow_large => 0,
-                Fill::Read => self
-                    .ra
-                    .on_miss(index, self.cache.max_order, size.div_ceil(PAGE)),
+                Fill::Read => 0,
                 Fill::Write => self.write_order,
             };
             let base = index & !((1u64 << order) - 1);
@@ -277,7 +317,7 @@ impl FileShared {
         out: &mut [u8],
         pin: &P,
     ) -> Option<usize> {
-        if !folio::is_live(f) {
+        if !folio::is_plain_hit(f) {
             return None;
         }
         let at = (pos - f.index() * PAGE) as usize;
@@ -302,7 +342,9 @@ impl FileShared {
     #[cold]
     fn read_locked(self: &Arc<Self>, pos: u64, end: u64, out: &mut [u8]) -> io::Result<usize> {
         loop {
-            let f = self.get_folio(pos / PAGE, Fill::Read)?;
+            let req = (end.div_ceil(PAGE) - pos / PAGE).max(1);
+            let f = self.get_folio_for(pos / PAGE, Fill::Read, req)?;
+            self.touch_marker(&f);
             let mut w = f.mem().lock();
             if !folio::is_live(&f) {
                 continue;
@@ -370,7 +412,7 @@ impl FileShared {
         folio: impl FnOnce() -> Option<&'p Folio>,
     ) -> Option<FolioRef> {
         let f = folio()?;
-        if !folio::is_live(f) {
+        if !folio::is_plain_hit(f) {
             return None;
         }
         // Every block read (a folio a write allocated may have blocks never
@@ -401,7 +443,7 @@ impl FileShared {
             return None;
         };
         let f = r.get();
-        if !folio::is_live(f) {
+        if !folio::is_plain_hit(f) {
             return None;
         }
         // A folio a write allocated may have blocks never read: the miss
@@ -419,6 +461,7 @@ impl FileShared {
     /// every block filled, pinned. `None`: it was detached meanwhile.
     pub(crate) fn folio_locked(self: &Arc<Self>, index: u64) -> io::Result<Option<FolioRef>> {
         let f = self.get_folio(index, Fill::Read)?;
+        self.touch_marker(&f);
         let mut w = f.mem().lock();
         if !folio::is_live(&f) {
             return Ok(None);
