@@ -15,9 +15,9 @@ use super::lru::{LruEntry, Scan};
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
 use super::CacheInner;
-use crate::filemap::{Folio, FolioFlags, Shadow};
+use crate::filemap::{Folio, FolioFlags, MemWrite, Shadow};
 use crate::sync::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 impl CacheInner {
     /// Put a just-filled folio on the lists: a refault whose distance fits
@@ -90,7 +90,18 @@ impl CacheInner {
         }
     }
 
-    /// One pass under the LRU lock; returns dirty victims to write back.
+    /// One reclaim pass; returns dirty victims to write back.
+    ///
+    /// The LRU lock is held only for the lists' work: picking a victim,
+    /// the checks, and claiming it (its data lock taken without waiting,
+    /// `DETACHED` set, taken off the lists). The claimed victim's removal
+    /// from its file's tree, its shadow, the workingset's note and the
+    /// release of its buffer run after the LRU lock is dropped, under the
+    /// victim's data lock alone, as truncation's removal does
+    /// ([`FileShared::detach`]). Another thread's miss can add its folio to
+    /// the lists meanwhile; with the tree's lock and the retirement of the
+    /// buffer (crossbeam's collection, the light limbo's barrier) under
+    /// the LRU lock, two readers took turns on every miss.
     fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
         let mut dirty = Vec::new();
         // Files upgraded during the scan are released after the LRU lock
@@ -109,58 +120,80 @@ impl CacheInner {
                 }
             }
         };
-        let mut lru = self.lru.lock();
-        let mut budget = 2 * lru.entries() + 64;
-        while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() && budget > 0 {
-            budget -= 1;
-            while lru.nr_active > self.active_cap() {
-                if !lru.demote_one(false) {
-                    break;
-                }
+        // Bounded by the lists' length when the scan starts (every entry
+        // twice: one promotion or rotation, then an eviction).
+        let mut budget = usize::MAX;
+        'pass: while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() && budget > 0 {
+            let mut lru = self.lru.lock();
+            if budget == usize::MAX {
+                budget = 2 * lru.entries() + 64;
             }
-            let e = match lru.next_candidate() {
-                Scan::Empty => break,
-                Scan::Victim(e) => e,
+            // A clean candidate: its file and its entry.
+            let (file, e) = loop {
+                if budget == 0 || self.nr_cached.load(Ordering::Relaxed) <= self.capacity_pages() {
+                    break 'pass;
+                }
+                budget -= 1;
+                while lru.nr_active > self.active_cap() {
+                    if !lru.demote_one(false) {
+                        break;
+                    }
+                }
+                let e = match lru.next_candidate() {
+                    Scan::Empty => break 'pass,
+                    Scan::Victim(e) => e,
+                };
+                let Some(file) = e.file.upgrade() else {
+                    lru.take(&e);
+                    continue;
+                };
+                if e.folio.clear(FolioFlags::REFERENCED) {
+                    // The second access: promote.
+                    lru.activate(e);
+                    bump(&self.counters.activations, 1);
+                    keep(file);
+                    continue;
+                }
+                if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
+                    if dirty.len() < 64 {
+                        dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
+                    }
+                    lru.rotate(e);
+                    keep(file);
+                    continue;
+                }
+                break (file, e);
             };
-            let Some(file) = e.file.upgrade() else {
-                lru.take(&e);
-                continue;
-            };
-            if e.folio.clear(FolioFlags::REFERENCED) {
-                // The second access: promote.
-                lru.activate(e);
-                bump(&self.counters.activations, 1);
+            let folio = Arc::clone(&e.folio);
+            let Some((w, weak)) = self.claim(&mut lru, &folio, e) else {
                 keep(file);
                 continue;
-            }
-            if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
-                if dirty.len() < 64 {
-                    dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
-                }
-                lru.rotate(e);
-                keep(file);
-                continue;
-            }
-            self.evict(&mut lru, &file, e);
+            };
+            drop(lru);
+            self.evict(&file, &weak, &folio, w);
             keep(file);
         }
-        drop(lru);
         drop(last);
         drop(files);
         dirty
     }
 
-    /// Evict one clean candidate, or rotate it if it is busy. Returns
-    /// whether it was evicted.
-    fn evict(&self, lru: &mut super::lru::Lru, file: &Arc<FileShared>, e: LruEntry) -> bool {
-        let folio = Arc::clone(&e.folio);
-        let Some(mut w) = folio.mem().try_lock() else {
+    /// Claim a clean candidate under the LRU lock: take its data lock
+    /// without waiting, check nobody else uses it, set `DETACHED` and take
+    /// it off the lists. A busy candidate is rotated (`None`).
+    fn claim<'f>(
+        &self,
+        lru: &mut super::lru::Lru,
+        folio: &'f Arc<Folio>,
+        e: LruEntry,
+    ) -> Option<(MemWrite<'f>, Weak<FileShared>)> {
+        let Some(w) = folio.mem().try_lock() else {
             lru.rotate(e);
-            return false;
+            return None;
         };
         if folio.test(FolioFlags::DETACHED) {
             lru.take(&e);
-            return false;
+            return None;
         }
         // References: the tree's, the list entry's and `folio`. Any other
         // is a reader or writer between lookup and lock (the kernel's
@@ -168,26 +201,38 @@ impl CacheInner {
         // again, and with a tiny cache loop forever.
         if folio.test(FolioFlags::DIRTY)
             || folio.test(FolioFlags::WRITEBACK)
-            || Arc::strong_count(&folio) > 3
+            || Arc::strong_count(folio) > 3
             || w.is_pinned()
         {
             lru.rotate(e);
-            return false;
+            return None;
         }
         lru.take(&e);
         folio.set(FolioFlags::DETACHED);
+        Some((w, e.file))
+    }
+
+    /// Evict a claimed victim (its data lock held, `DETACHED` set, off the
+    /// lists; the LRU lock not held): leave a shadow carrying the eviction
+    /// clock in its place and drop its bytes.
+    fn evict(
+        &self,
+        file: &Arc<FileShared>,
+        weak: &Weak<FileShared>,
+        folio: &Arc<Folio>,
+        mut w: MemWrite<'_>,
+    ) {
         // Clean, so no dirty bytes; drops a partly-uptodate folio's state.
-        file.blocks.forget(&folio);
+        file.blocks.forget(folio);
         let nr = folio.nr_pages();
         let shadow = self
             .workingset
             .eviction(nr, folio.test(FolioFlags::WORKINGSET));
-        if file.mapping.remove_folio(&folio, Some(shadow)) {
+        if file.mapping.remove_folio(folio, Some(shadow)) {
             drop_gauge(&self.nr_cached, nr);
-            self.workingset.note_shadow(file.id, &e.file, folio.index());
+            self.workingset.note_shadow(file.id, weak, folio.index());
         }
         w.release();
         bump(&self.counters.evictions, 1);
-        true
     }
 }
