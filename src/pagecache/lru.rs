@@ -13,7 +13,11 @@
 //! - each folio sits in at most one list entry while `LRU` is set; entries
 //!   of folios whose `LRU` flag was cleared (detached by truncate,
 //!   invalidate or a dropped file) are stale and are dropped when the scan
-//!   reaches them, so removal elsewhere is O(1).
+//!   reaches them, so removal elsewhere is O(1);
+//! - a folio a reclaim scan isolated (`take` on its entry, which the scan
+//!   keeps) has its `LRU` flag cleared and no entry: it is out of every
+//!   other scan's reach until the scan evicts it or puts it back with
+//!   [`Lru::insert`] (which skips it if it was detached meanwhile).
 
 use super::inode::FileShared;
 use crate::filemap::{Folio, FolioFlags};
@@ -155,7 +159,8 @@ impl Lru {
         }
     }
 
-    /// Drop a candidate that is being evicted from the accounting.
+    /// Take a candidate off the accounting: one being evicted, or one a
+    /// scan isolates (its entry is the scan's until it is put back).
     pub(crate) fn take(&mut self, e: &LruEntry) {
         if e.folio.clear(FolioFlags::LRU) {
             self.nr_inactive -= e.folio.nr_pages();
