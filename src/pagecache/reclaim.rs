@@ -206,7 +206,16 @@ impl CacheInner {
             if n == 0 {
                 break;
             }
-            for (file, e) in isolated[..n].iter_mut().filter_map(Option::take) {
+            for k in 0..n {
+                // The next victim's folio and buffer header arrive while
+                // this one is evicted (its lock, flags and counts are read
+                // first thing).
+                if let Some((_, next)) = isolated.get(k + 1).and_then(Option::as_ref) {
+                    next.folio.prefetch_buffer();
+                }
+                let Some((file, e)) = isolated[k].take() else {
+                    continue;
+                };
                 if !self.try_evict(&file, &e) && !e.folio.test(FolioFlags::DETACHED) {
                     back[nr_back] = Some(e);
                     nr_back += 1;
