@@ -305,6 +305,8 @@ mod tests {
             .flusher(false);
         let c = PageCache::new(config);
         let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
+        // Random advice: a read of page 0 would otherwise start a window.
+        f.advise(0, 0, crate::pagecache::Advice::Random).unwrap();
         // Page `i` of a shuffled order (an odd stride modulo a power of
         // two), so that readahead sees random reads and adds nothing.
         let read = |i: u64| {
