@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Miri (tree borrows) over the library's unit tests, bounded by
-# MIRI_SECONDS (default 240). Without nightly or its miri component it says
+# MIRI_SECONDS (default 200). Without nightly or its miri component it says
 # so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-ignore-leaks ${MIRIFLAGS_EXTRA:-}"
 timeout 900 cargo +nightly miri test -p kxarray --target-dir target/miri --lib --no-run
 log="$(mktemp)"
 set +e
-timeout "${MIRI_SECONDS:-300}" cargo +nightly miri test -p kxarray --target-dir target/miri \
+timeout "${MIRI_SECONDS:-200}" cargo +nightly miri test -p kxarray --target-dir target/miri \
     --lib -- --skip backend::file ${MIRI_TEST_FILTER:-} 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
@@ -38,7 +38,7 @@ if [ "$rc" = 124 ]; then
         echo "miri: FAILED before the time bound" >&2
         exit 1
     fi
-    echo "miri: time bound (${MIRI_SECONDS:-300}s) reached after $passed tests passed clean; the rest did not run"
+    echo "miri: time bound (${MIRI_SECONDS:-200}s) reached after $passed tests passed clean; the rest did not run"
     exit 0
 fi
 echo "miri: $passed tests passed (exit $rc)"

@@ -75,7 +75,10 @@
 #               same file, RUNTIME seconds (if fio is installed)
 # and prints each row's median IOPS and the ratios kx-grow / fio psync and
 # kx-steady / fio psync (target: 0.67x), each the median of the per-round
-# ratios with its range, and the same against the harness's psync.
+# ratios with its range, and the same against the harness's psync. With
+# BEFORE_BIN set (another build of the fio example), kx-grow@before and
+# kx-steady@before run it too, interleaved, and a table of after / before
+# ratios follows.
 #
 # BEFORE_BIN: another build of the harness (for example the fio example
 # built from an earlier commit); engines labelled LABEL@before in
@@ -338,19 +341,27 @@ miss)
   echo "file $F ($MISS_SIZE), held by the kernel's cache; kx-grow: cache $MISS_GROW_CACHE, $GROW_IOS reads per job; kx-steady: cache $MISS_STEADY_CACHE; ${RUNTIME}s runs"
   tools="kx-grow kx-steady psync"
   command -v fio >/dev/null && tools="$tools fio" || echo "fio not found (apt-get install -y fio): harness psync only" >&2
+  # BEFORE_BIN: the kxarray rows again with another build, interleaved.
+  [ -n "${BEFORE_BIN:-}" ] && tools="$tools kx-grow@before kx-steady@before"
   k=0
   for round in $(seq 1 "$ROUNDS"); do
     for jobs in $MISS_JOBS; do
       k=$((k + 1))
       for t in $(rotate $((k + round)) $tools); do
         cat "$F" >/dev/null # the kernel's cache holds the file
-        case $t in
+        bin=$BIN
+        [ "${t%@before}" = "$t" ] || bin=$BEFORE_BIN
+        case ${t%@before} in
           kx-grow)
-            got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
-              --cache-size "$MISS_GROW_CACHE" --no-warm --ios "$GROW_IOS" --no-verify --reuse-file \
+            # Skip the warm-up only (the kernel's cache keeps the file):
+            # --no-warm; a build before it spelled that --cold.
+            warm=--cold
+            "$bin" --help | grep -q -- --no-warm && warm=--no-warm
+            got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+              --cache-size "$MISS_GROW_CACHE" "$warm" --ios "$GROW_IOS" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
           kx-steady)
-            got=$("$BIN" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+            got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
               --cache-size "$MISS_STEADY_CACHE" --runtime "$RUNTIME" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
           psync)

@@ -245,6 +245,19 @@ def miss(path):
         print(f"| {jobs} | " + " | ".join(cells) + f" | {ratio('kx-grow', 'fio')} | {ratio('kx-steady', 'fio')} | "
               f"{ratio('kx-grow', 'psync')} | {ratio('kx-steady', 'psync')} |")
     print("target (issue 30): every kxarray / fio psync ratio at least 0.67x")
+    if any(r.get("kx-steady@before") or r.get("kx-grow@before") for r in runs.values()):
+        print()
+        print("| jobs | grow@before KIOPS | grow KIOPS | grow after / before | steady@before KIOPS | steady KIOPS | steady after / before |")
+        print("|---" * 7 + "|")
+        for jobs in jobs_all:
+            rs = [v for (r, j), v in runs.items() if j == jobs]
+            cells = []
+            for row in ("kx-grow", "kx-steady"):
+                xs = sorted(r[row] / r[row + "@before"] for r in rs if r.get(row) and r.get(row + "@before"))
+                span = f"{med(xs):.2f}x ({xs[0]:.2f}-{xs[-1]:.2f})" if xs else "-"
+                cells += [kiops(med([r[row + "@before"] for r in rs if r.get(row + "@before")])),
+                          kiops(med([r[row] for r in rs if r.get(row)])), span]
+            print(f"| {jobs} | " + " | ".join(cells) + " |")
 
 
 def callgrind(path):

@@ -251,4 +251,68 @@ mod tests {
             })
         });
     }
+
+    /// Two read-only pages: page 0 of byte 1, page 1 of byte 2.
+    #[derive(Debug)]
+    struct TwoPages;
+
+    impl Backend for TwoPages {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let n = buf.len().min(8192usize.saturating_sub(offset as usize));
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = 1 + u8::from(offset as usize + i >= 4096);
+            }
+            Ok(n)
+        }
+        fn write_at(&self, buf: &[u8], _offset: u64) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(8192)
+        }
+        fn set_len(&self, _len: u64) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    /// A miss whose reclaim isolates and evicts the other cached folio
+    /// while a second reader reads that folio (a hit, or a miss after the
+    /// eviction): both get the backend's bytes, a busy victim is put back
+    /// (the cache may stay over its one page), and the page counts agree.
+    #[test]
+    fn reclaim_races_a_reader_of_its_victim() {
+        // Two misses, an eviction and crossbeam's collection make a large
+        // model: one preemption keeps it to seconds.
+        let mut b = builder();
+        b.preemption_bound = Some(1);
+        b.check(|| {
+            big(|| {
+                let config = CacheConfig::default()
+                    .capacity(4096)
+                    .max_folio_order(0)
+                    .flusher(false);
+                let cache = PageCache::new(config);
+                let file = cache.open(TwoPages).unwrap();
+                let mut b = [0u8; 8];
+                file.read_at(&mut b, 0).unwrap();
+                let other = file.clone();
+                let t = spawn_big(move || {
+                    let mut b = [0u8; 8];
+                    other.read_at(&mut b, 0).unwrap();
+                    assert_eq!(b, [1; 8]);
+                });
+                file.read_at(&mut b, 4096).unwrap(); // a miss: reclaim takes page 0
+                assert_eq!(b, [2; 8]);
+                t.join().unwrap();
+                let s = cache.stats();
+                assert_eq!(s.cached_pages, file.cached_pages());
+                assert!((1..=2).contains(&s.cached_pages), "{s:?}");
+                file.read_at(&mut b, 0).unwrap();
+                assert_eq!(b, [1; 8]);
+            })
+        });
+    }
 }

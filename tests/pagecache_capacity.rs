@@ -10,7 +10,16 @@ use kxarray::filemap::frame_stats;
 use kxarray::pagecache::{CacheConfig, CapacityError, FileOptions, PageCache, MAX_CAPACITY};
 use pagecache_common::MemBackend;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Free frames are process-wide: a test running beside the recycling test
+/// takes the frames it dirtied off the shared lists, and the test sees
+/// none of them again. The tests of this binary run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const PAGE: u64 = 4096;
 
@@ -58,10 +67,11 @@ fn dirty_the_frames(
 /// a new folio past the end, and a file truncated and then extended.
 #[test]
 fn a_recycled_frame_shows_no_stale_bytes() {
+    let _serial = serial();
     let cache = PageCache::new(CacheConfig::default().capacity(8 << 20).flusher(false));
     // Folios of this test whose frame had been one of the dirtied ones
-    // (another test of this binary may run a deferred free on its thread,
-    // so only the total is checked: the test saw recycled frames).
+    // (a deferred free may still land on another thread, so only the
+    // total is checked: the test saw recycled frames).
     let mut recycled = 0u32;
     for (round, opts) in [
         FileOptions::default(),
@@ -216,6 +226,7 @@ fn unstamp(b: &[u8]) -> (u64, u64) {
 /// cache and on the backend (nothing lost, nothing dirty dropped).
 #[test]
 fn set_capacity_under_concurrent_readers_and_writers() {
+    let _serial = serial();
     const PAGES: u64 = 1024; // 4 MiB
     let disk = Arc::new(RamDisk::new(PAGES * PAGE));
     for p in 0..PAGES {
@@ -304,6 +315,7 @@ fn set_capacity_under_concurrent_readers_and_writers() {
 /// cached; refusals change nothing.
 #[test]
 fn stats_follow_the_capacity() {
+    let _serial = serial();
     // The flusher's threshold at the capacity: only the dirty limit (20%)
     // acts on writers here (without a flusher thread, a writer over the
     // background threshold writes back itself and would hide it).

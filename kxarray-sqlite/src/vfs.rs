@@ -73,22 +73,44 @@ fn cache_for(settings: &Settings) -> &'static PageCache {
     c
 }
 
-/// Start the process's pressure monitor over `cache`, its lines to
-/// SQLite's log; where PSI is unavailable, one line there and nothing else.
+/// How long after the cache is made the pressure monitor arms its PSI
+/// trigger. A short-lived process (a CLI, a test, one shell command) never
+/// arms one: closing a trigger costs the kernel an RCU grace period
+/// (`psi_trigger_destroy`), 11 ms added to the `sqlite3` shell's exit on
+/// this project's machine, and such a process has no cache worth
+/// shrinking.
+const PRESSURE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Start the process's pressure monitor over `cache` after
+/// [`PRESSURE_DELAY`], from a thread of its own, its lines to SQLite's
+/// log; where PSI is unavailable, one line there and nothing else.
 fn follow_pressure(cache: &PageCache) {
     #[cfg(target_os = "linux")]
     {
         use kxarray::memory::{LogSink, PressureConfig, PressureMonitor};
         static MONITOR: OnceLock<PressureMonitor> = OnceLock::new();
-        let log = LogSink::Callback(Arc::new(|line: &str| {
-            api().log(SQLITE_NOTICE, &format!("kxarray: {line}"))
-        }));
-        let config = PressureConfig {
-            log,
-            ..PressureConfig::default()
+        let cache = cache.clone();
+        let arm = move || {
+            std::thread::sleep(PRESSURE_DELAY);
+            let log = LogSink::Callback(Arc::new(|line: &str| {
+                api().log(SQLITE_NOTICE, &format!("kxarray: {line}"))
+            }));
+            let config = PressureConfig {
+                log,
+                ..PressureConfig::default()
+            };
+            if let Ok(m) = PressureMonitor::start(Arc::new(cache), config) {
+                let _ = MONITOR.set(m);
+            }
         };
-        if let Ok(m) = PressureMonitor::start(Arc::new(cache.clone()), config) {
-            let _ = MONITOR.set(m);
+        if let Err(e) = std::thread::Builder::new()
+            .name("kxarray-psi-arm".into())
+            .spawn(arm)
+        {
+            api().log(
+                SQLITE_NOTICE,
+                &format!("kxarray: no pressure monitor (thread: {e})"),
+            );
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -156,6 +178,9 @@ impl std::error::Error for RegisterError {}
 /// Register the VFS with the SQLite `api` belongs to.
 pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), RegisterError> {
     let api = *crate::process::set_api(api);
+    // The I/O engine's line goes to SQLite's log, not to the standard
+    // error of the program that loaded the VFS (the shell's output).
+    kxarray::aio::set_engine_log(|line| crate::process::api().log(SQLITE_NOTICE, line));
     // SAFETY: the VFS object is leaked, so it lives for ever and never
     // moves.
     let rc = unsafe { api.vfs_register(vfs_object(), make_default) };

@@ -63,6 +63,9 @@ fn shell_loads_the_extension_wal_and_rollback() {
         );
         let (ok, out, err) = run_shell(&[], &script, &[]);
         assert!(ok, "{err}");
+        // The VFS's lines (the I/O engine's choice...) go to SQLite's log,
+        // not to the standard error of the user's shell.
+        assert!(!err.contains("kxarray"), "the shell's stderr: {err}");
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "kxarray", "{out}");
         assert_eq!(lines[1], mode);

@@ -81,6 +81,31 @@ use std::sync::{Arc, OnceLock};
 /// `io_uring`), `threads` (or `pool`), or `auto` (the default).
 pub const ENGINE_ENV: &str = "KXARRAY_IO_ENGINE";
 
+/// Where [`IoEngine::global`] writes its line (standard error when unset).
+type LogFn = Box<dyn Fn(&str) + Send + Sync>;
+static ENGINE_LOG: OnceLock<LogFn> = OnceLock::new();
+
+/// Send the line [`IoEngine::global`] writes when it makes the process's
+/// engine ("kxarray: I/O engine: io_uring, ...") to `f` instead of standard
+/// error: a library embedding kxarray in a program whose standard error is
+/// not its own (the SQLite VFS in the `sqlite3` shell sends it to SQLite's
+/// log) calls it once, before the engine's first use.
+///
+/// Returns `false`, changing nothing, when a function was already set.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// let seen = Arc::new(Mutex::new(String::new()));
+/// let s = Arc::clone(&seen);
+/// assert!(kxarray::aio::set_engine_log(move |line| *s.lock().unwrap() = line.to_string()));
+/// assert!(!kxarray::aio::set_engine_log(|_| {}), "set once");
+/// kxarray::aio::IoEngine::global();
+/// assert!(seen.lock().unwrap().starts_with("kxarray: I/O engine: "));
+/// ```
+pub fn set_engine_log(f: impl Fn(&str) + Send + Sync + 'static) -> bool {
+    ENGINE_LOG.set(Box::new(f)).is_ok()
+}
+
 /// Which engine to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineChoice {
@@ -273,8 +298,9 @@ impl IoEngine {
     }
 
     /// The process's engine, made on first use from [`ENGINE_ENV`] and the
-    /// default settings, with one line on standard error saying which
-    /// engine runs and why. Forcing `uring` where io_uring cannot be set
+    /// default settings, with one line saying which engine runs and why
+    /// (on standard error, or to the function given to
+    /// [`set_engine_log`]). Forcing `uring` where io_uring cannot be set
     /// up falls back to the pool, and the line says so.
     pub fn global() -> &'static IoEngine {
         static GLOBAL: OnceLock<IoEngine> = OnceLock::new();
@@ -299,7 +325,10 @@ impl IoEngine {
             if let Some(n) = note {
                 line += &format!("; {n}");
             }
-            eprintln!("{line}");
+            match ENGINE_LOG.get() {
+                Some(f) => f(&line),
+                None => eprintln!("{line}"),
+            }
             engine
         })
     }

@@ -218,6 +218,16 @@ pub(crate) fn read<R>(f: impl FnOnce(&LightPin) -> R) -> Option<R> {
     Some(slot()?.section(f))
 }
 
+/// Choose the barrier mode now (registering for `membarrier` if it is
+/// the mode). A cache calls it when it is made: the kernel registers a
+/// process that has one thread at once, but one with several threads only
+/// after an RCU grace period (`sync_runqueues_membarrier_state`: 15 ms in
+/// the `sqlite3` shell, whose VFS had started its pressure monitor's
+/// thread before the first read chose the mode).
+pub(crate) fn prepare() {
+    let _ = barrier::readers_fence();
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@
 //! Under loom the fill is synchronous (loom's mutex cannot be handed to
 //! another thread); the protocol seen by readers is the same.
 
+#[cfg(not(loom))]
 use super::fill_state::FillCtx;
 #[cfg(not(loom))]
 use super::inode::oom;

@@ -316,6 +316,10 @@ impl PageCache {
             .max_folio_order
             .clamp(4, crate::filemap::MAX_FOLIO_ORDER);
         crate::filemap::retain_frames(capacity_pages as usize * PAGE_SIZE, true);
+        // Before the cache's threads (flusher, prefaulter, a monitor the
+        // caller starts next): the membarrier registration is cheap while
+        // the process has one thread.
+        crate::lightpin::prepare();
         let inner = Arc::new(CacheInner {
             capacity_pages: AtomicU64::new(capacity_pages),
             dirty_background: AtomicU64::new(config.dirty_background_bytes),

@@ -2,22 +2,30 @@
 //! lists (with the refault decision), and evicting from the inactive tail
 //! until the cache is back under its capacity.
 //!
-//! Owns the eviction step. A victim is evicted only when it is clean, not
-//! under writeback, not referenced since it was last scanned, and its data
-//! lock can be taken for writing without waiting (nobody reads or writes
-//! it) and no one else holds a reference to it; it then leaves a shadow carrying the eviction clock. Dirty victims
-//! are rotated and written back after the LRU lock is dropped, then the
-//! scan runs once more. Invariant: the LRU lock is never held across I/O
-//! or while blocking on a folio's data lock.
+//! Owns the eviction step. Once over capacity, a scan reclaims down to a
+//! batch below it (`low_mark`), isolating up to `BATCH` candidates per
+//! LRU lock hold and evicting them after the lock is dropped. A victim is
+//! evicted only when it is clean, not under writeback, not referenced
+//! since it was last scanned, and its data lock can be taken for writing
+//! without waiting (nobody reads or writes it) and no one else holds a
+//! reference to it; it then leaves a shadow carrying the eviction clock.
+//! Dirty victims are rotated and written back after the LRU lock is
+//! dropped, then the scan runs once more. Invariants: the LRU lock is
+//! never held across I/O, a tree's lock or a buffer's release, nor while
+//! blocking on a folio's data lock; an isolated candidate is evicted or put
+//! back before the scan returns.
 
 use super::inode::FileShared;
-use super::lru::{LruEntry, Scan};
+use super::lru::{Lru, LruEntry, Scan};
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
 use super::CacheInner;
 use crate::filemap::{Folio, FolioFlags, Shadow};
 use crate::sync::Ordering;
 use std::sync::Arc;
+
+/// Candidates isolated per LRU lock hold (the kernel's `SWAP_CLUSTER_MAX`).
+const BATCH: usize = 32;
 
 impl CacheInner {
     /// Put a just-filled folio on the lists: a refault whose distance fits
@@ -90,7 +98,32 @@ impl CacheInner {
         }
     }
 
-    /// One pass under the LRU lock; returns dirty victims to write back.
+    /// Pages the cache is reclaimed down to once it is over capacity: a
+    /// batch's worth below it (up to [`BATCH`] - 1 pages, at most a 64th
+    /// of the capacity), so that the next misses of order 0 add their
+    /// folios without reclaiming and a scan isolates and evicts its victims
+    /// together (the kernel's reclaim works in `SWAP_CLUSTER_MAX` batches
+    /// and its `kswapd` reclaims up to a high watermark).
+    #[inline]
+    fn low_mark(&self) -> u64 {
+        let cap = self.capacity_pages();
+        cap - (cap / 64).min(BATCH as u64 - 1)
+    }
+
+    /// One reclaim pass; returns dirty victims to write back.
+    ///
+    /// Works in batches (`isolate_lru_folios`, then `shrink_folio_list`):
+    /// under the LRU lock, up to [`BATCH`] candidates from the inactive
+    /// tail are isolated (off the lists, their `LRU` flag cleared, as the
+    /// kernel's isolation does; referenced ones are promoted and dirty ones
+    /// rotated there as before); after the lock is dropped each is evicted
+    /// under its own data lock, taken without waiting, as truncation's
+    /// removal does ([`FileShared::detach`]): the tree removal with its
+    /// shadow, the workingset's note and the buffer's release. Busy or
+    /// newly referenced candidates go back to the inactive head under the
+    /// next lock hold. With the tree's lock and the retirement of the
+    /// buffer (crossbeam's collection, the light limbo's barrier) under the
+    /// LRU lock, two readers took turns on every miss.
     fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
         let mut dirty = Vec::new();
         // Files upgraded during the scan are released after the LRU lock
@@ -109,85 +142,213 @@ impl CacheInner {
                 }
             }
         };
-        let mut lru = self.lru.lock();
-        let mut budget = 2 * lru.entries() + 64;
-        while self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() && budget > 0 {
-            budget -= 1;
-            while lru.nr_active > self.active_cap() {
-                if !lru.demote_one(false) {
-                    break;
-                }
+        let mut isolated: [Option<(Arc<FileShared>, LruEntry)>; BATCH] = [const { None }; BATCH];
+        let mut back: [Option<LruEntry>; BATCH] = [const { None }; BATCH];
+        let mut nr_back = 0;
+        let target = self.low_mark();
+        // Bounded by the lists' length when the scan starts (every entry
+        // twice: one promotion or rotation, then an eviction).
+        let mut budget = usize::MAX;
+        loop {
+            let mut lru = self.lru.lock();
+            for e in back[..nr_back].iter_mut().filter_map(Option::take) {
+                putback(&mut lru, e);
             }
-            let e = match lru.next_candidate() {
-                Scan::Empty => break,
-                Scan::Victim(e) => e,
-            };
-            let Some(file) = e.file.upgrade() else {
+            nr_back = 0;
+            if budget == usize::MAX {
+                budget = 2 * lru.entries() + 64;
+            }
+            let cached = self.nr_cached.load(Ordering::Relaxed);
+            let mut want = cached.saturating_sub(target);
+            if cached <= self.capacity_pages() && want > 0 {
+                // Under capacity again (another thread evicted): done.
+                want = 0;
+            }
+            let mut n = 0;
+            while n < BATCH && want > 0 && budget > 0 {
+                budget -= 1;
+                while lru.nr_active > self.active_cap() {
+                    if !lru.demote_one(false) {
+                        break;
+                    }
+                }
+                let e = match lru.next_candidate() {
+                    Scan::Empty => break,
+                    Scan::Victim(e) => e,
+                };
+                let Some(file) = e.file.upgrade() else {
+                    lru.take(&e);
+                    continue;
+                };
+                if e.folio.clear(FolioFlags::REFERENCED) {
+                    // The second access: promote.
+                    lru.activate(e);
+                    bump(&self.counters.activations, 1);
+                    keep(file);
+                    continue;
+                }
+                if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
+                    if dirty.len() < 64 {
+                        dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
+                    }
+                    lru.rotate(e);
+                    keep(file);
+                    continue;
+                }
+                // Isolate: off the lists' accounting, out of every other
+                // scan's reach; the entry is ours.
                 lru.take(&e);
-                continue;
-            };
-            if e.folio.clear(FolioFlags::REFERENCED) {
-                // The second access: promote.
-                lru.activate(e);
-                bump(&self.counters.activations, 1);
-                keep(file);
-                continue;
+                want = want.saturating_sub(e.folio.nr_pages());
+                isolated[n] = Some((file, e));
+                n += 1;
             }
-            if e.folio.test(FolioFlags::DIRTY) || e.folio.test(FolioFlags::WRITEBACK) {
-                if dirty.len() < 64 {
-                    dirty.push((Arc::clone(&file), Arc::clone(&e.folio)));
+            drop(lru);
+            if n == 0 {
+                break;
+            }
+            for k in 0..n {
+                // The next victim's folio and buffer header arrive while
+                // this one is evicted (its lock, flags and counts are read
+                // first thing).
+                if let Some((_, next)) = isolated.get(k + 1).and_then(Option::as_ref) {
+                    next.folio.prefetch_buffer();
                 }
-                lru.rotate(e);
+                let Some((file, e)) = isolated[k].take() else {
+                    continue;
+                };
+                if !self.try_evict(&file, &e) && !e.folio.test(FolioFlags::DETACHED) {
+                    back[nr_back] = Some(e);
+                    nr_back += 1;
+                }
                 keep(file);
-                continue;
             }
-            self.evict(&mut lru, &file, e);
-            keep(file);
+            if budget == 0 || self.nr_cached.load(Ordering::Relaxed) <= target {
+                break;
+            }
         }
-        drop(lru);
+        if nr_back > 0 {
+            let mut lru = self.lru.lock();
+            for e in back[..nr_back].iter_mut().filter_map(Option::take) {
+                putback(&mut lru, e);
+            }
+        }
         drop(last);
         drop(files);
         dirty
     }
 
-    /// Evict one clean candidate, or rotate it if it is busy. Returns
-    /// whether it was evicted.
-    fn evict(&self, lru: &mut super::lru::Lru, file: &Arc<FileShared>, e: LruEntry) -> bool {
-        let folio = Arc::clone(&e.folio);
+    /// Evict an isolated candidate (off the lists, the LRU lock not held)
+    /// if it is still clean, unreferenced and unused: take its data lock
+    /// without waiting, set `DETACHED`, leave a shadow carrying the
+    /// eviction clock in its place and drop its bytes. Returns whether it
+    /// was evicted.
+    fn try_evict(&self, file: &Arc<FileShared>, e: &LruEntry) -> bool {
+        let folio = &e.folio;
         let Some(mut w) = folio.mem().try_lock() else {
-            lru.rotate(e);
             return false;
         };
-        if folio.test(FolioFlags::DETACHED) {
-            lru.take(&e);
-            return false;
-        }
-        // References: the tree's, the list entry's and `folio`. Any other
-        // is a reader or writer between lookup and lock (the kernel's
-        // refcount freeze): evicting under it would make that caller miss
-        // again, and with a tiny cache loop forever.
-        if folio.test(FolioFlags::DIRTY)
+        // References: the tree's and the list entry's. Any other is a
+        // reader or writer between lookup and lock (the kernel's refcount
+        // freeze): evicting under it would make that caller miss again,
+        // and with a tiny cache loop forever. A reference since isolation
+        // keeps it too (the next scan promotes it).
+        if folio.test(FolioFlags::DETACHED)
+            || folio.test(FolioFlags::DIRTY)
             || folio.test(FolioFlags::WRITEBACK)
-            || Arc::strong_count(&folio) > 3
+            || folio.test(FolioFlags::REFERENCED)
+            || Arc::strong_count(folio) > 2
             || w.is_pinned()
         {
-            lru.rotate(e);
             return false;
         }
-        lru.take(&e);
         folio.set(FolioFlags::DETACHED);
         // Clean, so no dirty bytes; drops a partly-uptodate folio's state.
-        file.blocks.forget(&folio);
+        file.blocks.forget(folio);
         let nr = folio.nr_pages();
         let shadow = self
             .workingset
             .eviction(nr, folio.test(FolioFlags::WORKINGSET));
-        if file.mapping.remove_folio(&folio, Some(shadow)) {
+        if file.mapping.remove_folio(folio, Some(shadow)) {
             drop_gauge(&self.nr_cached, nr);
             self.workingset.note_shadow(file.id, &e.file, folio.index());
         }
         w.release();
         bump(&self.counters.evictions, 1);
         true
+    }
+}
+
+/// Put an isolated candidate that was not evicted back at the inactive
+/// head (`folio_putback_lru`), unless it left the cache meanwhile.
+fn putback(lru: &mut Lru, e: LruEntry) {
+    lru.insert(e.file, e.folio, false);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::RamDisk;
+    use crate::pagecache::{CacheConfig, PageCache};
+
+    const PAGE: u64 = 4096;
+    const BATCH: u64 = super::BATCH as u64;
+
+    /// Once over capacity, one reclaim evicts a batch: the cache goes down
+    /// to `BATCH - 1` pages below its capacity, and the next misses evict
+    /// nothing until it is over again. A pinned candidate is put back on
+    /// the lists (still counted there, still cached).
+    #[test]
+    fn reclaim_evicts_a_batch_and_puts_busy_victims_back() {
+        let cap = 4096u64; // pages: a 64th of it is more than a batch
+        let config = CacheConfig::default()
+            .capacity(cap * PAGE)
+            .max_folio_order(0)
+            .flusher(false);
+        let c = PageCache::new(config);
+        let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
+        // Random advice: a read of page 0 would otherwise start a window.
+        f.advise(0, 0, crate::pagecache::Advice::Random).unwrap();
+        // Page `i` of a shuffled order (an odd stride modulo a power of
+        // two), so that readahead sees random reads and adds nothing.
+        let read = |i: u64| {
+            let mut b = [0u8; 1];
+            let page = i.wrapping_mul(0x9e37_79b9) % (2 * cap);
+            f.read_at(&mut b, page * PAGE).unwrap();
+        };
+        let on_lists = || {
+            let lru = c.inner.lru.lock();
+            lru.nr_inactive + lru.nr_active
+        };
+        for i in 0..cap {
+            read(i);
+        }
+        assert_eq!((c.stats().cached_pages, c.stats().evictions), (cap, 0));
+        // The oldest folio held (a reference taken between a lookup and
+        // the folio's lock, which marks no access): the first candidate,
+        // busy. read(0) is page 0.
+        let pinned = c.inner.files()[0].cached(0).unwrap();
+        read(cap);
+        let s = c.stats();
+        // A batch isolated: one busy (put back), the others evicted.
+        assert_eq!(s.evictions, BATCH - 1, "{s:?}");
+        assert_eq!(s.cached_pages, cap + 1 - (BATCH - 1));
+        assert_eq!(on_lists(), s.cached_pages, "the held folio is back");
+        let mut next = cap + 1;
+        while c.stats().cached_pages < cap {
+            read(next);
+            next += 1;
+        }
+        let s = c.stats();
+        assert_eq!(
+            (s.evictions, s.cached_pages),
+            (BATCH - 1, cap),
+            "no reclaim"
+        );
+        let misses = s.misses;
+        read(0);
+        assert_eq!(c.stats().misses, misses, "the held page stayed");
+        drop(pinned);
+        read(next);
+        assert_eq!(c.stats().evictions, 2 * BATCH - 1);
+        assert_eq!(on_lists(), c.stats().cached_pages);
     }
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The stock sqlite3 shell in a fresh process, 100,000 one-row selects by
+# primary key over a ~456 MB database whose pages sit in the kernel's page
+# cache: the unix VFS against kxarray, side by side, interleaved (issue 30's
+# "first pass" row: what a short-lived process meets).
+#
+#   bash kxarray-sqlite/scripts/shell-selects.sh
+#   ROUNDS=7 QUERIES=100000 bash kxarray-sqlite/scripts/shell-selects.sh
+#
+# Configurations (each a fresh `sqlite3` process reading the same SQL file):
+#   unix         the default unix VFS
+#   kx           kxarray with the default settings (capacity from the machine)
+#   kx-direct0   kxarray with kx_direct=0 spelled out
+#   kx-1g        kxarray with kx_cache=1g
+# The kernel's cache is warmed (the file read with cat) before every round;
+# the order of the configurations rotates per round. Prints each run's
+# wall time, then per configuration the median time and the median of the
+# per-round ratios unix/config (above 1.0: kxarray faster), with the range.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-5}
+ROWS=${ROWS:-1000000}
+QUERIES=${QUERIES:-100000}
+DIR=${DIR:-target/shell-selects}
+CONFIGS=${CONFIGS:-"unix kx kx-direct0 kx-1g"}
+mkdir -p "$DIR"
+DB=$DIR/selects.db
+SQL=$DIR/selects.sql
+EXT=target/release/libkxarray_sqlite
+
+command -v sqlite3 >/dev/null || { echo "sqlite3 not installed (apt-get install -y sqlite3)" >&2; exit 1; }
+echo "building the extension (release)..." >&2
+cargo build --release -p kxarray-sqlite --lib >/dev/null 2>&1
+
+if [ ! -s "$DB" ]; then
+  echo "creating $DB ($ROWS rows of 400 bytes)..." >&2
+  sqlite3 "$DB" "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
+    WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < $ROWS)
+    INSERT INTO t SELECT i, randomblob(400) FROM c; PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
+fi
+python3 - "$SQL" "$QUERIES" "$ROWS" <<'EOF'
+import random, sys
+path, n, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(30)
+with open(path, "w") as f:
+    for _ in range(n):
+        f.write(f"SELECT length(v) FROM t WHERE id={r.randint(1, rows)};\n")
+EOF
+echo "database: $(du -m "$DB" | cut -f1) MB; $QUERIES selects; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+run() { # config -> seconds
+  local c=$1 uri
+  case "$c" in
+    unix) uri="file:$DB" ;;
+    kx) uri="file:$DB?vfs=kxarray" ;;
+    kx-direct0) uri="file:$DB?vfs=kxarray&kx_direct=0" ;;
+    kx-1g) uri="file:$DB?vfs=kxarray&kx_cache=1g" ;;
+    *) echo "unknown config $c" >&2; exit 2 ;;
+  esac
+  local t0 t1
+  t0=$(date +%s.%N)
+  if [ "$c" = unix ]; then
+    sqlite3 -cmd ".open '$uri'" < "$SQL" > /dev/null
+  else
+    sqlite3 -cmd ".load $EXT" -cmd ".open '$uri'" < "$SQL" > /dev/null
+  fi
+  t1=$(date +%s.%N)
+  echo "$t1 - $t0" | bc -l
+}
+
+OUT=$DIR/results.tsv
+: > "$OUT"
+read -r -a cfgs <<< "$CONFIGS"
+n=${#cfgs[@]}
+for ((r = 0; r < ROUNDS; r++)); do
+  cat "$DB" > /dev/null
+  for ((i = 0; i < n; i++)); do
+    c=${cfgs[$(((i + r) % n))]}
+    s=$(run "$c")
+    printf '%s\t%s\t%s\n' "$r" "$c" "$s" >> "$OUT"
+    printf 'round %s %-11s %6.3f s\n' "$r" "$c" "$s" >&2
+  done
+done
+
+python3 - "$OUT" <<'EOF'
+import statistics, sys
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
+t = {}
+for r, c, s in rows:
+    t.setdefault(c, {})[r] = float(s)
+print("| config | median s | unix / config (median, range) |")
+print("|---|---|---|")
+for c, per in t.items():
+    med = statistics.median(per.values())
+    ratios = [t["unix"][r] / s for r, s in per.items() if r in t.get("unix", {})]
+    rs = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
+    print(f"| {c} | {med:.3f} | {rs} |")
+EOF
