@@ -356,7 +356,7 @@ miss)
             # Skip the warm-up only (the kernel's cache keeps the file):
             # --no-warm; a build before it spelled that --cold.
             warm=--cold
-            "$bin" --help | grep -q -- --no-warm && warm=--no-warm
+            case $("$bin" --help) in *--no-warm*) warm=--no-warm ;; esac
             got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
               --cache-size "$MISS_GROW_CACHE" "$warm" --ios "$GROW_IOS" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
