@@ -10,6 +10,7 @@
 #   scripts/vs-kernel.sh fio-check   the harness's psync/mmap rows against the real fio
 #   scripts/vs-kernel.sh callgrind   instructions per I/O of the hit paths
 #   scripts/vs-kernel.sh miss        4 KiB random read_at misses against fio psync (issue 30)
+#   scripts/vs-kernel.sh cold        cold misses (O_DIRECT, empty caches) against the real fio, and NBD (issue 31)
 #
 # table: rows = file size (SIZES: a 256 MiB file the page cache holds, a
 # 1 MiB file the CPU caches hold) x pattern (ROWS: 4 KiB and 64 KiB random
@@ -145,7 +146,7 @@ case $MODE in
   table | callgrind) RUNTIME=${RUNTIME:-1} ;;
   miss) RUNTIME=${RUNTIME:-2} ;;
   cold) RUNTIME=${RUNTIME:-2} ;;
-  *) echo "usage: $0 [table|fio-check|callgrind|miss]" >&2; exit 2 ;;
+  *) echo "usage: $0 [table|fio-check|callgrind|miss|cold]" >&2; exit 2 ;;
 esac
 DIR=${DIR:-/tmp}
 SIZES=${SIZES:-256m 1m}
