@@ -10,6 +10,7 @@
 #   scripts/vs-kernel.sh fio-check   the harness's psync/mmap rows against the real fio
 #   scripts/vs-kernel.sh callgrind   instructions per I/O of the hit paths
 #   scripts/vs-kernel.sh miss        4 KiB random read_at misses against fio psync (issue 30)
+#   scripts/vs-kernel.sh cold        cold misses (O_DIRECT, empty caches) against the real fio, and NBD (issue 31)
 #
 # table: rows = file size (SIZES: a 256 MiB file the page cache holds, a
 # 1 MiB file the CPU caches hold) x pattern (ROWS: 4 KiB and 64 KiB random
@@ -99,6 +100,41 @@
 # the 3 rounds on the 2-core development machine (fio-check with ROUNDS=5
 # RUNTIME=3: 5 min; callgrind: 1 min 35 s).
 #
+# cold (issue 31): the miss path on a cold start, against the real fio on
+# the same COLD_SIZE file (2g, in DIR: not tmpfs, which refuses O_DIRECT),
+# every run a fresh process with the file dropped from the kernel's cache
+# first (posix_fadvise DONTNEED), RUNTIME seconds (2), rows COLD_ROWS
+# ("seq rand nbd"), the tools of a row interleaved in an order rotated per
+# round:
+#   seq   kx-seq          the fio example --direct --cold, --rw read --bs 4k,
+#                         1 job, a COLD_CACHE (256m) cache over O_DIRECT
+#         fio-psync       fio psync, buffered, the kernel's readahead
+#         fio-uring-128k  fio io_uring --bs 128k --iodepth 8 --direct 1
+#   rand  kx-rand-qd32    the fio example --direct --cold --rw randread --bs 4k,
+#                         2 jobs, --iodepth 32 (the page cache's batch read)
+#         kx-rand-fut32   the same with --iodepth-api future (32 read_owned
+#                         futures in flight per job, each replaced as it
+#                         completes)
+#         kx-rand-sync    the same at --iodepth 1 (read_at)
+#         fio-uring-qd32  fio io_uring --bs 4k --iodepth 32 --direct 1,
+#                         COLD_URING_JOBS (1) job(s), the issue's anchor
+#         fio-psync-direct fio psync --direct 1, 2 jobs
+#   nbd   nbd-qd64        fio's nbd engine, --bs 4k --iodepth 64, 2 jobs,
+#                         randread, against kxarray-nbd --backend cached
+#                         --direct --cache-size COLD_CACHE serving the file
+#                         over a Unix socket (a fresh server per run)
+#         nbd-file-qd64   the same against --backend file --direct (no
+#                         cache: the batch read is the file's submission
+#                         side on the I/O engine), for reference
+#         fio-uring-qd64  fio io_uring --bs 4k --iodepth 64 --direct 1,
+#                         2 jobs, on the file
+# and prints each row's medians and the ratios the issue's targets name
+# (median of the per-round ratios, range): kx-seq / fio-psync (1.0x),
+# kx-seq / fio-uring-128k (0.7x), kx-rand-qd32 and kx-rand-fut32 /
+# fio-uring-qd32 (0.9x),
+# kx-rand-sync / fio-psync-direct (1.0x), nbd-qd64 / fio-uring-qd64 (0.9x).
+# Report: python3 scripts/vs_kernel_cold.py report $DIR/vs-kernel-cold.tsv
+#
 # Speed runs pass --no-verify (no stamp checks per I/O) and --reuse-file
 # (the file is laid out once); every run syncs its writes after the clock
 # stops, so no engine leaves dirty pages to the next one.
@@ -109,7 +145,8 @@ case $MODE in
   fio-check) RUNTIME=${RUNTIME:-3} ;;
   table | callgrind) RUNTIME=${RUNTIME:-1} ;;
   miss) RUNTIME=${RUNTIME:-2} ;;
-  *) echo "usage: $0 [table|fio-check|callgrind|miss]" >&2; exit 2 ;;
+  cold) RUNTIME=${RUNTIME:-2} ;;
+  *) echo "usage: $0 [table|fio-check|callgrind|miss|cold]" >&2; exit 2 ;;
 esac
 DIR=${DIR:-/tmp}
 SIZES=${SIZES:-256m 1m}
@@ -317,8 +354,12 @@ miss)
         [ "${t%@before}" = "$t" ] || bin=$BEFORE_BIN
         case ${t%@before} in
           kx-grow)
+            # Skip the warm-up only (the kernel's cache keeps the file):
+            # --no-warm; a build before it spelled that --cold.
+            warm=--cold
+            case $("$bin" --help) in *--no-warm*) warm=--no-warm ;; esac
             got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
-              --cache-size "$MISS_GROW_CACHE" --cold --ios "$GROW_IOS" --no-verify --reuse-file \
+              --cache-size "$MISS_GROW_CACHE" "$warm" --ios "$GROW_IOS" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
           kx-steady)
             got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
@@ -373,5 +414,83 @@ callgrind)
         "$eng, 4 KiB random reads, $s file"
     done
   done
+  ;;
+cold)
+  command -v fio >/dev/null || { echo "fio not found: apt-get install -y fio" >&2; exit 1; }
+  COLD_SIZE=${COLD_SIZE:-2g}
+  COLD_CACHE=${COLD_CACHE:-256m}
+  COLD_ROWS=${COLD_ROWS:-seq rand nbd}
+  COLD_URING_JOBS=${COLD_URING_JOBS:-1}
+  COLD=$PWD/scripts/vs_kernel_cold.py
+  prepare "$COLD_SIZE"
+  F=$(file_for "$COLD_SIZE")
+  FSIZE=${COLD_SIZE^^}
+  if [[ " $COLD_ROWS " == *" nbd "* ]]; then
+    cargo build --release --bin kxarray-nbd >&2
+    NBD=$PWD/target/release/kxarray-nbd
+  fi
+  drop_file() { python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
+  # fio on the file, cold: IOPS and bytes/s.
+  fio_cold() { # name extra-fio-flags...
+    fio --name="$1" --filename="$F" --size="$FSIZE" --time_based --runtime="$RUNTIME" \
+      --output-format=json "${@:2}" | python3 "$COLD" fio-json /dev/stdin
+  }
+  # The fio example, cold: IOPS and bytes/s.
+  kx_cold() { # flags...
+    # shellcheck disable=SC2046 # the result words are meant to split
+    python3 "$COLD" result $("$BIN" --engine kxarray --direct --cold --bs 4k --size "$COLD_SIZE" \
+      --cache-size "$COLD_CACHE" --runtime "$RUNTIME" --no-verify --reuse-file --filename "$F" \
+      --quiet "$@" | grep '^result:')
+  }
+  # fio's nbd engine against a fresh kxarray-nbd serving the file.
+  nbd_cold() { # backend (cached or file)
+    local sock=$WORK/nbd.sock pid got
+    rm -f "$sock"
+    "$NBD" --backend "$1" --direct --file "$F" --size "$FSIZE" --cache-size "${COLD_CACHE^^}" \
+      --unix "$sock" 2>"$WORK/nbd.log" &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+    got=$(fio --name=nbd --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --rw=randread --bs=4k \
+      --iodepth=64 --numjobs=2 --size="$FSIZE" --time_based --runtime="$RUNTIME" \
+      --output-format=json | python3 "$COLD" fio-json /dev/stdin) || got=
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo "${got:-0 0}"
+  }
+  machine
+  echo "file $F ($COLD_SIZE), dropped from the kernel's cache before every run; kxarray cache $COLD_CACHE over O_DIRECT; ${RUNTIME}s runs"
+  for round in $(seq 1 "$ROUNDS"); do
+    for row in $COLD_ROWS; do
+      case $row in
+        seq) tools="kx-seq fio-psync fio-uring-128k" ;;
+        rand) tools="kx-rand-qd32 kx-rand-fut32 kx-rand-sync fio-uring-qd32 fio-psync-direct" ;;
+        nbd) tools="nbd-qd64 nbd-file-qd64 fio-uring-qd64" ;;
+        *) echo "unknown cold row: $row" >&2; exit 2 ;;
+      esac
+      read -r -a tlist <<<"$tools"
+      for t in $(rotate "$round" "${tlist[@]}"); do
+        drop_file "$F"
+        case $t in
+          kx-seq) got=$(kx_cold --rw read --numjobs 1) ;;
+          kx-rand-qd32) got=$(kx_cold --rw randread --numjobs 2 --iodepth 32 --seed "$round") ;;
+          kx-rand-fut32) got=$(kx_cold --rw randread --numjobs 2 --iodepth 32 --iodepth-api future --seed "$round") ;;
+          kx-rand-sync) got=$(kx_cold --rw randread --numjobs 2 --seed "$round") ;;
+          fio-psync) got=$(fio_cold seq --ioengine=psync --rw=read --bs=4k) ;;
+          fio-uring-128k) got=$(fio_cold seq --ioengine=io_uring --rw=read --bs=128k --iodepth=8 --direct=1) ;;
+          fio-uring-qd32) got=$(fio_cold rand --ioengine=io_uring --rw=randread --bs=4k --iodepth=32 \
+            --direct=1 --numjobs="$COLD_URING_JOBS") ;;
+          fio-psync-direct) got=$(fio_cold rand --ioengine=psync --rw=randread --bs=4k --direct=1 --numjobs=2) ;;
+          fio-uring-qd64) got=$(fio_cold rand --ioengine=io_uring --rw=randread --bs=4k --iodepth=64 \
+            --direct=1 --numjobs=2) ;;
+          nbd-qd64) got=$(nbd_cold cached) ;;
+          nbd-file-qd64) got=$(nbd_cold file) ;;
+        esac
+        echo "$round $row $t ${got:-0 0}" >>"$RAW"
+        echo "round $round $row $t: ${got:-failed} (IOPS bytes/s)" >&2
+      done
+    done
+  done
+  machine
+  python3 "$COLD" report "$RAW"
   ;;
 esac

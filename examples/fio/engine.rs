@@ -44,6 +44,36 @@ pub(crate) trait Engine {
     /// # Errors
     /// The engine's sync error.
     fn sync(&mut self) -> io::Result<()>;
+
+    /// Read several blocks at once (`--iodepth N`): each `(offset, buf)`
+    /// filled, one result per request, in order. The default reads them
+    /// one after the other (a synchronous engine: fio's psync ignores its
+    /// iodepth too); the kxarray engine hands the whole batch to the page
+    /// cache ([`read_many`]).
+    fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        reqs.iter_mut()
+            .map(|(off, buf)| {
+                let n = buf.len();
+                self.read(*off, buf, &mut |_| {}).map(|()| n)
+            })
+            .collect()
+    }
+
+    /// The page cache under the engine, for `--iodepth-api future` (a
+    /// window of `CachedFile::read_owned` futures); `None` for the others.
+    fn cached_file(&self) -> Option<&CachedFile> {
+        None
+    }
+}
+
+/// The page cache's batch read (`CachedFile::read_many`): every
+/// request's hits copied, its misses submitted together through the I/O
+/// engine, so `reqs.len()` reads are in flight at once.
+pub(crate) fn read_many(
+    file: &CachedFile,
+    reqs: &mut [(u64, &mut [u8])],
+) -> Vec<io::Result<usize>> {
+    file.read_many(reqs)
 }
 
 fn short(what: &str, off: u64, got: usize, want: usize) -> io::Error {
@@ -81,6 +111,14 @@ impl Engine for ReadAt<'_> {
 
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync()
+    }
+
+    fn read_many(&mut self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        read_many(self.file, reqs)
+    }
+
+    fn cached_file(&self) -> Option<&CachedFile> {
+        Some(self.file)
     }
 }
 

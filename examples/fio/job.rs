@@ -12,12 +12,17 @@ use crate::engine::Engine;
 use crate::stamp::{check_piece, checksum, stamp};
 use clap::ValueEnum;
 use hdrhistogram::Histogram;
+use kxarray::pagecache::{CachedFile, ReadFuture};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use std::future::Future;
 use std::hint::black_box;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 /// I/O pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -58,6 +63,12 @@ pub(crate) struct Spec {
     pub(crate) touch: bool,
     /// Time every I/O into the histograms.
     pub(crate) clat: bool,
+    /// Reads in flight per job (`--iodepth`; reads only): batches of this
+    /// many through [`Engine::read_many`].
+    pub(crate) iodepth: usize,
+    /// With `iodepth`: keep that many `read_owned` futures in flight,
+    /// each replaced as it completes, instead of batches.
+    pub(crate) futures: bool,
 }
 
 /// What one job measured.
@@ -138,6 +149,14 @@ impl Job<'_> {
     /// the checksum with `touch`, the check with `verify`), record it.
     pub(crate) fn run<E: Engine>(&self, mut engine: E) -> JobResult {
         let a = self.spec;
+        if a.iodepth > 1 {
+            if a.futures {
+                if let Some(file) = engine.cached_file() {
+                    return self.run_futures(file);
+                }
+            }
+            return self.run_batched(engine);
+        }
         let bs = a.bs as usize;
         let (verify, touch, clat) = (a.verify, a.touch, a.clat);
         let mut r = self.result();
@@ -239,5 +258,214 @@ impl Job<'_> {
         }
         r.end = Instant::now();
         r
+    }
+
+    /// The job loop at `--iodepth N` (reads only; `validate` refuses
+    /// writes): the next N blocks of the job's stream (sequential or
+    /// random, as the one-at-a-time loop picks them) go to the engine as
+    /// one batch; every request's latency is the batch's (they were all in
+    /// flight from its start to its end, as fio's clat counts from
+    /// submission to completion); then the harness looks at each block as
+    /// it does one at a time.
+    fn run_batched<E: Engine>(&self, mut engine: E) -> JobResult {
+        let a = self.spec;
+        let bs = a.bs as usize;
+        let depth = a.iodepth;
+        let mut r = self.result();
+        let mut rng = SmallRng::seed_from_u64(a.seed.wrapping_mul(1000).wrapping_add(self.id));
+        let mut bufs = vec![0u8; bs * depth];
+        let mut blocks = vec![0u64; depth];
+        let mut next_seq = 0u64;
+        let mut n = 0u64;
+        'run: while n < a.ios && !self.stop.load(Ordering::Relaxed) {
+            let k = (a.ios - n).min(depth as u64) as usize;
+            for b in &mut blocks[..k] {
+                let rel = if a.rw == Rw::Read {
+                    let b = next_seq;
+                    next_seq = (next_seq + 1) % self.blocks;
+                    b
+                } else {
+                    rng.random_range(0..self.blocks)
+                };
+                *b = self.first_block + rel;
+            }
+            let mut reqs: Vec<(u64, &mut [u8])> = blocks[..k]
+                .iter()
+                .zip(bufs.chunks_exact_mut(bs))
+                .map(|(&b, buf)| (b * a.bs, buf))
+                .collect();
+            let t0 = a.clat.then(Instant::now);
+            let res = engine.read_many(&mut reqs);
+            if let Some(t0) = t0 {
+                let ns = t0.elapsed().as_nanos() as u64;
+                for _ in 0..k {
+                    r.read.saturating_record(ns);
+                }
+            }
+            for ((off, buf), res) in reqs.iter().zip(res) {
+                let block = off / a.bs;
+                let gen = r.gens[(block - self.first_block) as usize];
+                match res {
+                    Ok(got) if got == bs => {}
+                    Ok(got) => {
+                        r.error = Some(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("short read at {off}: {got} of {bs} bytes"),
+                        ));
+                        break 'run;
+                    }
+                    Err(e) => {
+                        r.error = Some(e);
+                        break 'run;
+                    }
+                }
+                black_box(buf.first().copied());
+                if a.touch {
+                    r.sum = r.sum.wrapping_add(black_box(checksum(buf)));
+                }
+                if a.verify {
+                    if let Err(e) = check_piece(buf, block, gen, 0) {
+                        r.mismatches.push(format!("during the run: {e}"));
+                    }
+                }
+                r.reads += 1;
+                r.read_bytes += bs as u64;
+            }
+            let before = n;
+            n += k as u64;
+            if n / 64 != before / 64 {
+                self.ops
+                    .fetch_add(64 * (n / 64 - before / 64), Ordering::Relaxed);
+            }
+        }
+        r.end = Instant::now();
+        r
+    }
+
+    /// The job loop at `--iodepth N --iodepth-api future` (kxarray, reads
+    /// only): N `CachedFile::read_owned` futures in flight, polled by a
+    /// plain loop on this thread (each future's waker marks its slot and
+    /// unparks the thread); each completed one is checked as the
+    /// one-at-a-time loop checks a block and replaced at once by the next
+    /// block of the stream, so N reads stay in flight as fio's io_uring
+    /// engine keeps them. A request's latency runs from its submission to
+    /// its completion being seen.
+    fn run_futures(&self, file: &CachedFile) -> JobResult {
+        type Fut = Pin<Box<ReadFuture<Vec<u8>>>>;
+        let a = self.spec;
+        let bs = a.bs as usize;
+        let mut r = self.result();
+        let mut rng = SmallRng::seed_from_u64(a.seed.wrapping_mul(1000).wrapping_add(self.id));
+        let mut next_seq = 0u64;
+        let mut next_block = || {
+            let rel = if a.rw == Rw::Read {
+                let b = next_seq;
+                next_seq = (next_seq + 1) % self.blocks;
+                b
+            } else {
+                rng.random_range(0..self.blocks)
+            };
+            self.first_block + rel
+        };
+        let mut issued = 0u64;
+        let mut slots: Vec<(Fut, Arc<SlotWaker>, u64, Instant)> = Vec::new();
+        while slots.len() < a.iodepth && issued < a.ios {
+            let b = next_block();
+            issued += 1;
+            let w = Arc::new(SlotWaker::new());
+            let fut = Box::pin(file.read_owned(b * a.bs, vec![0u8; bs]));
+            slots.push((fut, w, b, Instant::now()));
+        }
+        let mut n = 0u64;
+        'run: while !slots.is_empty() && !self.stop.load(Ordering::Relaxed) {
+            let mut progressed = false;
+            let mut i = 0;
+            while i < slots.len() {
+                let (fut, w, block, t0) = &mut slots[i];
+                if !w.ready.swap(false, Ordering::AcqRel) {
+                    i += 1;
+                    continue;
+                }
+                let waker = Waker::from(Arc::clone(w));
+                let mut cx = Context::from_waker(&waker);
+                let Poll::Ready((res, buf)) = fut.as_mut().poll(&mut cx) else {
+                    i += 1;
+                    continue;
+                };
+                progressed = true;
+                if a.clat {
+                    r.read.saturating_record(t0.elapsed().as_nanos() as u64);
+                }
+                match res {
+                    Ok(got) if got == bs => {}
+                    Ok(got) => {
+                        r.error = Some(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("short read of block {block}: {got} of {bs} bytes"),
+                        ));
+                        break 'run;
+                    }
+                    Err(e) => {
+                        r.error = Some(e);
+                        break 'run;
+                    }
+                }
+                let gen = r.gens[(*block - self.first_block) as usize];
+                black_box(buf.first().copied());
+                if a.touch {
+                    r.sum = r.sum.wrapping_add(black_box(checksum(&buf)));
+                }
+                if a.verify {
+                    if let Err(e) = check_piece(&buf, *block, gen, 0) {
+                        r.mismatches.push(format!("during the run: {e}"));
+                    }
+                }
+                r.reads += 1;
+                r.read_bytes += bs as u64;
+                n += 1;
+                if n.is_multiple_of(64) {
+                    self.ops.fetch_add(64, Ordering::Relaxed);
+                }
+                if issued < a.ios {
+                    let b = next_block();
+                    issued += 1;
+                    w.ready.store(true, Ordering::Release);
+                    *fut = Box::pin(file.read_owned(b * a.bs, buf));
+                    *block = b;
+                    *t0 = Instant::now();
+                    i += 1;
+                } else {
+                    drop(slots.swap_remove(i));
+                }
+            }
+            if !progressed {
+                std::thread::park_timeout(Duration::from_millis(10));
+            }
+        }
+        r.end = Instant::now();
+        r
+    }
+}
+
+/// A future's waker in `run_futures`: marks its slot ready and unparks the
+/// job's thread.
+struct SlotWaker {
+    ready: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl SlotWaker {
+    fn new() -> SlotWaker {
+        SlotWaker {
+            ready: AtomicBool::new(true),
+            thread: std::thread::current(),
+        }
+    }
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.ready.store(true, Ordering::Release);
+        self.thread.unpark();
     }
 }

@@ -14,7 +14,7 @@ use crate::job::{Job, JobResult};
 use crate::stamp::stamp;
 use clap::ValueEnum;
 use kxarray::backend::{Backend, FileBackend, RamDisk};
-use kxarray::pagecache::{CacheConfig, CachedFile, FileOptions, PageCache};
+use kxarray::pagecache::{Advice, CacheConfig, CachedFile, FileOptions, PageCache};
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
 use std::io;
@@ -64,6 +64,13 @@ pub(crate) struct Setup<'a> {
     /// The kxarray cache and file (unused by the other engines).
     pub(crate) cache: CacheConfig,
     pub(crate) file_options: FileOptions,
+    /// kxarray over an `O_DIRECT` [`FileBackend`] (`--direct`).
+    pub(crate) direct: bool,
+    /// Drop the file from the kernel's cache before the run (`--cold`).
+    pub(crate) cold: bool,
+    /// Advise the kxarray file `Random` or `Sequential` (fio's
+    /// `fadvise_hint`).
+    pub(crate) fadvise_hint: bool,
 }
 
 impl Setup<'_> {
@@ -181,6 +188,22 @@ fn open_file(name: Option<&Path>) -> io::Result<(File, PathBuf, Option<tempfile:
     }
 }
 
+/// Drop `f`'s pages from the kernel's cache (`posix_fadvise(DONTNEED)`:
+/// clean pages go; the layout was synced, so all of them).
+///
+/// # Errors
+/// The error of `posix_fadvise(2)`.
+pub(crate) fn drop_kernel_cache(f: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: advice on a descriptor this process owns; no memory of the
+    // process is read or written.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Read `len` bytes of `f` in megabyte requests, to have them in the
 /// kernel's cache.
 fn warm_kernel_cache(f: &File, len: u64) -> io::Result<()> {
@@ -219,13 +242,17 @@ impl Store {
                 lay_out(&mut |c, off| f.write_all_at(c, off), s.blocks, s.bs)?;
                 f.sync_all()?;
             }
+            if s.cold {
+                drop_kernel_cache(&f)?;
+            }
             (file, path, temp) = (Some(f), Some(p), t);
         }
         let store = match s.engine {
             EngineKind::Kxarray => {
-                let backend: Arc<dyn Backend> = match &file {
-                    Some(f) => Arc::new(FileBackend::from_file(f.try_clone()?)),
-                    None => {
+                let backend: Arc<dyn Backend> = match (&file, &path) {
+                    (Some(_), Some(p)) if s.direct => Arc::new(FileBackend::create_direct(p)?),
+                    (Some(f), _) => Arc::new(FileBackend::from_file(f.try_clone()?)),
+                    (None, _) => {
                         let r = RamDisk::new(size);
                         lay_out(&mut |c, off| r.write_all_at(c, off), s.blocks, s.bs)?;
                         Arc::new(r)
@@ -233,6 +260,17 @@ impl Store {
                 };
                 let cache = PageCache::new(s.cache.clone());
                 let file = cache.open_with(backend, s.file_options)?;
+                if s.fadvise_hint {
+                    // As fio's fadvise_hint=1 (its default) tells the
+                    // kernel: random jobs read nothing ahead, sequential
+                    // ones read ahead far.
+                    let advice = if s.random {
+                        Advice::Random
+                    } else {
+                        Advice::Sequential
+                    };
+                    file.advise(0, 0, advice)?;
+                }
                 Store::Cache { cache, file }
             }
             EngineKind::Psync => Store::File {
@@ -280,7 +318,12 @@ impl Store {
         } else {
             "nothing laid out".to_string()
         };
-        Ok((store, format!("{where_}: {how}"), temp))
+        let cold = if s.cold && on_file {
+            "; dropped from the kernel's cache (posix_fadvise DONTNEED)"
+        } else {
+            ""
+        };
+        Ok((store, format!("{where_}: {how}{cold}"), temp))
     }
 
     /// The warm-up pass: read the whole file once through the engine's

@@ -39,7 +39,12 @@ pub const REPLY_BUFFER: usize = 1 << 20;
 /// (a batch takes no further request once it holds this much).
 pub const MAX_BATCH_PAYLOAD: usize = 1 << 20;
 
-/// Most requests one worker takes from the read buffer at once.
+/// Most requests one worker takes from the read buffer at once. With
+/// several workers per connection, groups of 16 keep the device busier
+/// than one group of a client's whole queue, which replies only when its
+/// slowest read completes (fio nbd randread, iodepth 64 x 2, through a
+/// cache over `O_DIRECT`, 3 interleaved rounds: 16 per batch 1.05-1.06x
+/// the IOPS of 64).
 pub const MAX_BATCH: usize = 16;
 
 /// Bytes of ciphertext a TLS connection holds besides its plaintext

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use kxarray::backend::Backend;
 
+use crate::batch::{read_each, ReadMany};
 use crate::proto::{
     NBD_FLAG_CAN_MULTI_CONN, NBD_FLAG_HAS_FLAGS, NBD_FLAG_READ_ONLY, NBD_FLAG_SEND_FLUSH,
     NBD_FLAG_SEND_FUA, NBD_FLAG_SEND_TRIM, NBD_FLAG_SEND_WRITE_ZEROES,
@@ -27,6 +28,8 @@ pub struct Export {
     /// Refuse writes (`NBD_FLAG_READ_ONLY`).
     pub read_only: bool,
     backend: Arc<dyn Backend>,
+    /// The batch read of the same store, when it has one.
+    reader: Option<Arc<dyn ReadMany>>,
     size: u64,
 }
 
@@ -43,8 +46,46 @@ impl Export {
             description: String::new(),
             read_only: false,
             backend,
+            reader: None,
             size,
         })
+    }
+
+    /// Serve the `READ`s a worker takes together through `reader`, the
+    /// batch read of the same store as the backend (the page cache's, or a
+    /// file's submission side), rather than one `read_at` after the other.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray_nbd::Export;
+    ///
+    /// let file = Arc::new(FileBackend::from_file(tempfile::tempfile().unwrap()));
+    /// let export = Export::new("", file.clone()).unwrap().with_read_many(file);
+    /// assert!(export.batches_reads());
+    /// ```
+    pub fn with_read_many(mut self, reader: Arc<dyn ReadMany>) -> Self {
+        self.reader = Some(reader);
+        self
+    }
+
+    /// Whether grouped `READ`s go to a batch read ([`with_read_many`](Export::with_read_many)).
+    pub fn batches_reads(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    /// Read every `(offset, buffer)` of `reqs`: through the batch read if
+    /// the export has one, else one [`Backend::read_at`] after the other.
+    /// One result per request, in order (fewer bytes than asked only at
+    /// the end of the store).
+    ///
+    /// # Errors
+    /// Per request, in its result.
+    pub fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        match &self.reader {
+            Some(r) => r.read_many(reqs),
+            None => read_each(&*self.backend, reqs),
+        }
     }
 
     /// Set the description.

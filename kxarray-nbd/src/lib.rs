@@ -7,6 +7,8 @@
 //!   `NBD_OPT_STARTTLS`), in steps under one deadline;
 //! - [`transmission`]: requests and replies of one connection, many in
 //!   flight, within a byte budget;
+//! - [`batch`]: the `READ`s a worker took together, served by one batch
+//!   read (the page cache's, or the I/O engine's);
 //! - [`server`]: the event loop for idle connections, pool threads for
 //!   busy ones, the connection cap, shutdown;
 //! - [`config`]: the limits, and the memory a connection may use;
@@ -24,6 +26,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod batch;
 mod channel;
 pub mod config;
 mod connection;
@@ -41,6 +44,7 @@ pub mod socket;
 pub mod tls;
 pub mod transmission;
 
+pub use batch::ReadMany;
 pub use config::Config;
 pub use export::Export;
 pub use hashmap_disk::HashMapDisk;

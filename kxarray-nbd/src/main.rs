@@ -84,6 +84,12 @@ struct Args {
     /// `--size` if shorter).
     #[arg(long, required_if_eq_any([("backend", "file"), ("backend", "cached")]))]
     file: Option<PathBuf>,
+    /// With `--backend file` or `cached`: open the file with `O_DIRECT`
+    /// (aligned requests bypass the kernel's page cache; with `cached` the
+    /// server's cache holds the only copy of a page in memory). Refused by
+    /// filesystems without `O_DIRECT` (tmpfs).
+    #[arg(long)]
+    direct: bool,
     /// Page-cache capacity for `--backend cached` (bytes, K/M/G suffixes).
     #[arg(long, value_parser = parse_size, default_value = "256M")]
     cache_size: u64,
@@ -152,6 +158,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     // The pressure monitor of a cached backend, alive while the server runs.
     let mut pressure = None;
+    let mut reader: Option<Arc<dyn kxarray_nbd::ReadMany>> = None;
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
         BackendKind::Hashmap => Arc::new(HashMapDisk::new(args.size)),
@@ -160,7 +167,12 @@ fn run(args: Args) -> Result<(), String> {
                 .file
                 .as_ref()
                 .ok_or("--backend file|cached needs --file PATH")?;
-            let f = FileBackend::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = if args.direct {
+                FileBackend::create_direct(path)
+            } else {
+                FileBackend::create(path)
+            };
+            let f = f.map_err(|e| format!("{}: {e}", path.display()))?;
             if f.len().map_err(|e| e.to_string())? < args.size {
                 f.set_len(args.size)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -177,15 +189,27 @@ fn run(args: Args) -> Result<(), String> {
                 let file = cache
                     .open(f)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                Arc::new(file)
+                let file = Arc::new(file);
+                reader = Some(file.clone());
+                file
             } else {
-                Arc::new(f)
+                let f = Arc::new(f);
+                reader = Some(f.clone());
+                f
             }
         }
     };
+    if args.direct && reader.is_none() {
+        return Err("--direct needs --backend file or cached".into());
+    }
     let mut export = Export::new(args.export_name.clone(), backend)
         .map_err(|e| format!("backend: {e}"))?
         .with_description(format!("kxarray {:?} backend", args.backend));
+    // The READs a worker takes together go to the batch read of the file
+    // (its submission side) or of the cache.
+    if let Some(r) = reader {
+        export = export.with_read_many(r);
+    }
     export.read_only = args.read_only;
     let workers = args.threads.unwrap_or_else(|| workers_for(&export));
     let tls = match (args.tls, &args.tls_certificates) {

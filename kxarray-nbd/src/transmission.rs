@@ -8,7 +8,12 @@
 //! waits for one request, then also takes the requests already sitting in
 //! the read buffer (up to [`MAX_BATCH`]; it never waits for one the client
 //! may not have sent), lets go, executes them against the backend, and
-//! sends all their replies with one `write` under the writer lock. With
+//! sends all their replies with one `write` under the writer lock. The
+//! consecutive `READ`s of a batch are served together by one batch read
+//! ([`Export::read_many`]: the page cache's, or the file's submission side
+//! on the I/O engine), so the client's queue depth reaches the device; a
+//! write or any other request ends such a group, so requests keep their
+//! order, and each read keeps its own reply and its own error. With
 //! one worker (the server's choice for in-memory backends, see its
 //! `workers_for`) the same loop runs on the calling thread alone: the requests that arrive while it executes a
 //! batch make up the next one.
@@ -239,7 +244,25 @@ impl<'a> Transmission<'a> {
             let more = self.read_batch(&mut batch);
             batch.out.clear();
             let mut oversized = false;
-            for taken in &batch.taken {
+            let mut i = 0;
+            while i < batch.taken.len() {
+                let full = self.read_group(&batch.taken[i..], 0);
+                if full > 0 {
+                    if self.read_group(&batch.taken[i..], batch.out.len()) < full {
+                        // Send what is built, so the whole group fits.
+                        if let Err(e) = self.send(&batch.out) {
+                            debug!(error = %e, "replies not sent; closing");
+                            return self.close();
+                        }
+                        batch.out.clear();
+                    }
+                    let group = self.read_group(&batch.taken[i..], batch.out.len());
+                    self.read_batch_group(&batch.taken[i..i + group], &mut batch.out);
+                    i += group;
+                    continue;
+                }
+                let taken = &batch.taken[i];
+                i += 1;
                 match taken {
                     Taken::Oversized(req) => {
                         oversized = true;
@@ -296,6 +319,152 @@ impl<'a> Transmission<'a> {
             if !more {
                 return;
             }
+        }
+    }
+
+    /// Whether `req` is a `READ` a batch can serve: valid flags, a length
+    /// from 1 byte to what one reply buffer holds, inside the export.
+    /// Anything else (and every error reply) goes through
+    /// [`execute`](Self::execute), as before.
+    fn batchable(&self, req: &Request) -> bool {
+        req.command == NBD_CMD_READ
+            && req.flags & !NBD_CMD_FLAG_FUA == 0
+            && req.length > 0
+            && req.length <= MAX_PAYLOAD
+            && self.reply_len(req) <= REPLY_BUFFER
+            && req
+                .offset
+                .checked_add(u64::from(req.length))
+                .is_some_and(|end| end <= self.export.size())
+    }
+
+    /// Bytes of the successful replies to a group of `READ`s.
+    fn group_len(&self, group: &[Taken]) -> usize {
+        group
+            .iter()
+            .map(|t| match t {
+                Taken::Request(req, _) => self.reply_len(req),
+                Taken::Oversized(_) => 0,
+            })
+            .sum()
+    }
+
+    /// How many of the requests at the head of `taken` make one batch read:
+    /// the consecutive [`batchable`](Self::batchable) `READ`s (a write or
+    /// any other request ends the group, so the requests keep their order)
+    /// whose replies fit behind `used` bytes of the reply buffer. 0 when
+    /// the first request is not one (or does not fit).
+    fn read_group(&self, taken: &[Taken], used: usize) -> usize {
+        let mut bytes = used;
+        let mut n = 0;
+        for t in taken {
+            let Taken::Request(req, _) = t else { break };
+            if !self.batchable(req) {
+                break;
+            }
+            bytes += self.reply_len(req);
+            if bytes > REPLY_BUFFER {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Serve a group of batchable `READ`s with one batch read
+    /// ([`Export::read_many`]): their replies are laid out in `out` (each
+    /// header, then its data read straight behind it), the reads are
+    /// submitted together, then each reply is finished: its header
+    /// encoded, a short read completed with `read_exact_at`, a failed one
+    /// replaced by its own error reply (the others keep their data). A
+    /// panicking backend fails the whole group with `NBD_EIO`.
+    fn read_batch_group(&self, group: &[Taken], out: &mut Vec<u8>) {
+        let prefix = if self.structured {
+            OFFSET_DATA_PREFIX_LEN
+        } else {
+            SIMPLE_REPLY_LEN
+        };
+        let reqs: Vec<&Request> = group
+            .iter()
+            .filter_map(|t| match t {
+                Taken::Request(req, _) => Some(req),
+                Taken::Oversized(_) => None,
+            })
+            .collect();
+        let start = out.len();
+        out.resize(start + self.group_len(group), 0);
+        let results = {
+            let mut slices: Vec<(u64, &mut [u8])> = Vec::with_capacity(reqs.len());
+            let mut rest = &mut out[start..];
+            for req in &reqs {
+                let (reply, tail) = rest.split_at_mut(prefix + req.length as usize);
+                slices.push((req.offset, &mut reply[prefix..]));
+                rest = tail;
+            }
+            catch_unwind(AssertUnwindSafe(|| self.export.read_many(&mut slices)))
+        };
+        let Ok(results) = results.map(|r| (r.len() == reqs.len()).then_some(r)) else {
+            warn!("backend panicked in a batch read");
+            out.truncate(start);
+            for req in reqs {
+                self.error_reply(out, req, NBD_EIO, "internal error");
+            }
+            return;
+        };
+        let Some(results) = results else {
+            out.truncate(start);
+            for req in reqs {
+                self.error_reply(out, req, NBD_EIO, "batch read returned a wrong count");
+            }
+            return;
+        };
+        // Finish each reply in place; note the failures.
+        let mut failed = Vec::new();
+        let mut at = start;
+        for (k, (req, res)) in reqs.iter().zip(results).enumerate() {
+            let len = req.length as usize;
+            let data = &mut out[at + prefix..at + prefix + len];
+            let res = res.and_then(|n| match n {
+                n if n >= len => Ok(()),
+                n => self
+                    .export
+                    .backend()
+                    .read_exact_at(&mut data[n..], req.offset + n as u64),
+            });
+            match res {
+                Ok(()) if self.structured => encode_offset_data_prefix(
+                    &mut out[at..],
+                    req.cookie,
+                    req.offset,
+                    req.length,
+                    true,
+                ),
+                Ok(()) => SimpleReply {
+                    error: 0,
+                    cookie: req.cookie,
+                }
+                .encode_into(&mut out[at..]),
+                Err(e) => {
+                    debug!(error = %e, "read failed");
+                    failed.push((k, e));
+                }
+            }
+            at += prefix + len;
+        }
+        if failed.is_empty() {
+            return;
+        }
+        // Rare: rebuild the group's replies with the failed ones replaced.
+        let built = out.split_off(start);
+        let mut at = 0;
+        let mut failed = failed.into_iter().peekable();
+        for (k, req) in reqs.iter().enumerate() {
+            let n = prefix + req.length as usize;
+            match failed.next_if(|(f, _)| *f == k) {
+                Some((_, e)) => self.error_reply(out, req, errno(&e), &e.to_string()),
+                None => out.extend_from_slice(&built[at..at + n]),
+            }
+            at += n;
         }
     }
 

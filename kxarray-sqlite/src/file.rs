@@ -34,6 +34,7 @@ use crate::config::Settings;
 use crate::fetch::Fetches;
 use crate::ffi::*;
 use crate::inode::{self, Inode, Key, WritePolicy};
+use crate::pattern::{self, Pattern};
 use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
 use kxarray::pagecache::PageCache;
@@ -70,6 +71,8 @@ pub(crate) struct Handle {
     mmap_limit: i64,
     /// The pages `xFetch` lent SQLite, and the hot pages held for it.
     fetches: Fetches,
+    /// The reads' pattern (sequential or not), for the readahead hint.
+    pattern: Pattern,
     /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
@@ -112,6 +115,24 @@ impl Handle {
         }
     }
 
+    /// Note a read (`xRead`, or a page `xFetch` serves) in the handle's
+    /// pattern: a scan starting hints the cache to read ahead
+    /// sequentially, its end hands readahead back to the cache's own
+    /// detection. A hint is advice: its error is not the read's.
+    #[inline]
+    fn note_read(&mut self, off: u64, len: u64) {
+        let mode = self.pattern.on_read(off, len);
+        for hint in [mode, self.pattern.ahead()].into_iter().flatten() {
+            if let Err(e) = pattern::advise(&self.inode.file, hint) {
+                let path = self.inode.path.display();
+                api().log(
+                    SQLITE_NOTICE,
+                    &format!("kxarray: readahead hint for {path}: {e}"),
+                );
+            }
+        }
+    }
+
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
         let (f, b, h) = std::mem::take(&mut self.unbooked);
@@ -135,6 +156,14 @@ impl Handle {
         psow: bool,
         readonly: bool,
     ) -> Handle {
+        // Over O_DIRECT the handle runs ahead of a scan (the kernel reads
+        // nothing ahead below the cache), by at most an eighth of the cache.
+        let ahead = if inode.direct {
+            pattern::AHEAD.min(cache.capacity() / 8)
+        } else {
+            0
+        };
+        let pattern = Pattern::new(ahead);
         Handle {
             inode,
             key,
@@ -144,6 +173,7 @@ impl Handle {
             settings,
             mmap_limit: 0,
             fetches: Fetches::new(),
+            pattern,
             unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
@@ -300,6 +330,7 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        h.note_read(off, n as u64);
         match h.inode.file.read_at(out, off) {
             Ok(got) if got == n => SQLITE_OK,
             Ok(got) => {
@@ -748,6 +779,7 @@ unsafe extern "C" fn x_fetch(
             h.count_fetch(None);
             return SQLITE_OK;
         }
+        h.note_read(off as u64, amt as u64);
         let file = &h.inode.file;
         match h.fetches.fetch(file, off, amt) {
             Some((p, held)) => {

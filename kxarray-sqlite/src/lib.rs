@@ -75,6 +75,7 @@ mod ffi;
 mod file;
 mod inode;
 mod pathname;
+mod pattern;
 mod process;
 mod shm;
 mod vfs;

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The stock sqlite3 shell's cold full scan (issue 31): one
+# `SELECT sum(length(v)) FROM t` over a database dropped from every cache
+# (a fresh shell process, so an empty kxarray cache, and the file dropped
+# from the kernel's with posix_fadvise DONTNEED), through the unix VFS and
+# through the kxarray VFS with kx_direct=1 (O_DIRECT below the cache: its
+# own readahead is all there is) and kx_direct=0, interleaved in an order
+# rotated per round; wall-clock seconds per scan, medians and the ratio
+# unix / kx per round (above 1: kxarray faster), median and range.
+#
+#   bash kxarray-sqlite/scripts/cold-scan.sh            # 5 rounds, 1,000,000 rows (about 456 MB)
+#   ROUNDS=3 ROWS=2400000 bash kxarray-sqlite/scripts/cold-scan.sh   # about 1.1 GB
+#
+# The database is made once with the unix VFS (DIR, default
+# target/sqlite-bench; not tmpfs, which refuses O_DIRECT) and reused.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-5}
+ROWS=${ROWS:-1000000}
+DIR=${DIR:-target/sqlite-bench}
+CONFIGS=${CONFIGS:-unix kx-direct kx}
+command -v sqlite3 >/dev/null || { echo "sqlite3 not found: apt-get install -y sqlite3" >&2; exit 1; }
+cargo build --release -p kxarray-sqlite --lib >&2
+LIB=$PWD/target/release/libkxarray_sqlite
+mkdir -p "$DIR"
+DB=$DIR/cold-$ROWS.db
+if [ ! -f "$DB" ]; then
+  echo "making $DB ($ROWS rows of 400 random bytes)..." >&2
+  sqlite3 "$DB.tmp" "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
+    WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT $ROWS)
+    INSERT INTO t SELECT x, randomblob(400) FROM c;"
+  mv "$DB.tmp" "$DB"
+fi
+drop() { python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
+scan() { # config -> seconds
+  local uri
+  case $1 in
+    unix) uri="file:$DB?mode=ro" ;;
+    kx-direct) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
+    kx) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
+    *) echo "unknown config $1" >&2; exit 2 ;;
+  esac
+  drop "$DB"
+  local t0 t1 out
+  t0=$(date +%s.%N)
+  out=$(sqlite3 -cmd ".load $LIB" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
+  t1=$(date +%s.%N)
+  [ "$out" = $((ROWS * 400)) ] || { echo "$1: wrong result $out" >&2; exit 1; }
+  echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
+}
+RAW=$DIR/cold-scan.tsv
+: >"$RAW"
+echo "date: $(date -Is); $(nproc) CPUs; load average: $(cut -d' ' -f1-3 /proc/loadavg); $DB: $(du -m "$DB" | cut -f1) MiB; $(sqlite3 --version | cut -d' ' -f1-2)"
+read -r -a cl <<<"$CONFIGS"
+for r in $(seq 1 "$ROUNDS"); do
+  k=${#cl[@]}
+  for ((i = 0; i < k; i++)); do
+    c=${cl[$(((i + r) % k))]}
+    s=$(scan "$c")
+    echo "$r $c $s" >>"$RAW"
+    echo "round $r $c: $s s" >&2
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$RAW" <<'PY'
+import statistics, sys
+from collections import defaultdict
+runs = defaultdict(dict)
+for line in open(sys.argv[1]):
+    r, c, s = line.split()
+    runs[r][c] = float(s)
+configs = list(dict.fromkeys(c for v in runs.values() for c in v))
+print("| VFS | cold full scan, s: median (range) | unix / it per round: median (range) |")
+print("|---|---|---|")
+for c in configs:
+    xs = [v[c] for v in runs.values() if c in v]
+    rs = [v["unix"] / v[c] for v in runs.values() if c in v and "unix" in v]
+    ratio = f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if c != "unix" and rs else ""
+    print(f"| {c} | {statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f}) | {ratio} |")
+PY
