@@ -22,9 +22,11 @@
 //!   returns only when every write it submitted has completed and been
 //!   settled: a pass never leaves a write in flight behind it, so `sync`'s
 //!   flush comes after every write its pass started;
-//! - the last run of a pass is written on the caller's thread while the
-//!   others are in flight (a pass of one run, a write-through journal
-//!   write, costs one `pwrite`, not a trip through the engine).
+//! - a pass goes in flight only once it is a batch (a few runs, or a few
+//!   hundred KiB): a smaller one, a commit's few pages, writes its runs on
+//!   the caller's thread, where a `pwrite` costs less than a trip through
+//!   the engine and back; the last run of a batch is written on the
+//!   caller's thread too, while the others are in flight.
 
 use super::inode::FileShared;
 use super::stats::{bump, drop_gauge};
@@ -40,6 +42,12 @@ use std::time::Instant;
 pub(crate) const MAX_IN_FLIGHT: usize = 16;
 /// Most bytes of one pass in flight at once.
 pub(crate) const MAX_IN_FLIGHT_BYTES: usize = 16 << 20;
+/// A pass goes in flight once it has sealed this many runs...
+const BATCH_RUNS: usize = 4;
+/// ...or this many bytes; a smaller pass (a commit's few pages) writes its
+/// runs on the caller's thread, where a `pwrite` costs less than a trip
+/// through the engine and back (Neon #7124).
+const BATCH_BYTES: usize = 256 << 10;
 
 /// One folio's share of a run: blocks `first..first + count`; `last` when
 /// it is the folio's last share (its writeback ends with that run).
@@ -71,9 +79,13 @@ struct Sent {
 /// The writes of one pass (see the module notes).
 pub(crate) struct WriteQueue<'f> {
     file: &'f FileShared,
-    /// The last sealed run, not submitted yet: written on the caller's
-    /// thread if it turns out to be the pass's last.
-    held: Option<Run>,
+    /// Sealed runs not submitted yet: until the pass is a batch
+    /// ([`BATCH_RUNS`], [`BATCH_BYTES`]) all of them, then the last one
+    /// only; written on the caller's thread if the pass ends with them.
+    held: VecDeque<Run>,
+    held_bytes: usize,
+    /// Whether runs go in flight (the pass reached a batch).
+    batch: bool,
     sent: VecDeque<Sent>,
     bytes: usize,
     /// Buffers back from completed writes.
@@ -88,7 +100,9 @@ impl<'f> WriteQueue<'f> {
     pub(crate) fn new(file: &'f FileShared, buf: Vec<u8>) -> WriteQueue<'f> {
         WriteQueue {
             file,
-            held: None,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            batch: false,
             sent: VecDeque::new(),
             bytes: 0,
             spare: vec![buf],
@@ -102,14 +116,22 @@ impl<'f> WriteQueue<'f> {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// Seal `run`: the one sealed before it goes in flight.
+    /// Seal `run`: once the pass is a batch, every run sealed before it
+    /// goes in flight.
     pub(crate) fn push(&mut self, run: Run) {
         if run.parts.is_empty() {
             self.recycle(run.buf);
             return;
         }
-        if let Some(prev) = self.held.replace(run) {
-            self.submit(prev);
+        self.held_bytes += run.buf.len();
+        self.held.push_back(run);
+        self.batch |= self.held.len() >= BATCH_RUNS || self.held_bytes >= BATCH_BYTES;
+        if self.batch {
+            while self.held.len() > 1 {
+                let prev = self.held.pop_front().expect("more than one");
+                self.held_bytes -= prev.buf.len();
+                self.submit(prev);
+            }
         }
     }
 
@@ -179,17 +201,19 @@ impl<'f> WriteQueue<'f> {
     }
 
     fn drain(&mut self) {
-        if let Some(last) = self.held.take() {
-            // Written here while the others are in flight; settled after
-            // them (its folios' earlier shares are in those).
+        // Written here while the others are in flight, in order; each
+        // settled after every run sealed before it (a folio's earlier
+        // shares are in those).
+        while let Some(run) = self.held.pop_front() {
+            self.held_bytes -= run.buf.len();
             let t0 = Instant::now();
-            let res = self.file.backend.write_all_at(&last.buf, last.offset);
+            let res = self.file.backend.write_all_at(&run.buf, run.offset);
             let took = t0.elapsed();
             while !self.sent.is_empty() {
                 self.settle_oldest();
             }
-            self.settle(last.parts, last.buf.len(), took, res);
-            self.recycle(last.buf);
+            self.settle(run.parts, run.buf.len(), took, res);
+            self.recycle(run.buf);
         }
         while !self.sent.is_empty() {
             self.settle_oldest();
