@@ -7,8 +7,9 @@
 //!
 //! Invariants:
 //! - write-through for journals and WALs: when `xWrite` returns
-//!   `SQLITE_OK` the bytes are in the cache *and* in the backing file
-//!   (written back, not yet synced); a main database's writes reach the
+//!   `SQLITE_OK` the bytes are in the backing file (written from SQLite's
+//!   buffer, not yet synced: `CachedFile::write_through`) and every read
+//!   through the cache sees them (the folios it holds took them too); a main database's writes reach the
 //!   file by SQLite's next sync point for it ([`WritePolicy::AtSyncPoint`]:
 //!   `SQLITE_FCNTL_SYNC`, which SQLite sends at every rollback-journal
 //!   commit before it finalizes the journal, even with `synchronous=OFF`;

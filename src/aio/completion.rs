@@ -230,8 +230,7 @@ impl<B: Send + 'static> Completion<B> {
     /// network round trip): the [`Completion`] to hand out, and the
     /// [`Completer`] that owns `buf` until it reports the outcome. A
     /// backend that is neither synchronous nor on the engine returns these
-    /// from [`Backend::submit_write`](crate::backend::Backend::submit_write)
-    /// and the others.
+    /// from `Backend::submit_write` (in `kxarray::backend`) and the others.
     ///
     /// ```
     /// use kxarray::aio::Completion;

@@ -1,6 +1,6 @@
 //! The writes of one writeback pass in flight: each sealed run (adjacent
-//! dirty blocks, up to [`MAX_RUN`](super::writeback::MAX_RUN) bytes) goes
-//! to [`Backend::submit_write`](crate::backend::Backend::submit_write)
+//! dirty blocks, up to the pass's largest run, 1 MiB) goes to
+//! [`Backend::submit_write`](crate::backend::Backend::submit_write)
 //! while the pass goes on collecting the next, up to [`MAX_IN_FLIGHT`]
 //! requests and [`MAX_IN_FLIGHT_BYTES`] bytes at once.
 //!
