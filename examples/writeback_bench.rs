@@ -72,7 +72,8 @@ fn main() {
     let span = extents.iter().map(|&(o, n)| o + n).max().unwrap_or(0);
     let chunk = vec![0x5au8; 1 << 20];
     let (kx_path, raw_path) = (a.dir.join("kx-wb-bench.kx"), a.dir.join("kx-wb-bench.raw"));
-    let mut rows: Vec<(&str, Vec<f64>)> = vec![("kxarray write_back", vec![]), ("pwrite loop", vec![])];
+    let mut rows: Vec<(&str, Vec<f64>)> =
+        vec![("kxarray write_back", vec![]), ("pwrite loop", vec![])];
     for r in 0..a.rounds {
         for k in 0..2 {
             let which = (k + r) % 2;

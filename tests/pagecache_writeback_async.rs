@@ -295,13 +295,22 @@ fn write_through_updates_cached_folios_and_creates_none() {
     let (cache, f) = open(&b);
     f.write_at(&page(0), 0).unwrap();
     f.sync().unwrap();
+    // Past the end: through the cache (written back, clean).
+    f.write_through(&page(9), 4 * 4096).unwrap();
+    assert_eq!(f.len(), 5 * 4096);
+    assert_eq!(cache.stats().dirty_bytes, 0);
+    f.invalidate(0..5 * 4096).unwrap();
+    f.write_at(&page(0), 0).unwrap();
+    f.sync().unwrap();
     let cached = f.cached_pages();
-    // Over a cached page, and past the end (a new page, not cached).
+    assert_eq!(cached, 1);
+    // Over a cached page, and over pages not cached inside the size.
     f.write_through(b"through", 100).unwrap();
     f.write_through(&page(5), 4096 + 50).unwrap();
     assert_eq!(f.cached_pages(), cached, "no folio created");
     assert_eq!(cache.stats().dirty_bytes, 0);
-    assert_eq!(f.len(), 4096 + 50 + 4096);
+    assert_eq!(f.len(), 5 * 4096);
+    assert_eq!(&b.s.data.lock().unwrap()[4 * 4096..][..4096], &page(9)[..]);
     let mut b1 = [0u8; 7];
     f.read_at(&mut b1, 100).unwrap();
     assert_eq!(&b1, b"through");

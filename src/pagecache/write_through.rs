@@ -14,11 +14,18 @@
 //!   runs meanwhile: a pass that copied older bytes of the range finished
 //!   its writes before this one starts, and a later pass copies folios
 //!   that already hold these bytes (or a later writer's);
-//! - the backend is written first, then the cache's size grows, then every
-//!   cached folio of the range takes the bytes under its lock (so a folio
-//!   filled from the backend meanwhile, even with the old size's zeros,
-//!   ends with the new bytes); dirty folios stay dirty (their bytes,
-//!   these ones included, are written again by the next pass);
+//! - only a write inside the file's size goes this way; one that extends
+//!   the file goes through the cache (`write_at`, then `write_back` of the
+//!   range), because a reader filling the page at the old end reads the
+//!   size before it inserts the folio, and a folio inserted after this
+//!   write looked for it would hold zeros where the new bytes are (a
+//!   write inside the size has no such window: a fill inserts its folio
+//!   before it reads the backend, so it is either found here and updated,
+//!   or reads the backend after this write);
+//! - the backend is written first, then every cached folio of the range
+//!   takes the bytes under its lock (so a folio filled from the backend
+//!   meanwhile ends with the new bytes); dirty folios stay dirty (their
+//!   bytes, these ones included, are written again by the next pass);
 //! - on a backend error the bytes go into the cache as a buffered write
 //!   does (dirty: the next writeback retries them), and the error is
 //!   recorded in the file's error sequence and reported once to this
@@ -43,7 +50,10 @@ impl CachedFile {
     /// the cache sees them. Folios the cache does not hold are not
     /// created. What [`write_at`](CachedFile::write_at) followed by
     /// `write_back` of the range does, with one copy of the bytes instead
-    /// of three, for data written once and seldom read again (a log).
+    /// of three, for data written once and seldom read again (a log that
+    /// is rewritten from its start, as a SQLite WAL after a checkpoint). A
+    /// write that extends the file is exactly `write_at` + `write_back`
+    /// (see the module notes for why).
     ///
     /// # Errors
     /// [`io::ErrorKind::FileTooLarge`] past
@@ -62,20 +72,28 @@ impl CachedFile {
     /// let log = cache.open(disk).unwrap();
     /// log.write_at(b"old frame", 0).unwrap(); // cached (dirty)
     /// log.write_through(b"new", 0).unwrap(); // the backend and the cached folio
-    /// log.write_through(b"appended", 4096).unwrap(); // the backend only
+    /// log.write_through(b"appended", 4096).unwrap(); // extends: through the cache
     /// let mut b = [0u8; 9];
     /// log.read_at(&mut b, 0).unwrap();
     /// assert_eq!(&b, b"new frame");
     /// log.read_at(&mut b[..8], 4096).unwrap();
     /// assert_eq!(&b[..8], b"appended");
     /// assert_eq!(log.len(), 4104);
+    /// assert_eq!(cache.stats().dirty_bytes, 4096); // page 0's "old frame", cached dirty
     /// let raw = FileBackend::from_file(tmp);
     /// raw.read_exact_at(&mut b[..3], 0).unwrap();
     /// assert_eq!(&b[..3], b"new");
     /// ```
     pub fn write_through(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         match self.shared.write_through(buf, offset) {
-            Ok(n) => Ok(n),
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => {
+                // It extends the file: through the cache (see the module
+                // notes).
+                let n = self.write_at(buf, offset)?;
+                self.write_back(offset..offset + n as u64)?;
+                Ok(n)
+            }
             Err(Failed::Refused(e)) => Err(e),
             Err(Failed::Backend(e)) => {
                 // As a buffered write whose writeback failed: the bytes in
@@ -101,22 +119,21 @@ enum Failed {
 }
 
 impl FileShared {
-    fn write_through(self: &Arc<Self>, buf: &[u8], offset: u64) -> Result<usize, Failed> {
+    /// `Ok(None)`: the write would extend the file (nothing done).
+    fn write_through(self: &Arc<Self>, buf: &[u8], offset: u64) -> Result<Option<usize>, Failed> {
         let end = check_size("write", offset, buf.len() as u64).map_err(Failed::Refused)?;
         if buf.is_empty() {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let _wb = self.wb_lock.lock();
-        if !self.backend.extends_on_write() {
-            // A fixed-size device refuses the extension before anything
-            // is written, as `write_at` does.
-            self.extend_to(end).map_err(Failed::Refused)?;
+        // The size only shrinks under the writeback lock, held here.
+        if end > self.len() {
+            return Ok(None);
         }
         self.backend
             .write_all_at(buf, offset)
             .map_err(Failed::Backend)?;
         bump(&self.cache.counters.backend_written_bytes, buf.len() as u64);
-        self.extend_to(end).map_err(Failed::Refused)?;
         let mut index = offset / PAGE;
         let last = (end - 1) / PAGE;
         while index <= last {
@@ -153,6 +170,6 @@ impl FileShared {
             drop(w);
             index = next.max(index + 1);
         }
-        Ok(buf.len())
+        Ok(Some(buf.len()))
     }
 }
