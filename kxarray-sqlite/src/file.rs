@@ -7,8 +7,9 @@
 //!
 //! Invariants:
 //! - write-through for journals and WALs: when `xWrite` returns
-//!   `SQLITE_OK` the bytes are in the cache *and* in the backing file
-//!   (written back, not yet synced); a main database's writes reach the
+//!   `SQLITE_OK` the bytes are in the backing file (written from SQLite's
+//!   buffer, not yet synced: `CachedFile::write_through`) and every read
+//!   through the cache sees them (the folios it holds took them too); a main database's writes reach the
 //!   file by SQLite's next sync point for it ([`WritePolicy::AtSyncPoint`]:
 //!   `SQLITE_FCNTL_SYNC`, which SQLite sends at every rollback-journal
 //!   commit before it finalizes the journal, even with `synchronous=OFF`;
@@ -373,17 +374,18 @@ unsafe extern "C" fn x_write(
         // which may be larger than SQLite's page).
         h.fetches
             .forget(off / PAGE as u64, (off + n as u64).div_ceil(PAGE as u64));
-        if let Err(e) = h.inode.file.write_at(data, off) {
-            return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
-        }
         // Write-through for journals and WALs: the bytes reach the backing
-        // file before xWrite returns (see the module notes). A main
-        // database waits for SQLite's next sync point, a temporary file
-        // for the cache's own writeback.
+        // file before xWrite returns (see the module notes), written from
+        // SQLite's buffer (`write_through`: one copy, the kernel's; the
+        // folios the cache holds for the range take the bytes too). A
+        // main database waits for SQLite's next sync point, a temporary
+        // file for the cache's own writeback.
         if h.inode.policy == WritePolicy::Through && !crate::process::write_back_only() {
-            if let Err(e) = write_back(h, off..off + n as u64) {
-                return io_code(h, "write back", &e, SQLITE_IOERR_WRITE);
+            if let Err(e) = h.inode.file.write_through(data, off) {
+                return io_code(h, "write through", &e, SQLITE_IOERR_WRITE);
             }
+        } else if let Err(e) = h.inode.file.write_at(data, off) {
+            return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
         vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
         SQLITE_OK

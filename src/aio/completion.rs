@@ -288,6 +288,81 @@ impl<B: Send + 'static> Completion<B> {
     pub fn on_complete(self, f: impl FnOnce(io::Result<usize>, B) + Send + 'static) {
         self.slot.set_callback(Box::new(f));
     }
+
+    /// A request the caller runs its own way (a thread of its own, a
+    /// network round trip): the [`Completion`] to hand out, and the
+    /// [`Completer`] that owns `buf` until it reports the outcome. A
+    /// backend that is neither synchronous nor on the engine returns these
+    /// from `Backend::submit_write` (in `kxarray::backend`) and the others.
+    ///
+    /// ```
+    /// use kxarray::aio::Completion;
+    ///
+    /// let (c, done) = Completion::pair(vec![0u8; 4]);
+    /// let t = std::thread::spawn(move || {
+    ///     let mut done = done;
+    ///     done.buf_mut().copy_from_slice(b"late");
+    ///     done.complete(Ok(4));
+    /// });
+    /// let (n, buf) = c.wait(); // parks until the other thread completes it
+    /// assert_eq!((n.unwrap(), &buf[..]), (4, &b"late"[..]));
+    /// t.join().unwrap();
+    /// ```
+    pub fn pair(buf: B) -> (Completion<B>, Completer<B>) {
+        let slot = Slot::new();
+        let done = Completer {
+            slot: Arc::clone(&slot),
+            buf: Some(buf),
+        };
+        (Completion::pending(slot, None), done)
+    }
+}
+
+/// The other end of a [`Completion`] made by [`Completion::pair`]: owns the
+/// request's buffer until [`complete`](Completer::complete) hands it over
+/// with the outcome. Dropped without completing, it completes the request
+/// with an error ([`io::ErrorKind::BrokenPipe`]) and the buffer, so a
+/// waiter never waits forever.
+pub struct Completer<B> {
+    slot: Arc<Slot<B>>,
+    buf: Option<B>,
+}
+
+impl<B> std::fmt::Debug for Completer<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completer").finish_non_exhaustive()
+    }
+}
+
+impl<B> Completer<B> {
+    /// The request's buffer.
+    pub fn buf(&self) -> &B {
+        self.buf.as_ref().expect("held until completed")
+    }
+
+    /// The request's buffer, to fill (a read).
+    pub fn buf_mut(&mut self) -> &mut B {
+        self.buf.as_mut().expect("held until completed")
+    }
+
+    /// Report the outcome (bytes transferred, or the error) and hand the
+    /// buffer to the waiter.
+    pub fn complete(mut self, res: io::Result<usize>) {
+        let buf = self.buf.take().expect("held until completed");
+        self.slot.complete(res, buf);
+    }
+}
+
+impl<B> Drop for Completer<B> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            let e = io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the request was dropped before it completed",
+            );
+            self.slot.complete(Err(e), buf);
+        }
+    }
 }
 
 impl<B: Send + 'static> Future for Completion<B> {

@@ -68,7 +68,7 @@ mod pool;
 mod uring;
 
 pub use buf::{downcast_buf, AlignedBuf, IoBuf, IoBufMut};
-pub use completion::{BufResult, Completion};
+pub use completion::{BufResult, Completer, Completion};
 pub use op::{CURRENT_POSITION, MAX_RW};
 
 use completion::{Progress, Slot};

@@ -50,8 +50,8 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// file.sync().unwrap();
 /// ```
 pub struct CachedFile {
-    shared: Arc<FileShared>,
-    since: crate::sync::Lock<u64>,
+    pub(super) shared: Arc<FileShared>,
+    pub(super) since: crate::sync::Lock<u64>,
 }
 
 impl Clone for CachedFile {

@@ -66,6 +66,8 @@ mod reclaim;
 mod stats;
 mod throttle;
 mod workingset;
+mod write_queue;
+mod write_through;
 mod writeback;
 
 pub use borrow::FolioBorrow;

@@ -21,11 +21,17 @@
 //! - on a backend error exactly the blocks of the failed run are dirty
 //!   again before their folios' `WRITEBACK` clears (reclaim never sees them
 //!   clean), and the error is recorded in the file's error sequence
-//!   (`mapping_set_error`).
+//!   (`mapping_set_error`);
+//! - the runs go to the backend's submission side, many in flight
+//!   ([`WriteQueue`](super::write_queue)), and the pass returns (and lets
+//!   go of the writeback lock) only once every one of them completed and
+//!   was settled, in order: a `sync` that follows a pass, or waits for the
+//!   lock behind one, flushes after every write the pass started.
 
 use super::inode::FileShared;
-use super::stats::{bump, drop_gauge};
-use crate::filemap::{Folio, FolioFlags, Tag, PAGE_SIZE};
+use super::stats::bump;
+use super::write_queue::{Part, Run, WriteQueue};
+use crate::filemap::{FolioFlags, Tag, PAGE_SIZE};
 use crate::sync::Ordering;
 use std::io;
 use std::sync::Arc;
@@ -41,22 +47,6 @@ pub(crate) enum Mode {
     Wait,
     /// Background: skip a file whose writeback is already running.
     Background,
-}
-
-/// One folio's share of a run: blocks `first..first + count`; `last` when
-/// it is the folio's last share (its writeback ends with that run).
-struct Part {
-    folio: Arc<Folio>,
-    first: usize,
-    count: usize,
-    bytes: u64,
-    last: bool,
-}
-
-struct Run {
-    offset: u64,
-    buf: Vec<u8>,
-    parts: Vec<Part>,
 }
 
 /// Write back the dirty blocks of pages `start..=end`.
@@ -77,14 +67,14 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     // Writers after this point set the age again.
     file.dirtied_at.store(0, Ordering::Relaxed);
     file.mapping.tag_for_writeback(start, end);
-    let mut result = Ok(());
-    // The run's buffer is the file's, kept from one pass to the next
-    // under its writeback lock (a write-through SQLite journal writes back
-    // after every write: no allocation per pass).
+    // The runs' first buffer is the file's, kept from one pass to the
+    // next under its writeback lock (a write-through SQLite journal writes
+    // back after every write: no allocation per pass).
     let scratch: &mut Vec<u8> = &mut wb;
+    let mut queue = WriteQueue::new(file, core::mem::take(scratch));
     let mut run = Run {
         offset: 0,
-        buf: core::mem::take(scratch),
+        buf: queue.buffer(),
         parts: Vec::new(),
     };
     let bs = file.blocks.block_size();
@@ -131,9 +121,16 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
             let adjacent = !run.parts.is_empty()
                 && run.offset + run.buf.len() as u64 == pos
                 && run.buf.len() + (to - from) <= MAX_RUN;
-            if !adjacent {
-                finish(file, &mut run, &mut result);
+            if run.parts.is_empty() {
                 run.offset = pos;
+            } else if !adjacent {
+                // The run so far goes in flight; this span starts the next.
+                let next = Run {
+                    offset: pos,
+                    buf: queue.buffer(),
+                    parts: Vec::new(),
+                };
+                queue.push(core::mem::replace(&mut run, next));
             }
             run.buf.extend_from_slice(&data[from..to]);
             run.parts.push(Part {
@@ -145,10 +142,10 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
             });
         }
     }
-    finish(file, &mut run, &mut result);
-    // Keep the buffer for the next pass (emptied by `finish`; a run is at
-    // most `MAX_RUN` bytes).
-    *scratch = run.buf;
+    queue.push(run);
+    // Every write of the pass completed and settled.
+    let (result, buf) = queue.finish();
+    *scratch = buf;
     if result.is_err() {
         let _ = file.dirtied_at.compare_exchange(
             0,
@@ -158,50 +155,6 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         );
     }
     result
-}
-
-/// Issue the run's one backend write and end writeback of the folios whose
-/// last share it carried.
-fn finish(file: &FileShared, run: &mut Run, result: &mut io::Result<()>) {
-    if run.parts.is_empty() {
-        return;
-    }
-    let t0 = std::time::Instant::now();
-    let res = file.backend.write_all_at(&run.buf, run.offset);
-    let c = &file.cache.counters;
-    if res.is_ok() {
-        file.cache
-            .throttle
-            .note_writeback(run.buf.len() as u64, t0.elapsed());
-    }
-    match &res {
-        Ok(()) => bump(&c.backend_written_bytes, run.buf.len() as u64),
-        Err(e) => {
-            bump(&c.writeback_errors, 1);
-            file.errseq.set(e)
-        }
-    }
-    for p in run.parts.drain(..) {
-        if res.is_err() {
-            // Dirty again before writeback ends: nothing is lost.
-            let newly = file.blocks.redirty(&p.folio, p.first, p.count);
-            c.dirty_bytes.add(newly);
-            if !p.folio.test(FolioFlags::DETACHED) {
-                p.folio.set(FolioFlags::DIRTY);
-                file.mapping.mark_dirty(p.folio.index());
-            }
-        }
-        drop_gauge(&c.writeback_bytes, p.bytes);
-        if p.last {
-            file.mapping.end_writeback(p.folio.index());
-        }
-    }
-    run.buf.clear();
-    if let Err(e) = res {
-        if result.is_ok() {
-            *result = Err(e);
-        }
-    }
 }
 
 #[cfg(test)]
