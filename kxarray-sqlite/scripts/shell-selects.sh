@@ -14,8 +14,9 @@
 #   kx-1g        kxarray with kx_cache=1g
 # The kernel's cache is warmed (the file read with cat) before every round;
 # the order of the configurations rotates per round. Prints each run's
-# wall time, then per configuration the median time and the median of the
-# per-round ratios unix/config (above 1.0: kxarray faster), with the range.
+# wall and CPU time (user + system), then per configuration the medians and
+# the medians of the per-round ratios unix/config (above 1.0: kxarray
+# faster), with the range.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -57,15 +58,14 @@ run() { # config -> seconds
     kx-1g) uri="file:$DB?vfs=kxarray&kx_cache=1g" ;;
     *) echo "unknown config $c" >&2; exit 2 ;;
   esac
-  local t0 t1
-  t0=$(date +%s.%N)
+  # wall seconds and CPU seconds (user + system, every thread)
+  local tf=$DIR/time.txt
   if [ "$c" = unix ]; then
-    sqlite3 -cmd ".open '$uri'" < "$SQL" > /dev/null
+    /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".open '$uri'" < "$SQL" > /dev/null
   else
-    sqlite3 -cmd ".load $EXT" -cmd ".open '$uri'" < "$SQL" > /dev/null
+    /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".load $EXT" -cmd ".open '$uri'" < "$SQL" > /dev/null
   fi
-  t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc -l
+  awk '{printf "%s\t%.2f\n", $1, $2 + $3}' "$tf"
 }
 
 OUT=$DIR/results.tsv
@@ -78,21 +78,23 @@ for ((r = 0; r < ROUNDS; r++)); do
     c=${cfgs[$(((i + r) % n))]}
     s=$(run "$c")
     printf '%s\t%s\t%s\n' "$r" "$c" "$s" >> "$OUT"
-    printf 'round %s %-11s %6.3f s\n' "$r" "$c" "$s" >&2
+    printf 'round %s %-11s %s s (wall, cpu)\n' "$r" "$c" "$s" >&2
   done
 done
 
 python3 - "$OUT" <<'EOF'
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
-t = {}
-for r, c, s in rows:
-    t.setdefault(c, {})[r] = float(s)
-print("| config | median s | unix / config (median, range) |")
-print("|---|---|---|")
-for c, per in t.items():
-    med = statistics.median(per.values())
-    ratios = [t["unix"][r] / s for r, s in per.items() if r in t.get("unix", {})]
-    rs = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
-    print(f"| {c} | {med:.3f} | {rs} |")
+wall, cpu = {}, {}
+for r, c, w, u in rows:
+    wall.setdefault(c, {})[r] = float(w)
+    cpu.setdefault(c, {})[r] = float(u)
+def ratio(t, c):
+    rs = [t["unix"][r] / s for r, s in t[c].items() if r in t.get("unix", {}) and s > 0]
+    return f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if rs else "-"
+print("| config | median wall s | unix / config, wall (median, range) | median CPU s | unix / config, CPU |")
+print("|---|---|---|---|---|")
+for c in wall:
+    print(f"| {c} | {statistics.median(wall[c].values()):.3f} | {ratio(wall, c)} | "
+          f"{statistics.median(cpu[c].values()):.2f} | {ratio(cpu, c)} |")
 EOF
