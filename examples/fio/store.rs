@@ -82,7 +82,13 @@ impl Setup<'_> {
 /// The bytes under test.
 pub(crate) enum Store {
     /// A kxarray page cache over the file or a RAM disk.
-    Cache { cache: PageCache, file: CachedFile },
+    Cache {
+        cache: PageCache,
+        file: CachedFile,
+        /// The job's advice (fadvise_hint), applied again after the
+        /// warm-up, which reads with `Sequential`.
+        hint: Option<Advice>,
+    },
     /// The file, read and written with `pread`/`pwrite` (psync).
     File { file: File, path: PathBuf },
     /// A mapping of the file (mmap).
@@ -260,18 +266,18 @@ impl Store {
                 };
                 let cache = PageCache::new(s.cache.clone());
                 let file = cache.open_with(backend, s.file_options)?;
-                if s.fadvise_hint {
-                    // As fio's fadvise_hint=1 (its default) tells the
-                    // kernel: random jobs read nothing ahead, sequential
-                    // ones read ahead far.
-                    let advice = if s.random {
-                        Advice::Random
-                    } else {
-                        Advice::Sequential
-                    };
+                // As fio's fadvise_hint=1 (its default) tells the kernel:
+                // random jobs read nothing ahead, sequential ones read
+                // ahead far.
+                let hint = s.fadvise_hint.then_some(if s.random {
+                    Advice::Random
+                } else {
+                    Advice::Sequential
+                });
+                if let Some(advice) = hint {
                     file.advise(0, 0, advice)?;
                 }
-                Store::Cache { cache, file }
+                Store::Cache { cache, file, hint }
             }
             EngineKind::Psync => Store::File {
                 file: file.expect("psync runs on a file"),
@@ -332,13 +338,18 @@ impl Store {
         let t0 = Instant::now();
         let secs = || t0.elapsed().as_secs_f64();
         Ok(match self {
-            Store::Cache { file, .. } => {
+            Store::Cache { file, hint, .. } => {
+                // A sequential pass, read ahead as such (large folios, as
+                // the kernel's cache holds a file read in order before a
+                // random job starts), then the job's own advice.
+                file.advise(0, 0, Advice::Sequential)?;
                 let mut buf = vec![0u8; bs as usize];
                 let mut off = 0;
                 while off < size {
                     file.read_at(&mut buf, off)?;
                     off += bs;
                 }
+                file.advise(0, 0, hint.unwrap_or(Advice::Normal))?;
                 let pages = file.cached_pages();
                 let want = size.div_ceil(4096);
                 format!(
