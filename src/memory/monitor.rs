@@ -160,6 +160,11 @@ impl PressureMonitor {
     /// `/proc` and `/sys/fs/cgroup`, with `config.trigger`) and resize
     /// `target`, starting from its capacity now as the configured one.
     ///
+    /// The trigger costs the kernel an RCU grace period when it is closed
+    /// (`psi_trigger_destroy`: about 11 ms at exit on this project's
+    /// machine), so a short-lived tool may prefer to start the monitor
+    /// only once it has run a while (the SQLite VFS waits one second).
+    ///
     /// # Errors
     /// Where PSI is unavailable (no `memory.pressure` file, PSI disabled,
     /// the trigger refused), one line `PSI unavailable: <reason>; running

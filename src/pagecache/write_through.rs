@@ -55,6 +55,12 @@ impl CachedFile {
     /// write that extends the file is exactly `write_at` + `write_back`
     /// (see the module notes for why).
     ///
+    /// The cached copy stays coherent with one writer of the file at a
+    /// time (SQLite's locks give its VFS that). With concurrent writers, a
+    /// `write_through` into the gap an extending `write_at` left while a
+    /// reader fills that gap's page may leave the cache holding the zeros
+    /// the fill read: serialize writers of one file, or use `write_at`.
+    ///
     /// # Errors
     /// [`io::ErrorKind::FileTooLarge`] past
     /// [`MAX_FILE_SIZE`](super::MAX_FILE_SIZE) (nothing written); the
