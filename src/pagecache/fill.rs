@@ -220,9 +220,9 @@ impl FileShared {
                 let shadow = match self.mapping.add_folio(&folio) {
                     Ok(s) => s,
                     Err(e) => {
+                        #[cfg(not(loom))]
                         // SAFETY: made from this folio's guard just above; no
                         // I/O was submitted.
-                        #[cfg(not(loom))]
                         drop(unsafe { raw.end(folio.mem(), None) });
                         #[cfg(loom)]
                         drop(w);
