@@ -4,7 +4,7 @@
 # completion, whatever the caller did with its handle), and the page cache's tests (folio buffers are freed through crossbeam and
 # the light limbo while lock-free readers copy and pins hold them; with
 # kxarray_system_alloc every buffer is its own allocation, so a premature
-# free is caught) (nightly, -Zsanitizer=address). Bounded by ASAN_SECONDS (default 300).
+# free is caught) (nightly, -Zsanitizer=address). Bounded by ASAN_SECONDS (default 420).
 # Without a nightly toolchain it says so and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ fi
 # would report it, so leaks are left to tests/leaks.rs.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
 RUSTFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" RUSTDOCFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" \
-    timeout "${ASAN_SECONDS:-300}" cargo +nightly test \
+    timeout "${ASAN_SECONDS:-420}" cargo +nightly test \
     --target x86_64-unknown-linux-gnu --target-dir target/asan \
     --test model --test stress --test stress_writers --test smoke --test fuzz_replay \
     --test pagecache --test pagecache_stress --test pagecache_borrow --test pagecache_model \
