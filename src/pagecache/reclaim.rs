@@ -297,6 +297,7 @@ mod tests {
     /// nothing until it is over again. A pinned candidate is put back on
     /// the lists (still counted there, still cached).
     #[test]
+    #[cfg_attr(miri, ignore = "8,000 reads of a 4,096-page cache: minutes under Miri")]
     fn reclaim_evicts_a_batch_and_puts_busy_victims_back() {
         let cap = 4096u64; // pages: a 64th of it is more than a batch
         let config = CacheConfig::default()
