@@ -17,12 +17,15 @@ use kxarray::aio::{AlignedBuf, Completion, EngineChoice, IoEngine, IoSettings};
 use kxarray::backend::{Backend, FileBackend};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "support/bench_file.rs"]
+mod bench_file;
+use bench_file::{make_file, parse_size, xorshift};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -45,45 +48,6 @@ struct Args {
     /// Thread counts to run, comma-separated.
     #[arg(long, default_value = "1,2")]
     threads: String,
-}
-
-fn parse_size(s: &str) -> u64 {
-    let s = s.trim().to_ascii_lowercase();
-    let (n, mul) = match s.chars().last() {
-        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('m') => (&s[..s.len() - 1], 1 << 20),
-        Some('g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (&s[..], 1),
-    };
-    n.parse::<u64>().expect("a size") * mul
-}
-
-fn make_file(path: &Path, size: u64) {
-    if std::fs::metadata(path)
-        .map(|m| m.len() >= size)
-        .unwrap_or(false)
-    {
-        return;
-    }
-    eprintln!("writing {} ({} MiB)...", path.display(), size >> 20);
-    let mut f = File::create(path).unwrap();
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut x = 0x1234_5678_9abc_def1u64;
-    for c in chunk.chunks_mut(8) {
-        x = xorshift(x);
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    for _ in 0..size >> 20 {
-        f.write_all(&chunk).unwrap();
-    }
-    f.sync_all().unwrap();
-}
-
-fn xorshift(mut x: u64) -> u64 {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    x
 }
 
 /// Random block-aligned offsets.

@@ -19,16 +19,17 @@
 use clap::Parser;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, CachedFile, PageCache, ReadFuture};
-use std::fs::File;
 use std::future::Future;
-use std::io::Write;
-use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+
+#[path = "support/bench_file.rs"]
+mod bench_file;
+use bench_file::{drop_kernel_cache, make_file, parse_size, xorshift};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -69,48 +70,6 @@ struct Args {
     /// Only create the file and exit.
     #[arg(long)]
     make_only: bool,
-}
-
-fn parse_size(s: &str) -> u64 {
-    let s = s.trim().to_ascii_lowercase();
-    let (n, mul) = match s.chars().last() {
-        Some('k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('m') => (&s[..s.len() - 1], 1 << 20),
-        Some('g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (&s[..], 1),
-    };
-    n.parse::<u64>().expect("a size") * mul
-}
-
-fn make_file(path: &Path, size: u64) {
-    if std::fs::metadata(path)
-        .map(|m| m.len() >= size)
-        .unwrap_or(false)
-    {
-        return;
-    }
-    eprintln!("writing {} ({} MiB)...", path.display(), size >> 20);
-    let mut f = File::create(path).unwrap();
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for c in chunk.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes());
-    }
-    for _ in 0..size >> 20 {
-        f.write_all(&chunk).unwrap();
-    }
-    f.sync_all().unwrap();
-}
-
-/// Drop the file from the kernel's page cache.
-fn drop_kernel_cache(path: &Path) {
-    let f = File::open(path).unwrap();
-    // SAFETY: a plain system call on an open descriptor.
-    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(r, 0, "posix_fadvise");
 }
 
 fn open(args: &Args) -> (PageCache, CachedFile) {
@@ -178,13 +137,6 @@ impl Wake for SlotWaker {
         self.ready.store(true, Ordering::Release);
         self.thread.unpark();
     }
-}
-
-fn xorshift(mut x: u64) -> u64 {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    x
 }
 
 fn rand(args: &Args, size: u64) {

@@ -18,6 +18,10 @@ use kxarray::pagecache::{CacheConfig, PageCache};
 use std::path::PathBuf;
 use std::time::Instant;
 
+#[path = "support/bench_file.rs"]
+mod bench_file;
+use bench_file::parse_size;
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Where the two files go (a filesystem that allows O_DIRECT for
@@ -37,16 +41,6 @@ struct Args {
     /// O_DIRECT below the cache and for the anchor.
     #[arg(long)]
     direct: bool,
-}
-
-fn parse_size(s: &str) -> u64 {
-    let s = s.trim().to_ascii_lowercase();
-    let (n, mul) = match s.chars().last() {
-        Some('m') => (&s[..s.len() - 1], 1u64 << 20),
-        Some('g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (&s[..], 1),
-    };
-    n.parse::<u64>().expect("a size") * mul
 }
 
 fn open(path: &std::path::Path, direct: bool) -> FileBackend {
