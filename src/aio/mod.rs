@@ -106,6 +106,17 @@ pub fn set_engine_log(f: impl Fn(&str) + Send + Sync + 'static) -> bool {
     ENGINE_LOG.set(Box::new(f)).is_ok()
 }
 
+/// An aligned bounce buffer of `len` bytes, or the error a request with a
+/// bad `align` completes with.
+fn bounce_buf(len: usize, align: usize) -> io::Result<AlignedBuf> {
+    AlignedBuf::with_alignment(len, align).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("alignment {align} is not a power of two"),
+        )
+    })
+}
+
 /// Which engine to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineChoice {
@@ -452,12 +463,9 @@ impl IoEngine {
         if let Err(e) = check_offset(offset) {
             return Completion::ready(Err(e), buf);
         }
-        let Some(bounce) = AlignedBuf::with_alignment(buf.bytes_len(), align) else {
-            let e = io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("alignment {align} is not a power of two"),
-            );
-            return Completion::ready(Err(e), buf);
+        let bounce = match bounce_buf(buf.bytes_len(), align) {
+            Ok(b) => b,
+            Err(e) => return Completion::ready(Err(e), buf),
         };
         let slot = Slot::new();
         let op = BounceReadOp {
@@ -512,12 +520,9 @@ impl IoEngine {
         if let Err(e) = check_offset(offset) {
             return Completion::ready(Err(e), buf);
         }
-        let Some(mut bounce) = AlignedBuf::with_alignment(buf.bytes_len(), align) else {
-            let e = io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("alignment {align} is not a power of two"),
-            );
-            return Completion::ready(Err(e), buf);
+        let mut bounce = match bounce_buf(buf.bytes_len(), align) {
+            Ok(b) => b,
+            Err(e) => return Completion::ready(Err(e), buf),
         };
         bounce.copy_from_slice(buf.as_slice());
         let slot = Slot::new();
