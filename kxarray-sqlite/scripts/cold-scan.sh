@@ -24,14 +24,9 @@ cargo build --release -p kxarray-sqlite --lib >&2
 LIB=$PWD/target/release/libkxarray_sqlite
 mkdir -p "$DIR"
 DB=$DIR/cold-$ROWS.db
-if [ ! -f "$DB" ]; then
-  echo "making $DB ($ROWS rows of 400 random bytes)..." >&2
-  sqlite3 "$DB.tmp" "PRAGMA page_size=4096; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
-    WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT $ROWS)
-    INSERT INTO t SELECT x, randomblob(400) FROM c;"
-  mv "$DB.tmp" "$DB"
-fi
-drop() { python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$1"; }
+# shellcheck source=db.sh
+. kxarray-sqlite/scripts/db.sh
+make_db "$DB" "$ROWS"
 scan() { # config -> seconds
   local uri
   case $1 in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The stock sqlite3 shell in a fresh process, 100,000 one-row selects by
-# primary key over a ~456 MB database whose pages sit in the kernel's page
-# cache: the unix VFS against kxarray, side by side, interleaved (issue 30's
+# primary key over the ~456 MB database cold-scan.sh reads (db.sh makes
+# it once), its pages in the kernel's page cache: the unix VFS against kxarray, side by side, interleaved (issue 30's
 # "first pass" row: what a short-lived process meets).
 #
 #   bash kxarray-sqlite/scripts/shell-selects.sh
@@ -22,23 +22,19 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
 ROWS=${ROWS:-1000000}
 QUERIES=${QUERIES:-100000}
-DIR=${DIR:-target/shell-selects}
+DIR=${DIR:-target/sqlite-bench}
 CONFIGS=${CONFIGS:-"unix kx kx-direct0 kx-1g"}
 mkdir -p "$DIR"
-DB=$DIR/selects.db
+DB=$DIR/cold-$ROWS.db   # the database cold-scan.sh reads too
 SQL=$DIR/selects.sql
 EXT=target/release/libkxarray_sqlite
 
 command -v sqlite3 >/dev/null || { echo "sqlite3 not installed (apt-get install -y sqlite3)" >&2; exit 1; }
 echo "building the extension (release)..." >&2
 cargo build --release -p kxarray-sqlite --lib >/dev/null 2>&1
-
-if [ ! -s "$DB" ]; then
-  echo "creating $DB ($ROWS rows of 400 bytes)..." >&2
-  sqlite3 "$DB" "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
-    WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < $ROWS)
-    INSERT INTO t SELECT i, randomblob(400) FROM c; PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
-fi
+# shellcheck source=db.sh
+. kxarray-sqlite/scripts/db.sh
+make_db "$DB" "$ROWS"
 python3 - "$SQL" "$QUERIES" "$ROWS" <<'EOF'
 import random, sys
 path, n, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
