@@ -64,8 +64,14 @@ mod tests {
     }
 
     fn builder() -> loom::model::Builder {
+        builder_bound(3)
+    }
+
+    /// Loom's builder with `bound` preemptions unless LOOM_MAX_PREEMPTIONS
+    /// says otherwise.
+    fn builder_bound(bound: usize) -> loom::model::Builder {
         let mut b = loom::model::Builder::new();
-        b.preemption_bound.get_or_insert(3);
+        b.preemption_bound.get_or_insert(bound);
         if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
             b.max_branches = 100_000;
         }
@@ -287,12 +293,7 @@ mod tests {
         // Two misses, an eviction and crossbeam's collection make a large
         // model: one preemption takes seconds, two take minutes (399 s), so
         // CI runs this model alone with LOOM_MAX_PREEMPTIONS=1 (.ci/run).
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound.get_or_insert(1);
-        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
-            b.max_branches = 100_000;
-        }
-        b.check(|| {
+        builder_bound(1).check(|| {
             big(|| {
                 let config = CacheConfig::default()
                     .capacity(4096)
