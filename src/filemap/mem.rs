@@ -180,8 +180,9 @@ crate::sync::thread_local_const! {
     static RETIRED: core::cell::Cell<usize> = core::cell::Cell::new(0);
 }
 
-/// A folio's bytes: see the module docs for the protocol. The version and
-/// the bytes' pointer come first (what a lock-free read loads).
+/// A folio's bytes: see the module docs for the protocol. The version,
+/// the bytes' pointer and the length come first (what a lock-free read
+/// loads).
 #[repr(C)]
 pub(crate) struct FolioMem {
     /// The version: even when stable, odd during an in-place write.
@@ -189,14 +190,15 @@ pub(crate) struct FolioMem {
     /// The current buffer's bytes (null: none yet, or dropped), beside its
     /// header so the lock-free read follows one pointer less.
     data: AtomicPtr<u8>,
+    /// Bytes of every buffer of this folio; never changes. Third: a
+    /// lock-free read checks its range against it.
+    len: usize,
+    /// The current buffer (null when `data` is).
+    buf: AtomicPtr<Buf>,
     /// Borrows under a guard ([`MemBorrow`]) of the current buffer: counted
     /// here, on the folio's own line, not on the buffer's header (a
     /// borrow's bytes are kept alive by its guard, not by a reference).
     borrows: AtomicU32,
-    /// The current buffer (null when `data` is).
-    buf: AtomicPtr<Buf>,
-    /// Bytes of every buffer of this folio; never changes.
-    len: usize,
     /// Writers, fills, writeback and removal serialize on it.
     lock: Lock<()>,
 }
@@ -207,9 +209,9 @@ impl FolioMem {
         FolioMem {
             seq: AtomicU64::new(0),
             data: AtomicPtr::new(core::ptr::null_mut()),
-            borrows: AtomicU32::new(0),
-            buf: AtomicPtr::new(core::ptr::null_mut()),
             len,
+            buf: AtomicPtr::new(core::ptr::null_mut()),
+            borrows: AtomicU32::new(0),
             lock: Lock::new(()),
         }
     }
@@ -218,7 +220,7 @@ impl FolioMem {
     /// layout test).
     #[cfg(test)]
     pub(crate) fn hot_end(&self) -> usize {
-        &self.data as *const AtomicPtr<u8> as usize + core::mem::size_of::<AtomicPtr<u8>>()
+        &self.len as *const usize as usize + core::mem::size_of::<usize>()
     }
 
     /// Copy bytes `at..at + out.len()` of the current buffer into `out`

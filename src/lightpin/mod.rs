@@ -91,6 +91,7 @@ mod limbo;
 mod registry;
 
 pub(crate) use limbo::arrivals;
+pub(crate) use limbo::bulk;
 #[cfg(all(test, not(loom)))]
 use limbo::defer_free;
 pub(crate) use limbo::reclaim;

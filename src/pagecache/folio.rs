@@ -80,14 +80,17 @@ pub struct FolioRef {
 }
 
 impl FolioRef {
-    /// A reference to `folio`'s bytes keeping `pin`, a pin of them.
-    pub(crate) fn new(folio: &Folio, pin: BufPin) -> FolioRef {
+    /// A reference to `folio`'s bytes keeping `pin`, a pin of them;
+    /// `looked_up` is a page index the folio holds (its first index is
+    /// derived from it and the order: folios are aligned to their size, and
+    /// the hit path does not load `index`, off the folio's hot bytes).
+    #[inline]
+    pub(crate) fn new(folio: &Folio, looked_up: u64, pin: BufPin) -> FolioRef {
         debug_assert_eq!(pin.bytes().len(), folio.max_bytes());
-        FolioRef {
-            pin,
-            index: folio.index(),
-            order: folio.order(),
-        }
+        let order = folio.order();
+        let index = looked_up & !((1u64 << order) - 1);
+        debug_assert_eq!(index, folio.index());
+        FolioRef { pin, index, order }
     }
 
     /// Whether these bytes are `f`'s current ones (`f` being the folio at

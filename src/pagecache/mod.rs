@@ -12,7 +12,8 @@
 //! ([`FolioBorrow`]), `writeback`, `throttle`, `reclaim` (the scan and
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
-//! `errseq`, `flusher` and `stats` (the counters, at the bottom).
+//! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`)
+//! and `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
 //! own counter slot: they copy a folio's bytes optimistically and keep the
@@ -57,6 +58,7 @@ mod flusher;
 mod folio;
 mod folio_write;
 mod inode;
+mod kswapd;
 mod lru;
 mod options;
 mod paths;
@@ -138,6 +140,12 @@ pub struct CacheConfig {
     /// Run a background flusher thread (stopped when the last
     /// [`PageCache`] handle is dropped).
     pub flusher: bool,
+    /// Run a background reclaimer thread (the kernel's `kswapd`; stopped
+    /// when the last [`PageCache`] handle is dropped): it evicts ahead of
+    /// the readers once the cache is within a 64th of its capacity (at most
+    /// 2 MiB) of it, so that a miss does not reclaim itself. Caches under
+    /// 8 MiB reclaim in their readers only. Default on.
+    pub background_reclaim: bool,
 }
 
 impl Default for CacheConfig {
@@ -153,6 +161,7 @@ impl Default for CacheConfig {
             throttle_mode: ThrottleMode::Ratelimited,
             dirty_expire: Duration::from_secs(1),
             flusher: true,
+            background_reclaim: true,
         }
     }
 }
@@ -201,6 +210,12 @@ impl CacheConfig {
         self.flusher = on;
         self
     }
+    /// Turn the background reclaimer on or off (off: every eviction is
+    /// made by the miss that finds the cache over its capacity).
+    pub fn background_reclaim(mut self, on: bool) -> Self {
+        self.background_reclaim = on;
+        self
+    }
 }
 
 /// The state every handle of one cache shares.
@@ -224,6 +239,7 @@ pub(crate) struct CacheInner {
     next_file_id: AtomicU64,
     start: Instant,
     pub(crate) flusher_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
+    pub(crate) kswapd_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
 }
 
 impl CacheInner {
@@ -288,6 +304,7 @@ impl CacheInner {
 pub struct PageCache {
     inner: Arc<CacheInner>,
     _flusher: Option<Arc<flusher::Flusher>>,
+    _kswapd: Option<Arc<kswapd::Kswapd>>,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -337,6 +354,7 @@ impl PageCache {
             next_file_id: AtomicU64::new(1),
             start: Instant::now(),
             flusher_event: std::sync::OnceLock::new(),
+            kswapd_event: std::sync::OnceLock::new(),
             config,
         });
         let flusher = if inner.config.flusher && !cfg!(loom) {
@@ -344,9 +362,15 @@ impl PageCache {
         } else {
             None
         };
+        let kswapd = if inner.config.background_reclaim && !cfg!(loom) {
+            Some(Arc::new(kswapd::Kswapd::start(&inner)))
+        } else {
+            None
+        };
         PageCache {
             inner,
             _flusher: flusher,
+            _kswapd: kswapd,
         }
     }
 
@@ -462,6 +486,7 @@ impl PageCache {
             dirty_global_reads: t.global_reads.load(Ordering::Relaxed),
             background_kicks: t.background_kicks.load(Ordering::Relaxed),
             flusher_runs: c.flusher_runs.load(Ordering::Relaxed) as u64,
+            background_evictions: c.background_evictions.load(Ordering::Relaxed),
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             writeback_errors: c.writeback_errors.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),

@@ -320,8 +320,14 @@ impl FileShared {
         if !folio::is_plain_hit(f) {
             return None;
         }
-        let at = (pos - f.index() * PAGE) as usize;
-        let n = ((end - pos) as usize).min(f.max_bytes().saturating_sub(at));
+        // The folio holding page `pos / PAGE` starts at that index rounded
+        // down to its size (folios are aligned to their size): derived from
+        // the order, so the hit does not load `index`, off the folio's hot
+        // bytes (see `Folio`'s layout).
+        let size = f.max_bytes();
+        let at = (pos & (size as u64 - 1)) as usize;
+        debug_assert_eq!(at as u64, pos - f.index() * PAGE);
+        let n = ((end - pos) as usize).min(size - at);
         // A light section takes no lock: with partial folios in the file it
         // leaves the block check to the guarded path.
         let uptodate = if P::LIGHT {
@@ -367,14 +373,14 @@ impl FileShared {
     pub(crate) fn folio_hit(&self, index: u64) -> Option<FolioRef> {
         if LIGHT_HITS {
             let hit = crate::lightpin::read(|lp| {
-                self.folio_hit_with(lp, || self.mapping.folio_light(index, lp))
+                self.folio_hit_with(lp, index, || self.mapping.folio_light(index, lp))
             });
             if let Some(Some(r)) = hit {
                 return Some(r);
             }
         }
         let guard = pin();
-        self.folio_hit_with(&guard, || {
+        self.folio_hit_with(&guard, index, || {
             match self.mapping.pages().load(index, &guard)? {
                 EntryRef::Item(r) => Some(r.get()),
                 EntryRef::Value(_) => None,
@@ -404,11 +410,13 @@ impl FileShared {
         }
     }
 
-    /// `folio_hit` under `pin`, finding the folio with `folio`.
+    /// `folio_hit` under `pin`, finding the folio holding `index` with
+    /// `folio`.
     #[inline(always)]
     fn folio_hit_with<'p, P: LightOrGuard>(
         &'p self,
         pin: &'p P,
+        index: u64,
         folio: impl FnOnce() -> Option<&'p Folio>,
     ) -> Option<FolioRef> {
         let f = folio()?;
@@ -425,7 +433,7 @@ impl FileShared {
         if !uptodate {
             return None;
         }
-        let r = FolioRef::new(f, f.mem().pin(pin)?);
+        let r = FolioRef::new(f, index, f.mem().pin(pin)?);
         self.cache.counters.hits.add(1);
         folio::mark_accessed(f);
         Some(r)
@@ -474,7 +482,7 @@ impl FileShared {
             return Ok(None);
         };
         drop(w);
-        Ok(Some(FolioRef::new(&f, pin)))
+        Ok(Some(FolioRef::new(&f, index, pin)))
     }
 
     pub(crate) fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
@@ -763,6 +771,9 @@ impl Drop for FileShared {
         let _ = writeback::writeback(self, 0, u64::MAX, Mode::Wait);
         let _ = self.backend.flush();
         let (folios, _) = self.folios_in(0, u64::MAX);
+        // One light grace period for the whole file, not one per 256
+        // buffers (crossbeam's are already batched).
+        let _bulk = crate::lightpin::bulk();
         for f in folios {
             let mut w = f.mem().lock();
             if !f.test(FolioFlags::DETACHED) {

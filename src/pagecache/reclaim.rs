@@ -27,6 +27,9 @@ use std::sync::Arc;
 /// Candidates isolated per LRU lock hold (the kernel's `SWAP_CLUSTER_MAX`).
 const BATCH: usize = 32;
 
+/// Dirty victims a reclaim pass found, each with its file, to write back.
+pub(crate) type DirtyVictims = Vec<(Arc<FileShared>, Arc<Folio>)>;
+
 impl CacheInner {
     /// Put a just-filled folio on the lists: a refault whose distance fits
     /// in the cache goes straight to the active list while that list is
@@ -58,15 +61,19 @@ impl CacheInner {
         if activate {
             bump(&self.counters.activations, 1);
         }
-        if self.nr_cached.load(Ordering::Relaxed) > self.capacity_pages() {
+        let cached = self.nr_cached.load(Ordering::Relaxed);
+        if cached > self.capacity_pages() {
+            // Direct reclaim: the background reclaimer (if any) fell behind.
             self.reclaim();
+        } else if cached > self.kswapd_wake_mark() {
+            self.kick_kswapd();
         }
     }
 
     /// Evict until the cache is at most at capacity.
     pub(crate) fn reclaim(&self) {
         for _round in 0..2 {
-            let dirty = self.scan();
+            let (dirty, _) = self.scan(self.low_mark(), true);
             if dirty.is_empty() || self.nr_cached.load(Ordering::Relaxed) <= self.capacity_pages() {
                 break;
             }
@@ -110,7 +117,11 @@ impl CacheInner {
         cap - (cap / 64).min(BATCH as u64 - 1)
     }
 
-    /// One reclaim pass; returns dirty victims to write back.
+    /// One reclaim pass down to `target` pages; returns dirty victims to
+    /// write back and the pages evicted. A `direct` pass (a reader's, over
+    /// capacity) stops once the cache is at most at capacity (another
+    /// thread evicted meanwhile); the background reclaimer's goes on to its
+    /// target below the capacity.
     ///
     /// Works in batches (`isolate_lru_folios`, then `shrink_folio_list`):
     /// under the LRU lock, up to [`BATCH`] candidates from the inactive
@@ -124,8 +135,13 @@ impl CacheInner {
     /// next lock hold. With the tree's lock and the retirement of the
     /// buffer (crossbeam's collection, the light limbo's barrier) under the
     /// LRU lock, two readers took turns on every miss.
-    fn scan(&self) -> Vec<(Arc<FileShared>, Arc<Folio>)> {
+    pub(crate) fn scan(
+        &self,
+        target: u64,
+        direct: bool,
+    ) -> (DirtyVictims, u64) {
         let mut dirty = Vec::new();
+        let mut evicted = 0;
         // Files upgraded during the scan are released after the LRU lock
         // (declared first, dropped last): dropping a file's last handle
         // detaches its folios, which takes the LRU lock. The last file
@@ -145,7 +161,6 @@ impl CacheInner {
         let mut isolated: [Option<(Arc<FileShared>, LruEntry)>; BATCH] = [const { None }; BATCH];
         let mut back: [Option<LruEntry>; BATCH] = [const { None }; BATCH];
         let mut nr_back = 0;
-        let target = self.low_mark();
         // Bounded by the lists' length when the scan starts (every entry
         // twice: one promotion or rotation, then an eviction).
         let mut budget = usize::MAX;
@@ -160,7 +175,7 @@ impl CacheInner {
             }
             let cached = self.nr_cached.load(Ordering::Relaxed);
             let mut want = cached.saturating_sub(target);
-            if cached <= self.capacity_pages() && want > 0 {
+            if direct && cached <= self.capacity_pages() && want > 0 {
                 // Under capacity again (another thread evicted): done.
                 want = 0;
             }
@@ -216,7 +231,9 @@ impl CacheInner {
                 let Some((file, e)) = isolated[k].take() else {
                     continue;
                 };
-                if !self.try_evict(&file, &e) && !e.folio.test(FolioFlags::DETACHED) {
+                if self.try_evict(&file, &e) {
+                    evicted += e.folio.nr_pages();
+                } else if !e.folio.test(FolioFlags::DETACHED) {
                     back[nr_back] = Some(e);
                     nr_back += 1;
                 }
@@ -234,7 +251,7 @@ impl CacheInner {
         }
         drop(last);
         drop(files);
-        dirty
+        (dirty, evicted)
     }
 
     /// Evict an isolated candidate (off the lists, the LRU lock not held)
@@ -303,7 +320,8 @@ mod tests {
         let config = CacheConfig::default()
             .capacity(cap * PAGE)
             .max_folio_order(0)
-            .flusher(false);
+            .flusher(false)
+            .background_reclaim(false); // every eviction counted here is a miss's
         let c = PageCache::new(config);
         let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
         // Random advice: a read of page 0 would otherwise start a window.

@@ -180,6 +180,7 @@ pub(crate) struct Counters {
     pub(crate) backend_written_bytes: AtomicU64,
     pub(crate) readahead_pages: AtomicU64,
     pub(crate) flusher_runs: AtomicUsize,
+    pub(crate) background_evictions: AtomicU64,
 }
 
 impl Counters {
@@ -198,6 +199,7 @@ impl Counters {
             backend_written_bytes: AtomicU64::new(0),
             readahead_pages: AtomicU64::new(0),
             flusher_runs: AtomicUsize::new(0),
+            background_evictions: AtomicU64::new(0),
         }
     }
 }
@@ -249,6 +251,10 @@ pub struct CacheStats {
     pub activations: u64,
     /// Folios evicted by reclaim.
     pub evictions: u64,
+    /// Pages of those evictions made by the background reclaimer (ahead
+    /// of the readers), not by a miss over capacity
+    /// ([`CacheConfig::background_reclaim`](super::CacheConfig::background_reclaim)).
+    pub background_evictions: u64,
     /// Shadow entries held now, over every file.
     pub shadows: u64,
     /// Shadow-only index ranges (one tree node's span) reclaimed.
