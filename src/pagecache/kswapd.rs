@@ -17,7 +17,9 @@
 //! dropping the [`Kswapd`] sets the event and joins the thread; a wake-up
 //! asked for while the thread is at work is not lost (the event's pending
 //! request); the thread sleeps on the event when the cache is under its
-//! low watermark (no timer wakes it but a long one) and, before it sleeps,
+//! low watermark (no timer wakes it but a long one), and rests
+//! [`BACKOFF`] after a pass that evicted nothing (a cache full of dirty or
+//! pinned folios does not keep it busy); before it sleeps it
 //! drives the grace periods of the buffers it retired, so their frames do
 //! not wait in its deferred lists while it sleeps. A cache smaller than
 //! [`MIN_PAGES`] pages reclaims in its readers only (a gap there would be
@@ -41,6 +43,9 @@ pub(crate) const MIN_PAGES: u64 = 2048;
 /// How long the thread sleeps without a request before it looks whether
 /// its cache is gone (dropping the handle wakes it at once anyway).
 const IDLE: Duration = Duration::from_secs(60);
+
+/// How long the thread rests after a pass that evicted nothing.
+const BACKOFF: Duration = Duration::from_millis(10);
 
 /// The background reclaimer's handle.
 pub(crate) struct Kswapd {
@@ -138,6 +143,14 @@ fn run(cache: Weak<CacheInner>, event: Arc<Event>) {
             // their frames stay out of the readers' reach while it sleeps.
             crate::pin().flush();
             crate::lightpin::reclaim();
+        } else if cache.nr_cached.load(Ordering::Relaxed) > cache.kswapd_wake_mark() {
+            // Nothing evictable (dirty, in use or pinned) and still above
+            // the low watermark: back off instead of answering every
+            // miss's wake-up with another fruitless pass (the kernel's
+            // `kswapd_failures`). Requests made meanwhile are dropped.
+            drop(cache);
+            std::thread::sleep(BACKOFF);
+            event.take();
         }
     }
 }
@@ -202,6 +215,36 @@ mod tests {
         // The readers' data is intact: the evicted pages read again.
         for page in 0..cap - 1 {
             assert_eq!(f.read_at(&mut b, page * PAGE).unwrap(), 1);
+        }
+    }
+
+    /// Dirty folios are not the reclaimer's: a cache filled past its low
+    /// watermark with writes (no flusher) keeps every byte, and evicts
+    /// nothing in the background.
+    #[test]
+    #[cfg_attr(miri, ignore = "a background thread and 4,000 writes")]
+    fn leaves_dirty_folios_alone() {
+        let cap = 2 * super::MIN_PAGES;
+        let c = PageCache::new(
+            CacheConfig::default()
+                .capacity(cap * PAGE)
+                .max_folio_order(0)
+                .dirty_bytes(cap * PAGE) // no throttling in the way
+                .dirty_background_bytes(cap * PAGE)
+                .flusher(false),
+        );
+        let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
+        for page in 0..cap - 1 {
+            f.write_at(&[page as u8 | 1; 4096], page * PAGE).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let s = c.stats();
+        assert_eq!((s.evictions, s.cached_pages), (0, cap - 1), "{s:?}");
+        assert_eq!(s.dirty_bytes, (cap - 1) * PAGE);
+        let mut b = [0u8; 4096];
+        for page in 0..cap - 1 {
+            f.read_at(&mut b, page * PAGE).unwrap();
+            assert!(b.iter().all(|&x| x == page as u8 | 1), "page {page}");
         }
     }
 

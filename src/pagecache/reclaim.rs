@@ -135,11 +135,7 @@ impl CacheInner {
     /// next lock hold. With the tree's lock and the retirement of the
     /// buffer (crossbeam's collection, the light limbo's barrier) under the
     /// LRU lock, two readers took turns on every miss.
-    pub(crate) fn scan(
-        &self,
-        target: u64,
-        direct: bool,
-    ) -> (DirtyVictims, u64) {
+    pub(crate) fn scan(&self, target: u64, direct: bool) -> (DirtyVictims, u64) {
         let mut dirty = Vec::new();
         let mut evicted = 0;
         // Files upgraded during the scan are released after the LRU lock
@@ -172,6 +168,15 @@ impl CacheInner {
             nr_back = 0;
             if budget == usize::MAX {
                 budget = 2 * lru.entries() + 64;
+                if !direct {
+                    // The background reclaimer looks at a few candidates
+                    // per page it wants, not the whole list: a cache full
+                    // of dirty folios would have it rotate them all on every
+                    // wake-up (the flusher and direct reclaim deal with them).
+                    let cached = self.nr_cached.load(Ordering::Relaxed);
+                    let want = cached.saturating_sub(target) as usize;
+                    budget = budget.min(4 * want + 2 * BATCH);
+                }
             }
             let cached = self.nr_cached.load(Ordering::Relaxed);
             let mut want = cached.saturating_sub(target);
