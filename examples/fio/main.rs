@@ -216,6 +216,10 @@ struct Args {
     /// Largest folio order readahead may allocate.
     #[arg(long, default_value_t = 4)]
     max_folio_order: u32,
+    /// kxarray: run the background reclaimer
+    /// (`CacheConfig::background_reclaim`, off by default).
+    #[arg(long)]
+    background_reclaim: bool,
     /// Where the file lives (--engine kxarray).
     #[arg(long, value_enum, default_value_t = BackendKind::File)]
     backend: BackendKind,
@@ -302,7 +306,8 @@ impl Args {
     fn cache_config(&self) -> CacheConfig {
         let mut c = CacheConfig::default()
             .capacity(self.cache_size)
-            .max_folio_order(self.max_folio_order);
+            .max_folio_order(self.max_folio_order)
+            .background_reclaim(self.background_reclaim);
         if let Some(b) = self.dirty_background {
             c = c.dirty_background_bytes(b);
         }

@@ -187,7 +187,8 @@ mod tests {
             CacheConfig::default()
                 .capacity(cap * PAGE)
                 .max_folio_order(0)
-                .flusher(false),
+                .flusher(false)
+                .background_reclaim(true),
         );
         let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
         f.advise(0, 0, Advice::Random).unwrap();
@@ -231,7 +232,8 @@ mod tests {
                 .max_folio_order(0)
                 .dirty_bytes(cap * PAGE) // no throttling in the way
                 .dirty_background_bytes(cap * PAGE)
-                .flusher(false),
+                .flusher(false)
+                .background_reclaim(true),
         );
         let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
         for page in 0..cap - 1 {

@@ -144,7 +144,10 @@ pub struct CacheConfig {
     /// when the last [`PageCache`] handle is dropped): it evicts ahead of
     /// the readers once the cache is within a 64th of its capacity (at most
     /// 2 MiB) of it, so that a miss does not reclaim itself. Caches under
-    /// 8 MiB reclaim in their readers only. Default on.
+    /// 8 MiB reclaim in their readers only. Default off: on the project's
+    /// 2-core machine it took a fifth of a miss's instructions off the
+    /// reader but gained nothing with one reader and lost with two
+    /// (`docs/miss-path.md`); it is for machines with cores to spare.
     pub background_reclaim: bool,
 }
 
@@ -161,7 +164,7 @@ impl Default for CacheConfig {
             throttle_mode: ThrottleMode::Ratelimited,
             dirty_expire: Duration::from_secs(1),
             flusher: true,
-            background_reclaim: true,
+            background_reclaim: false,
         }
     }
 }
