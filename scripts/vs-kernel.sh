@@ -79,7 +79,9 @@
 # ratios with its range, and the same against the harness's psync. With
 # BEFORE_BIN set (another build of the fio example), kx-grow@before and
 # kx-steady@before run it too, interleaved, and a table of after / before
-# ratios follows.
+# ratios follows. With MISS_BG=1, kx-steady-bg runs kx-steady with the
+# background reclaimer on (--background-reclaim), and a table of its
+# ratios to kx-steady and to fio follows.
 #
 # BEFORE_BIN: another build of the harness (for example the fio example
 # built from an earlier commit); engines labelled LABEL@before in
@@ -344,6 +346,8 @@ miss)
   command -v fio >/dev/null && tools="$tools fio" || echo "fio not found (apt-get install -y fio): harness psync only" >&2
   # BEFORE_BIN: the kxarray rows again with another build, interleaved.
   [ -n "${BEFORE_BIN:-}" ] && tools="$tools kx-grow@before kx-steady@before"
+  # MISS_BG=1: kx-steady again with the background reclaimer on.
+  [ "${MISS_BG:-0}" = 1 ] && tools="$tools kx-steady-bg"
   k=0
   for round in $(seq 1 "$ROUNDS"); do
     for jobs in $MISS_JOBS; do
@@ -361,8 +365,10 @@ miss)
             got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
               --cache-size "$MISS_GROW_CACHE" "$warm" --ios "$GROW_IOS" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
-          kx-steady)
-            got=$("$bin" --engine kxarray --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
+          kx-steady | kx-steady-bg)
+            bg=()
+            [ "$t" = kx-steady-bg ] && bg=(--background-reclaim)
+            got=$("$bin" --engine kxarray "${bg[@]}" --rw randread --bs 4k --size "$MISS_SIZE" --numjobs "$jobs" \
               --cache-size "$MISS_STEADY_CACHE" --runtime "$RUNTIME" --no-verify --reuse-file \
               --filename "$F" --quiet --seed "$round" | sed -n 's/^result: .* iops=\([0-9]*\) .*/\1/p') ;;
           psync)

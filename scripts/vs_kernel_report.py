@@ -258,6 +258,19 @@ def miss(path):
                 cells += [kiops(med([r[row + "@before"] for r in rs if r.get(row + "@before")])),
                           kiops(med([r[row] for r in rs if r.get(row)])), span]
             print(f"| {jobs} | " + " | ".join(cells) + " |")
+    if any(r.get("kx-steady-bg") for r in runs.values()):
+        print()
+        print("| jobs | steady KIOPS | steady-bg KIOPS | steady-bg / steady | steady-bg / fio |")
+        print("|---" * 5 + "|")
+        for jobs in jobs_all:
+            rs = [v for (r, j), v in runs.items() if j == jobs]
+
+            def span(a, b):
+                xs = sorted(r[a] / r[b] for r in rs if r.get(a) and r.get(b))
+                return f"{med(xs):.2f}x ({xs[0]:.2f}-{xs[-1]:.2f})" if xs else "-"
+            print(f"| {jobs} | {kiops(med([r['kx-steady'] for r in rs if r.get('kx-steady')]))} | "
+                  f"{kiops(med([r['kx-steady-bg'] for r in rs if r.get('kx-steady-bg')]))} | "
+                  f"{span('kx-steady-bg', 'kx-steady')} | {span('kx-steady-bg', 'fio')} |")
 
 
 def callgrind(path):
