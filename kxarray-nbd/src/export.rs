@@ -105,9 +105,7 @@ impl Export {
                     .collect::<Vec<_>>()
                     .into_iter()
                     .zip(reqs)
-                    .map(|(res, (_, buf))| {
-                        Box::pin(std::future::ready((res, buf))) as ReadInFlight
-                    })
+                    .map(|(res, (_, buf))| Box::pin(std::future::ready((res, buf))) as ReadInFlight)
                     .collect()
             }
         }

@@ -351,7 +351,14 @@ mod tests {
     fn ready_and_panicking_reads() {
         let mut inf = InFlight::new().unwrap();
         let d = inf
-            .add(req(2), Box::pin(std::future::ready((Ok(3), Box::new(vec![0u8; 3]) as ReadBuf))), 3)
+            .add(
+                req(2),
+                Box::pin(std::future::ready((
+                    Ok(3),
+                    Box::new(vec![0u8; 3]) as ReadBuf,
+                ))),
+                3,
+            )
             .unwrap();
         assert_eq!((d.req.cookie, *d.result.as_ref().unwrap()), (2, 3));
         let boom: ReadInFlight = Box::pin(async { panic!("a read panicking on purpose") });

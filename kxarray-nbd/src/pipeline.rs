@@ -45,13 +45,11 @@ use crate::config::REPLY_BUFFER;
 use crate::export::Export;
 use crate::inflight::{Done, InFlight};
 use crate::proto::{
-    encode_offset_data_prefix, Request, SimpleReply, OFFSET_DATA_PREFIX_LEN,
-    REQUEST_LEN, SIMPLE_REPLY_LEN,
+    encode_offset_data_prefix, Request, SimpleReply, OFFSET_DATA_PREFIX_LEN, REQUEST_LEN,
+    SIMPLE_REPLY_LEN,
 };
 use crate::socket::Socket;
-use crate::transmission::{
-    errno, locked, quiet, Batch, End, Flow, Next, Session, Transmission,
-};
+use crate::transmission::{errno, locked, quiet, Batch, End, Flow, Next, Session, Transmission};
 
 /// Serve `session` on `socket` with the reads in flight, on the calling
 /// thread, until the client goes quiet for the socket's read timeout or
@@ -66,6 +64,7 @@ pub fn serve(socket: &Socket, session: &mut Session, export: &Export) -> End {
             out: Vec::new(),
             batch: Batch::default(),
             failed: false,
+            done: Vec::new(),
         }
         .run(),
         Err(e) => {
@@ -86,6 +85,8 @@ struct Pipeline<'t, 'a> {
     batch: Batch,
     /// A reply could not be sent: the connection is closed.
     failed: bool,
+    /// The reads found ready, reused from pass to pass.
+    done: Vec<Done>,
 }
 
 impl Pipeline<'_, '_> {
@@ -213,9 +214,8 @@ impl Pipeline<'_, '_> {
         let t = self.t;
         let n = reqs.len();
         let reads = std::mem::take(offsets);
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            t.export.start_reads(reads)
-        }));
+        let started =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.export.start_reads(reads)));
         let futs = match started {
             Ok(f) if f.len() == n => f,
             _ => {
@@ -240,11 +240,12 @@ impl Pipeline<'_, '_> {
 
     /// Answer the reads that completed.
     fn reap(&mut self) {
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.done);
         self.inflight.take_ready(|d| done.push(d));
-        for d in done {
+        for d in done.drain(..) {
             self.finish(d);
         }
+        self.done = done;
     }
 
     /// Append a finished read's reply to the replies (sent first when it
