@@ -97,7 +97,12 @@ impl Pipeline<'_, '_> {
         let mut offsets: Vec<(u64, ReadBuf)> = Vec::new();
         let mut reqs: Vec<Request> = Vec::new();
         loop {
+            // Answer the reads done first: their replies free the client's
+            // queue slots while the new reads are submitted.
             self.reap();
+            if !self.send_out() {
+                return;
+            }
             // Take the requests buffered: the READs kept in flight, up to
             // the limits; anything else once the reads before it are done.
             let mut bytes = 0;
