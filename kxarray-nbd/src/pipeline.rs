@@ -35,13 +35,14 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
 use kxarray::backend::ReadBuf;
 use tracing::{debug, warn};
 
 use crate::batch::{keep_buffer, take_buffer};
-use crate::config::REPLY_BUFFER;
+use crate::config::{MAX_BATCH_PAYLOAD, REPLY_BUFFER};
 use crate::export::Export;
 use crate::inflight::{Done, InFlight};
 use crate::proto::{
@@ -139,6 +140,10 @@ impl Pipeline<'_, '_> {
                     // broken request (the connection is then closing).
                     Next::End | Next::Wait | Next::Idle => Flow::Go,
                 };
+                // Give back what a large WRITE took (up to 32 MiB).
+                if self.batch.payload.capacity() > 2 * MAX_BATCH_PAYLOAD {
+                    self.batch.payload = Vec::new();
+                }
                 match flow {
                     Flow::Go => {}
                     Flow::Closed => return,
@@ -266,13 +271,17 @@ impl Pipeline<'_, '_> {
             Some(mut buf) => {
                 let res = result.and_then(|n| {
                     let data = &mut buf.as_mut_slice()[..len];
-                    if n < len {
-                        // Short (the end of the store moved): complete it.
-                        t.export
-                            .backend()
-                            .read_exact_at(&mut data[n..], req.offset + n as u64)?;
+                    if n >= len {
+                        return Ok(());
                     }
-                    Ok(())
+                    // Short (the end of the store moved): complete it; a
+                    // panicking backend fails this read alone.
+                    let rest = &mut data[n..];
+                    let at = req.offset + n as u64;
+                    catch_unwind(AssertUnwindSafe(|| {
+                        t.export.backend().read_exact_at(rest, at)
+                    }))
+                    .unwrap_or_else(|_| Err(io::Error::other("internal error")))
                 });
                 if res.is_ok() {
                     let prefix = if t.structured {

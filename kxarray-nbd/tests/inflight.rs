@@ -293,3 +293,49 @@ fn a_cached_file_serves_pipelined_reads_in_flight() {
     c.disconnect();
     server.stop();
 }
+
+/// A reader whose `start_reads` panics when a batch holds offset 4096.
+#[derive(Debug)]
+struct Panicky(Arc<RamDisk>);
+
+impl ReadMany for Panicky {
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        read_each(&*self.0, reqs)
+    }
+
+    fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
+        assert!(
+            reqs.iter().all(|(o, _)| *o != 4096),
+            "a reader panicking on purpose"
+        );
+        reqs.into_iter()
+            .map(|(off, mut buf)| {
+                let r = self.0.read_at(buf.as_mut_slice(), off);
+                Box::pin(std::future::ready((r, buf))) as ReadInFlight
+            })
+            .collect()
+    }
+
+    fn reads_in_flight(&self) -> bool {
+        true
+    }
+}
+
+/// Reads whose start panics get `NBD_EIO`; the connection lives and the
+/// next reads are served.
+#[test]
+fn a_panicking_start_fails_its_reads_only() {
+    let disk = Arc::new(RamDisk::new(SIZE));
+    let data = random_bytes(8192);
+    disk.write_all_at(&data, 0).unwrap();
+    let export = Export::new("", disk.clone())
+        .unwrap()
+        .with_read_many(Arc::new(Panicky(disk)));
+    let server = start_config(export, Config::new(4), Transport::Unix);
+    let mut c = Client::connect(&server.addr, true);
+    assert_eq!(c.read(4096, 4096), Err(NBD_EIO));
+    assert_eq!(c.read(0, 4096).unwrap(), data[..4096]);
+    assert_eq!(c.read(4096, 4096), Err(NBD_EIO));
+    c.disconnect();
+    server.stop();
+}
