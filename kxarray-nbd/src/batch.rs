@@ -78,18 +78,7 @@ pub trait ReadMany: Send + Sync + std::fmt::Debug {
     /// assert!(buf.as_slice().iter().all(|&b| b == 5));
     /// ```
     fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
-        let mut reqs = reqs;
-        let results = {
-            let mut slices: Vec<(u64, &mut [u8])> = reqs
-                .iter_mut()
-                .map(|(off, buf)| (*off, buf.as_mut_slice()))
-                .collect();
-            self.read_many(&mut slices)
-        };
-        reqs.into_iter()
-            .zip(results)
-            .map(|((_, buf), res)| Box::pin(std::future::ready((res, buf))) as ReadInFlight)
-            .collect()
+        read_now(reqs, |slices| self.read_many(slices))
     }
 
     /// Whether [`start_reads`](ReadMany::start_reads) returns before the
@@ -98,6 +87,26 @@ pub trait ReadMany: Send + Sync + std::fmt::Debug {
     fn reads_in_flight(&self) -> bool {
         false
     }
+}
+
+/// Read `reqs` now with `read` (a batch read of their buffers) and return
+/// futures that are ready: the synchronous form of
+/// [`ReadMany::start_reads`].
+pub fn read_now(
+    mut reqs: Vec<(u64, ReadBuf)>,
+    read: impl FnOnce(&mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>>,
+) -> Vec<ReadInFlight> {
+    let results = {
+        let mut slices: Vec<(u64, &mut [u8])> = reqs
+            .iter_mut()
+            .map(|(off, buf)| (*off, buf.as_mut_slice()))
+            .collect();
+        read(&mut slices)
+    };
+    reqs.into_iter()
+        .zip(results)
+        .map(|((_, buf), res)| Box::pin(std::future::ready((res, buf))) as ReadInFlight)
+        .collect()
 }
 
 /// A read's buffer as the page cache's futures take it.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kxarray::backend::{Backend, ReadBuf};
 
-use crate::batch::{read_each, ReadInFlight, ReadMany};
+use crate::batch::{read_each, read_now, ReadInFlight, ReadMany};
 use crate::proto::{
     NBD_FLAG_CAN_MULTI_CONN, NBD_FLAG_HAS_FLAGS, NBD_FLAG_READ_ONLY, NBD_FLAG_SEND_FLUSH,
     NBD_FLAG_SEND_FUA, NBD_FLAG_SEND_TRIM, NBD_FLAG_SEND_WRITE_ZEROES,
@@ -98,16 +98,7 @@ impl Export {
     pub fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
         match &self.reader {
             Some(r) => r.start_reads(reqs),
-            None => {
-                let mut reqs = reqs;
-                reqs.iter_mut()
-                    .map(|(off, buf)| self.backend.read_at(buf.as_mut_slice(), *off))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .zip(reqs)
-                    .map(|(res, (_, buf))| Box::pin(std::future::ready((res, buf))) as ReadInFlight)
-                    .collect()
-            }
+            None => read_now(reqs, |slices| read_each(&*self.backend, slices)),
         }
     }
 

@@ -114,6 +114,17 @@ fn server(held: &Arc<Held>, in_flight: bool) -> common::Running {
     )
 }
 
+/// A RAM disk with a random block at `at`, its held reader, the block, and
+/// a server (reads in flight or not).
+fn fixture(at: u64, in_flight: bool) -> (Arc<RamDisk>, Arc<Held>, Vec<u8>, common::Running) {
+    let disk = Arc::new(RamDisk::new(SIZE));
+    let held = Held::new(disk.clone(), u64::MAX);
+    let data = random_bytes(4096);
+    disk.write_all_at(&data, at).unwrap();
+    let server = server(&held, in_flight);
+    (disk, held, data, server)
+}
+
 /// 32 reads sent at once are all in flight together; completed one at a
 /// time in reverse order, each is answered as it completes (before the
 /// next completes), with its cookie and its block's bytes, and the one the
@@ -154,11 +165,7 @@ fn replies_come_in_completion_order_with_their_cookies_and_errors() {
 /// in batches (the workers' `read_many`): the setting is honoured.
 #[test]
 fn the_batch_workers_serve_when_reads_in_flight_are_off() {
-    let disk = Arc::new(RamDisk::new(SIZE));
-    let held = Held::new(disk.clone(), u64::MAX);
-    let data = random_bytes(4096);
-    disk.write_all_at(&data, 4096).unwrap();
-    let server = server(&held, false);
+    let (_disk, held, data, server) = fixture(4096, false);
     let mut c = Client::connect(&server.addr, true);
     assert_eq!(c.read(4096, 4096).unwrap(), data);
     assert!(held.held.lock().unwrap().is_empty(), "start_reads not used");
@@ -171,12 +178,8 @@ fn the_batch_workers_serve_when_reads_in_flight_are_off() {
 /// write is answered after them, and a read after it sees the new bytes.
 #[test]
 fn a_write_waits_for_the_reads_before_it() {
-    let disk = Arc::new(RamDisk::new(SIZE));
-    let held = Held::new(disk.clone(), u64::MAX);
-    let old = random_bytes(4096);
+    let (disk, held, old, server) = fixture(0, true);
     let new = random_bytes(4096);
-    disk.write_all_at(&old, 0).unwrap();
-    let server = server(&held, true);
     let mut c = Client::connect(&server.addr, true);
     let r: Vec<u64> = (0..4)
         .map(|_| c.send(NBD_CMD_READ, 0, 0, 4096, &[]))
@@ -212,11 +215,7 @@ fn a_write_waits_for_the_reads_before_it() {
 /// serves the next client.
 #[test]
 fn a_client_leaving_with_reads_in_flight_ends_its_connection() {
-    let disk = Arc::new(RamDisk::new(SIZE));
-    let held = Held::new(disk.clone(), u64::MAX);
-    let data = random_bytes(4096);
-    disk.write_all_at(&data, 8192).unwrap();
-    let server = server(&held, true);
+    let (_disk, held, data, server) = fixture(8192, true);
     let mut c = Client::connect(&server.addr, false);
     for i in 0..16u64 {
         c.send(NBD_CMD_READ, 0, i * 4096, 4096, &[]);
