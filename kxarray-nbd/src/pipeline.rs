@@ -224,8 +224,7 @@ impl Pipeline<'_, '_> {
         let t = self.t;
         let n = reqs.len();
         let reads = std::mem::take(offsets);
-        let started =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.export.start_reads(reads)));
+        let started = catch_unwind(AssertUnwindSafe(|| t.export.start_reads(reads)));
         let futs = match started {
             Ok(f) if f.len() == n => f,
             _ => {
