@@ -2,7 +2,7 @@
 //! per connection takes every request the client has sent, starts the
 //! `READ`s together ([`Export::start_reads`]: the page cache's misses, or
 //! the file's reads, submitted in one batch) and keeps them in flight
-//! ([`InFlight`]), answering each as it completes, in whatever order, so
+//! (`inflight::InFlight`), answering each as it completes, in whatever order, so
 //! the client's queue never drains while a batch waits for its slowest
 //! read, and no worker thread waits on a read.
 //!
@@ -23,7 +23,7 @@
 //!   reply carries its data or its own error; a request that is not a
 //!   `READ` kept in flight (a write, a flush, a long or invalid read, a
 //!   disconnect) is taken only once every read before it is answered, and
-//!   executed alone as the workers do ([`Transmission::execute_taken`]), so
+//!   executed alone as the workers do (`Transmission::execute_taken`), so
 //!   a write is never overtaken by an earlier read, nor a read by an
 //!   earlier write;
 //! - memory: the read buffer, the reply buffer (sent when the next reply
