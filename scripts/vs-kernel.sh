@@ -124,7 +124,10 @@
 #   nbd   nbd-qd64        fio's nbd engine, --bs 4k --iodepth 64, 2 jobs,
 #                         randread, against kxarray-nbd --backend cached
 #                         --direct --cache-size COLD_CACHE serving the file
-#                         over a Unix socket (a fresh server per run)
+#                         over a Unix socket (a fresh server per run; each
+#                         connection's reads kept in flight)
+#         nbd-batch-qd64  the same with --in-flight-reads false (the reads
+#                         in batches on 4 workers per connection)
 #         nbd-file-qd64   the same against --backend file --direct (no
 #                         cache: the batch read is the file's submission
 #                         side on the I/O engine), for reference
@@ -452,11 +455,11 @@ cold)
       --quiet "$@" | grep '^result:')
   }
   # fio's nbd engine against a fresh kxarray-nbd serving the file.
-  nbd_cold() { # backend (cached or file)
+  nbd_cold() { # backend (cached or file), more server flags...
     local sock=$WORK/nbd.sock pid got
     rm -f "$sock"
     "$NBD" --backend "$1" --direct --file "$F" --size "$FSIZE" --cache-size "${COLD_CACHE^^}" \
-      --unix "$sock" 2>"$WORK/nbd.log" &
+      --unix "$sock" "${@:2}" 2>"$WORK/nbd.log" &
     pid=$!
     for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
     got=$(fio --name=nbd --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --rw=randread --bs=4k \
@@ -473,7 +476,7 @@ cold)
       case $row in
         seq) tools="kx-seq fio-psync fio-uring-128k" ;;
         rand) tools="kx-rand-qd32 kx-rand-fut32 kx-rand-sync fio-uring-qd32 fio-psync-direct" ;;
-        nbd) tools="nbd-qd64 nbd-file-qd64 fio-uring-qd64" ;;
+        nbd) tools="nbd-qd64 nbd-batch-qd64 nbd-file-qd64 fio-uring-qd64" ;;
         *) echo "unknown cold row: $row" >&2; exit 2 ;;
       esac
       read -r -a tlist <<<"$tools"
@@ -492,6 +495,7 @@ cold)
           fio-uring-qd64) got=$(fio_cold rand --ioengine=io_uring --rw=randread --bs=4k --iodepth=64 \
             --direct=1 --numjobs=2) ;;
           nbd-qd64) got=$(nbd_cold cached) ;;
+          nbd-batch-qd64) got=$(nbd_cold cached --in-flight-reads false) ;;
           nbd-file-qd64) got=$(nbd_cold file) ;;
         esac
         echo "$round $row $t ${got:-0 0}" >>"$RAW"

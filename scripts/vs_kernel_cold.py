@@ -21,8 +21,9 @@ TARGETS = {
     "rand": ("KIOPS", [("kx-rand-qd32", "fio-uring-qd32", 0.9), ("kx-rand-fut32", "fio-uring-qd32", 0.9),
                        ("kx-rand-sync", "fio-psync-direct", 1.0)],
              ["kx-rand-qd32", "kx-rand-fut32", "kx-rand-sync", "fio-uring-qd32", "fio-psync-direct"]),
-    "nbd": ("KIOPS", [("nbd-qd64", "fio-uring-qd64", 0.9), ("nbd-file-qd64", "fio-uring-qd64", 0.9)],
-            ["nbd-qd64", "nbd-file-qd64", "fio-uring-qd64"]),
+    "nbd": ("KIOPS", [("nbd-qd64", "fio-uring-qd64", 0.9), ("nbd-batch-qd64", "fio-uring-qd64", 0.9),
+                      ("nbd-file-qd64", "fio-uring-qd64", 0.9)],
+            ["nbd-qd64", "nbd-batch-qd64", "nbd-file-qd64", "fio-uring-qd64"]),
 }
 WHAT = {
     "kx-seq": "fio example --direct --cold --rw read --bs 4k, 1 job",
@@ -34,6 +35,7 @@ WHAT = {
     "fio-uring-qd32": "fio io_uring --bs 4k --iodepth 32 --direct 1 --rw randread",
     "fio-psync-direct": "fio psync --direct 1 --rw randread --bs 4k, 2 jobs",
     "nbd-qd64": "fio nbd engine --rw randread --bs 4k --iodepth 64, 2 jobs, against kxarray-nbd --backend cached --direct --cache-size 256M",
+    "nbd-batch-qd64": "the same with --in-flight-reads false (reads in batches of 16 on 4 workers per connection)",
     "nbd-file-qd64": "the same against kxarray-nbd --backend file --direct (no cache; reference)",
     "fio-uring-qd64": "fio io_uring --bs 4k --iodepth 64 --direct 1 --rw randread, 2 jobs, on the file",
 }

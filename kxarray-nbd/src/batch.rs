@@ -9,16 +9,30 @@
 //! reads in flight together on the I/O engine). An export without one reads
 //! its group one request after the other ([`read_each`]).
 //!
+//! Reads in flight ([`ReadMany::start_reads`]): the same requests started
+//! without waiting, one [`ReadInFlight`] future each (the page cache's
+//! `CachedFile::read_owned_many`, the I/O engine's completions), so a
+//! connection keeps its client's queue in flight and answers each read as
+//! it completes.
+//!
 //! Invariants: one result per request, in order; a request's error touches
 //! no other request; a result `Ok(n)` means the first `n` bytes of that
 //! request's buffer hold the data (fewer than asked only at the end of the
-//! backend; the caller completes or refuses a short read).
+//! backend; the caller completes or refuses a short read); a future
+//! dropped before it is ready leaves nothing writing into its buffer (the
+//! buffer is owned by the future, or by the engine until its completion).
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 
 use kxarray::aio::AlignedBuf;
 use kxarray::backend::{Backend, FileBackend, ReadBuf};
 use kxarray::pagecache::CachedFile;
+
+/// A read in flight ([`ReadMany::start_reads`]): ready with the read's
+/// result (what `read_at` returns) and its buffer back.
+pub type ReadInFlight = Pin<Box<dyn Future<Output = (io::Result<usize>, ReadBuf)> + Send>>;
 
 /// Reads served together: `reqs` are `(offset, buffer)` pairs, filled from
 /// the backend; one result per request, in order.
@@ -28,6 +42,80 @@ pub trait ReadMany: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Per request, in its result: the backend's error for that read only.
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>>;
+
+    /// Start reading every `(offset, buffer)` of `reqs` (their misses
+    /// submitted together) and return at once with one future per
+    /// request, in order, each ready with the request's result and its
+    /// buffer back. Dropping a future cancels nothing and leaves nothing
+    /// writing into anything the caller can reach.
+    ///
+    /// The default reads them now ([`read_many`](ReadMany::read_many)) and
+    /// returns futures that are ready.
+    ///
+    /// # Errors
+    /// Per request, in its future's output.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Poll, Waker};
+    /// use kxarray::aio::AlignedBuf;
+    /// use kxarray::backend::{Backend, FileBackend, ReadBuf};
+    /// use kxarray_nbd::ReadMany;
+    ///
+    /// let file = FileBackend::from_file(tempfile::tempfile().unwrap());
+    /// file.write_all_at(&[5u8; 8192], 0).unwrap();
+    /// let bufs: Vec<(u64, ReadBuf)> = vec![(0, Box::new(AlignedBuf::new(4096)))];
+    /// let mut fut = file.start_reads(bufs).pop().unwrap();
+    /// let waker = Waker::noop();
+    /// let (n, buf) = loop {
+    ///     if let Poll::Ready(r) = fut.as_mut().poll(&mut Context::from_waker(waker)) {
+    ///         break r;
+    ///     }
+    ///     std::thread::yield_now();
+    /// };
+    /// assert_eq!(n.unwrap(), 4096);
+    /// assert!(buf.as_slice().iter().all(|&b| b == 5));
+    /// ```
+    fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
+        read_now(reqs, |slices| self.read_many(slices))
+    }
+
+    /// Whether [`start_reads`](ReadMany::start_reads) returns before the
+    /// reads complete (the server then serves a connection's reads in
+    /// flight on one thread rather than in batches on several).
+    fn reads_in_flight(&self) -> bool {
+        false
+    }
+}
+
+/// Read `reqs` now with `read` (a batch read of their buffers) and return
+/// futures that are ready: the synchronous form of
+/// [`ReadMany::start_reads`].
+pub fn read_now(
+    mut reqs: Vec<(u64, ReadBuf)>,
+    read: impl FnOnce(&mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>>,
+) -> Vec<ReadInFlight> {
+    let results = {
+        let mut slices: Vec<(u64, &mut [u8])> = reqs
+            .iter_mut()
+            .map(|(off, buf)| (*off, buf.as_mut_slice()))
+            .collect();
+        read(&mut slices)
+    };
+    reqs.into_iter()
+        .zip(results)
+        .map(|((_, buf), res)| Box::pin(std::future::ready((res, buf))) as ReadInFlight)
+        .collect()
+}
+
+/// A read's buffer as the page cache's futures take it.
+struct Bytes(ReadBuf);
+
+impl AsMut<[u8]> for Bytes {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.0.as_mut_slice()
+    }
 }
 
 /// One request after the other with [`Backend::read_at`]: what an export
@@ -41,9 +129,29 @@ pub fn read_each(backend: &dyn Backend, reqs: &mut [(u64, &mut [u8])]) -> Vec<io
 /// The page cache's batch read ([`CachedFile::read_many`]): every
 /// request's cached pages copied, its misses submitted together through
 /// the I/O engine.
+///
+/// Reads in flight: `CachedFile::read_owned_many` (the misses submitted
+/// together; each future copies its bytes out of the cache once the reads
+/// it needs are done).
 impl ReadMany for CachedFile {
     fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
         CachedFile::read_many(self, reqs)
+    }
+
+    fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
+        self.read_owned_many(reqs.into_iter().map(|(off, buf)| (off, Bytes(buf))))
+            .into_iter()
+            .map(|f| {
+                Box::pin(async move {
+                    let (res, buf) = f.await;
+                    (res, buf.0)
+                }) as ReadInFlight
+            })
+            .collect()
+    }
+
+    fn reads_in_flight(&self) -> bool {
+        true
     }
 }
 
@@ -59,7 +167,7 @@ std::thread_local! {
 }
 
 /// An aligned buffer of `len` bytes: one this thread kept, or a new one.
-fn take_buffer(len: usize) -> ReadBuf {
+pub(crate) fn take_buffer(len: usize) -> ReadBuf {
     let kept = SPARE.with(|s| {
         let mut s = s.borrow_mut();
         let at = s.iter().rposition(|b| b.bytes_len() == len)?;
@@ -69,7 +177,7 @@ fn take_buffer(len: usize) -> ReadBuf {
 }
 
 /// Keep `buf` for this thread's next batch, if there is room.
-fn keep_buffer(buf: ReadBuf) {
+pub(crate) fn keep_buffer(buf: ReadBuf) {
     if buf.bytes_len() <= SPARE_MAX_LEN {
         SPARE.with(|s| {
             let mut s = s.borrow_mut();
@@ -104,6 +212,19 @@ impl ReadMany for FileBackend {
                 res
             })
             .collect()
+    }
+
+    /// The completions of the engine's batch submission (the buffers must
+    /// suit the file: aligned for `O_DIRECT`, as [`AlignedBuf`]s are).
+    fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
+        Backend::read_many(self, reqs)
+            .into_iter()
+            .map(|c| Box::pin(c) as ReadInFlight)
+            .collect()
+    }
+
+    fn reads_in_flight(&self) -> bool {
+        true
     }
 }
 

@@ -47,6 +47,17 @@ pub const MAX_BATCH_PAYLOAD: usize = 1 << 20;
 /// the IOPS of 64).
 pub const MAX_BATCH: usize = 16;
 
+/// Most reads one connection keeps in flight
+/// ([`Config::in_flight_reads`]).
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// Most reply bytes of the reads one connection keeps in flight (one read
+/// is always allowed, up to [`REPLY_BUFFER`]): with the reply buffer and
+/// the read buffer, below the budget of one worker, which also holds a
+/// `WRITE`'s payload (never in flight with reads: a connection finishes
+/// its reads before it takes any other request).
+pub const IN_FLIGHT_BYTES: usize = MAX_BATCH_PAYLOAD;
+
 /// Bytes of ciphertext a TLS connection holds besides its plaintext
 /// buffers: the encrypted replies of one send (at most [`REPLY_BUFFER`]
 /// plus record overhead, counted as twice it: rustls' copy and the one
@@ -58,7 +69,11 @@ pub const TLS_OVERHEAD: usize = 2 * REPLY_BUFFER + 256 * 1024 + 64 * 1024;
 /// `workers` worker threads (`tls`: over TLS): the read buffer, and per
 /// worker a batch's `WRITE` payloads (at most [`MAX_BATCH_PAYLOAD`] plus
 /// one request's [`MAX_PAYLOAD`]) and its reply buffer; with TLS, the
-/// ciphertext buffers on top. An idle connection holds none of it.
+/// ciphertext buffers on top. An idle connection holds none of it. A
+/// connection whose reads are kept in flight (one thread) holds at most
+/// the read buffer, its reply buffer and either one `WRITE`'s payload or
+/// [`IN_FLIGHT_BYTES`] of reads (plus one reply): within one worker's
+/// share.
 ///
 /// ```
 /// use kxarray_nbd::config::connection_budget;
@@ -91,6 +106,12 @@ pub struct Config {
     pub park_after: Duration,
     /// TLS (`NBD_OPT_STARTTLS`): `None` for none.
     pub tls: Option<Arc<Tls>>,
+    /// Keep a connection's `READ`s in flight on one thread, each answered
+    /// as it completes (for an export that can:
+    /// [`Export::reads_in_flight`](crate::Export::reads_in_flight), in
+    /// clear text), rather than in batches on [`workers`](Config::workers)
+    /// threads. On by default.
+    pub in_flight_reads: bool,
 }
 
 impl Config {
@@ -102,6 +123,7 @@ impl Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             park_after: DEFAULT_PARK_AFTER,
             tls: None,
+            in_flight_reads: true,
         }
     }
 
@@ -121,6 +143,13 @@ impl Config {
     /// millisecond).
     pub fn park_after(mut self, t: Duration) -> Self {
         self.park_after = t.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Keep reads in flight (`true`, the default) or serve them in
+    /// batches on the workers (`false`); see [`Config::in_flight_reads`].
+    pub fn in_flight_reads(mut self, on: bool) -> Self {
+        self.in_flight_reads = on;
         self
     }
 

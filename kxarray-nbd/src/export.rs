@@ -9,9 +9,9 @@
 use std::io;
 use std::sync::Arc;
 
-use kxarray::backend::Backend;
+use kxarray::backend::{Backend, ReadBuf};
 
-use crate::batch::{read_each, ReadMany};
+use crate::batch::{read_each, read_now, ReadInFlight, ReadMany};
 use crate::proto::{
     NBD_FLAG_CAN_MULTI_CONN, NBD_FLAG_HAS_FLAGS, NBD_FLAG_READ_ONLY, NBD_FLAG_SEND_FLUSH,
     NBD_FLAG_SEND_FUA, NBD_FLAG_SEND_TRIM, NBD_FLAG_SEND_WRITE_ZEROES,
@@ -86,6 +86,26 @@ impl Export {
             Some(r) => r.read_many(reqs),
             None => read_each(&*self.backend, reqs),
         }
+    }
+
+    /// Start every `(offset, buffer)` of `reqs` without waiting
+    /// ([`ReadMany::start_reads`]); an export without a batch read reads
+    /// them now, one [`Backend::read_at`] after the other, and returns
+    /// futures that are ready.
+    ///
+    /// # Errors
+    /// Per request, in its future's output.
+    pub fn start_reads(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<ReadInFlight> {
+        match &self.reader {
+            Some(r) => r.start_reads(reqs),
+            None => read_now(reqs, |slices| read_each(&*self.backend, slices)),
+        }
+    }
+
+    /// Whether the export's reads can be kept in flight
+    /// ([`ReadMany::reads_in_flight`]).
+    pub fn reads_in_flight(&self) -> bool {
+        self.reader.as_ref().is_some_and(|r| r.reads_in_flight())
     }
 
     /// Set the description.

@@ -8,7 +8,10 @@
 //! - [`transmission`]: requests and replies of one connection, many in
 //!   flight, within a byte budget;
 //! - [`batch`]: the `READ`s a worker took together, served by one batch
-//!   read (the page cache's, or the I/O engine's);
+//!   read (the page cache's, or the I/O engine's), or started together
+//!   and kept in flight;
+//! - [`pipeline`]: a connection's reads in flight on one thread, each
+//!   answered as it completes (cached and plain files, in clear text);
 //! - [`server`]: the event loop for idle connections, pool threads for
 //!   busy ones, the connection cap, shutdown;
 //! - [`config`]: the limits, and the memory a connection may use;
@@ -33,7 +36,9 @@ mod connection;
 pub mod export;
 pub mod handshake;
 pub mod hashmap_disk;
+mod inflight;
 pub mod memory;
+pub mod pipeline;
 mod pool;
 pub mod proto;
 mod reactor;

@@ -107,6 +107,11 @@ struct Args {
     /// than a hand-off between threads; 4 for file and cached.
     #[arg(long)]
     threads: Option<usize>,
+    /// Keep a connection's READs in flight on one thread, each answered as
+    /// it completes (file and cached backends, clear text); `false`: serve
+    /// them in batches on the --threads workers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    in_flight_reads: bool,
     /// Refuse writes.
     #[arg(long)]
     read_only: bool,
@@ -230,6 +235,7 @@ fn run(args: Args) -> Result<(), String> {
     let config = Config::new(workers)
         .handshake_timeout(args.handshake_timeout)
         .max_connections(max_connections)
+        .in_flight_reads(args.in_flight_reads)
         .tls(tls.clone());
     let server = Server::new(export, config).map_err(|e| format!("event loop: {e}"))?;
 

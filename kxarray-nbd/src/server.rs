@@ -37,6 +37,7 @@ use crate::config::{connection_budget, Config};
 use crate::connection::{Conn, Live, Phase};
 use crate::export::Export;
 use crate::handshake::{self, advance, Context, Step};
+use crate::pipeline;
 use crate::pool::Pool;
 use crate::reactor::{Handler, Parking, Reactor};
 use crate::socket::{Listener, Socket};
@@ -358,7 +359,14 @@ impl Inner {
         if !conn.socket.readable_now() && !session.has_plaintext() {
             return self.parking.park(conn);
         }
-        match transmission::serve(&conn.socket, session, &self.export, self.config.workers) {
+        let in_flight =
+            self.config.in_flight_reads && self.export.reads_in_flight() && session.tls.is_none();
+        let end = if in_flight {
+            pipeline::serve(&conn.socket, session, &self.export)
+        } else {
+            transmission::serve(&conn.socket, session, &self.export, self.config.workers)
+        };
+        match end {
             End::Idle => {
                 debug!("idle; parked");
                 self.parking.park(conn);

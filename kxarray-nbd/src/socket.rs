@@ -88,6 +88,34 @@ impl Socket {
         n > 0 && pfd.revents != 0
     }
 
+    /// Read what has arrived into `buf` without waiting (`recv(2)` with
+    /// `MSG_DONTWAIT`); `Ok(0)` at the end of the stream.
+    ///
+    /// # Errors
+    /// `WouldBlock` when nothing has arrived; others as `recv(2)`.
+    pub fn recv_nowait(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: `buf` is a valid, writable region of `buf.len()`
+            // bytes for the whole call; recv(2) writes at most that many.
+            let n = unsafe {
+                libc::recv(
+                    self.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                // Non-negative and at most `buf.len()`: lossless.
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     /// The peer, for logs.
     pub fn peer(&self) -> String {
         match self {

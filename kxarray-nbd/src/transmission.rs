@@ -118,24 +118,24 @@ pub fn serve(socket: &Socket, session: &mut Session, export: &Export, workers: u
 
 /// A connection being served.
 #[derive(Debug)]
-struct Transmission<'a> {
-    socket: &'a Socket,
-    channel: Channel<'a>,
-    reader: Mutex<Reader>,
+pub(crate) struct Transmission<'a> {
+    pub(crate) socket: &'a Socket,
+    pub(crate) channel: Channel<'a>,
+    pub(crate) reader: Mutex<Reader>,
     /// The writer lock; its buffer receives a TLS channel's ciphertext.
     writer: Mutex<Vec<u8>>,
-    export: &'a Export,
-    structured: bool,
+    pub(crate) export: &'a Export,
+    pub(crate) structured: bool,
     /// No more requests are read (the client disconnected, or the
     /// connection is being closed).
-    closing: AtomicBool,
+    pub(crate) closing: AtomicBool,
     /// The client went quiet: the workers stop, the connection is parked.
-    idle: AtomicBool,
+    pub(crate) idle: AtomicBool,
 }
 
 /// The reader's buffers: decrypted bytes not yet taken as requests.
 #[derive(Debug)]
-struct Reader {
+pub(crate) struct Reader {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -143,13 +143,13 @@ struct Reader {
 }
 
 impl Reader {
-    fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         &self.buf[self.start..self.end]
     }
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.end - self.start
     }
-    fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -160,7 +160,7 @@ impl Reader {
 
 /// A request taken from the stream.
 #[derive(Debug, Clone)]
-enum Taken {
+pub(crate) enum Taken {
     /// A request to execute; a `WRITE`'s payload is `payload` of the batch.
     Request(Request, Range<usize>),
     /// A `WRITE` longer than the maximum payload: refuse it, then close.
@@ -168,7 +168,7 @@ enum Taken {
 }
 
 /// What the reader found next.
-enum Next {
+pub(crate) enum Next {
     Request(Taken),
     /// No whole request buffered, and the batch already holds some.
     Wait,
@@ -178,23 +178,35 @@ enum Next {
     End,
 }
 
-/// A worker's buffers, reused from batch to batch.
-#[derive(Debug, Default)]
-struct Batch {
-    taken: Vec<Taken>,
-    /// The payloads of the batch's `WRITE`s, back to back.
-    payload: Vec<u8>,
-    /// The replies, back to back, sent with one `write`.
-    out: Vec<u8>,
+/// What follows a request executed alone ([`Transmission::execute_taken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Go on.
+    Go,
+    /// Send the replies built, then close (a `WRITE` above the maximum
+    /// payload, whose bytes cannot be skipped).
+    CloseAfterReplies,
+    /// The connection is closed (a reply could not be sent).
+    Closed,
 }
 
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// A worker's buffers, reused from batch to batch.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) taken: Vec<Taken>,
+    /// The payloads of the batch's `WRITE`s, back to back.
+    pub(crate) payload: Vec<u8>,
+    /// The replies, back to back, sent with one `write`.
+    pub(crate) out: Vec<u8>,
+}
+
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The guarded buffers stay consistent whatever panicked under them:
     // the reader's indices are updated after the bytes are in place.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn quiet(e: &io::Error) -> bool {
+pub(crate) fn quiet(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
@@ -202,7 +214,7 @@ fn quiet(e: &io::Error) -> bool {
 }
 
 impl<'a> Transmission<'a> {
-    fn new(socket: &'a Socket, session: &mut Session, export: &'a Export) -> Self {
+    pub(crate) fn new(socket: &'a Socket, session: &mut Session, export: &'a Export) -> Self {
         let channel = Channel::new(socket, session.tls.take());
         let mut buf = vec![0u8; READ_BUFFER].into_boxed_slice();
         let n = session.leftover.len();
@@ -227,7 +239,7 @@ impl<'a> Transmission<'a> {
     }
 
     /// Give the idle state back to `session`.
-    fn finish(self, session: &mut Session) -> End {
+    pub(crate) fn finish(self, session: &mut Session) -> End {
         let closing = self.closing.load(Ordering::Acquire);
         let reader = self.reader.into_inner().unwrap_or_else(|e| e.into_inner());
         session.tls = self.channel.into_tls();
@@ -238,7 +250,7 @@ impl<'a> Transmission<'a> {
         End::Idle
     }
 
-    fn worker(&self) {
+    pub(crate) fn worker(&self) {
         let mut batch = Batch::default();
         loop {
             let more = self.read_batch(&mut batch);
@@ -263,41 +275,10 @@ impl<'a> Transmission<'a> {
                 }
                 let taken = &batch.taken[i];
                 i += 1;
-                match taken {
-                    Taken::Oversized(req) => {
-                        oversized = true;
-                        self.error_reply(
-                            &mut batch.out,
-                            req,
-                            NBD_EINVAL,
-                            "write payload above the 32 MiB maximum; closing",
-                        )
-                    }
-                    Taken::Request(req, range) => {
-                        let reply = self.reply_len(req);
-                        if batch.out.len() + reply > REPLY_BUFFER && !batch.out.is_empty() {
-                            // Send what is built before a long READ reply.
-                            if let Err(e) = self.send(&batch.out) {
-                                debug!(error = %e, "replies not sent; closing");
-                                return self.close();
-                            }
-                            batch.out.clear();
-                        }
-                        let payload = &batch.payload[range.clone()];
-                        let out = &mut batch.out;
-                        let start = out.len();
-                        let run =
-                            catch_unwind(AssertUnwindSafe(|| self.execute(req, payload, out)));
-                        if run.is_err() {
-                            warn!(command = command_name(req.command), "backend panicked");
-                            if reply > REPLY_BUFFER {
-                                // Part of a streamed reply may be out.
-                                return self.close();
-                            }
-                            batch.out.truncate(start);
-                            self.error_reply(&mut batch.out, req, NBD_EIO, "internal error");
-                        }
-                    }
+                match self.execute_taken(taken, &batch.payload, &mut batch.out) {
+                    Flow::Go => {}
+                    Flow::CloseAfterReplies => oversized = true,
+                    Flow::Closed => return,
                 }
             }
             if !batch.out.is_empty() {
@@ -322,11 +303,55 @@ impl<'a> Transmission<'a> {
         }
     }
 
+    /// Execute one request taken alone (not in a read group) and append
+    /// its reply to `out`, sending what `out` holds first when a long
+    /// `READ`'s reply follows; a `WRITE`'s data is `payload[range]`. A
+    /// panicking backend gets the request `NBD_EIO` (or closes the
+    /// connection when part of a streamed reply may be out).
+    pub(crate) fn execute_taken(&self, taken: &Taken, payload: &[u8], out: &mut Vec<u8>) -> Flow {
+        let (req, range) = match taken {
+            Taken::Oversized(req) => {
+                self.error_reply(
+                    out,
+                    req,
+                    NBD_EINVAL,
+                    "write payload above the 32 MiB maximum; closing",
+                );
+                return Flow::CloseAfterReplies;
+            }
+            Taken::Request(req, range) => (req, range),
+        };
+        let reply = self.reply_len(req);
+        if out.len() + reply > REPLY_BUFFER && !out.is_empty() {
+            // Send what is built before a long READ reply.
+            if let Err(e) = self.send(out) {
+                debug!(error = %e, "replies not sent; closing");
+                self.close();
+                return Flow::Closed;
+            }
+            out.clear();
+        }
+        let payload = &payload[range.clone()];
+        let start = out.len();
+        let run = catch_unwind(AssertUnwindSafe(|| self.execute(req, payload, out)));
+        if run.is_err() {
+            warn!(command = command_name(req.command), "backend panicked");
+            if reply > REPLY_BUFFER {
+                // Part of a streamed reply may be out.
+                self.close();
+                return Flow::Closed;
+            }
+            out.truncate(start);
+            self.error_reply(out, req, NBD_EIO, "internal error");
+        }
+        Flow::Go
+    }
+
     /// Whether `req` is a `READ` a batch can serve: valid flags, a length
     /// from 1 byte to what one reply buffer holds, inside the export.
     /// Anything else (and every error reply) goes through
     /// [`execute`](Self::execute), as before.
-    fn batchable(&self, req: &Request) -> bool {
+    pub(crate) fn batchable(&self, req: &Request) -> bool {
         req.command == NBD_CMD_READ
             && req.flags & !NBD_CMD_FLAG_FUA == 0
             && req.length > 0
@@ -468,7 +493,7 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    fn send(&self, data: &[u8]) -> io::Result<()> {
+    pub(crate) fn send(&self, data: &[u8]) -> io::Result<()> {
         let mut scratch = locked(&self.writer);
         let r = self.channel.send(&mut scratch, data);
         if scratch.capacity() > 4 * REPLY_BUFFER {
@@ -516,8 +541,9 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    /// Read more bytes into the reader's buffer.
-    fn fill(&self, reader: &mut Reader) -> io::Result<usize> {
+    /// Read more bytes into the reader's buffer (`nowait`, on a clear-text
+    /// channel: only what has arrived, or `WouldBlock`).
+    pub(crate) fn fill(&self, reader: &mut Reader, nowait: bool) -> io::Result<usize> {
         if reader.start > 0 {
             let (start, end) = (reader.start, reader.end);
             reader.buf.copy_within(start..end, 0);
@@ -525,18 +551,22 @@ impl<'a> Transmission<'a> {
             reader.start = 0;
         }
         let Reader { buf, end, side, .. } = reader;
-        let n = self.channel.read(side, &mut buf[*end..])?;
+        let n = match nowait {
+            // Only a clear-text channel reads the socket without waiting.
+            true if !self.channel.is_tls() => self.socket.recv_nowait(&mut buf[*end..])?,
+            _ => self.channel.read(side, &mut buf[*end..])?,
+        };
         *end += n;
         Ok(n)
     }
 
     /// The next request (and a `WRITE`'s payload, appended to the batch's).
-    fn next(&self, reader: &mut Reader, batch: &mut Batch) -> Next {
+    pub(crate) fn next(&self, reader: &mut Reader, batch: &mut Batch) -> Next {
         while reader.len() < REQUEST_LEN {
             if !batch.taken.is_empty() {
                 return Next::Wait;
             }
-            match self.fill(reader) {
+            match self.fill(reader, false) {
                 Ok(0) => {
                     debug!("client closed the connection");
                     self.close();
@@ -628,7 +658,7 @@ impl<'a> Transmission<'a> {
     }
 
     /// Mark the connection closing and wake every worker blocked on it.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
         // Already shut down or the peer is gone: either way it is closed.
         let _ = self.socket.shutdown(Shutdown::Both);
@@ -731,7 +761,7 @@ impl<'a> Transmission<'a> {
     }
 
     /// Bytes of a successful reply to `req` (a `READ`'s header and data).
-    fn reply_len(&self, req: &Request) -> usize {
+    pub(crate) fn reply_len(&self, req: &Request) -> usize {
         if req.command != NBD_CMD_READ || req.length > MAX_PAYLOAD {
             return SIMPLE_REPLY_LEN;
         }
@@ -871,7 +901,7 @@ impl<'a> Transmission<'a> {
         );
     }
 
-    fn error_reply(&self, out: &mut Vec<u8>, req: &Request, error: u32, message: &str) {
+    pub(crate) fn error_reply(&self, out: &mut Vec<u8>, req: &Request, error: u32, message: &str) {
         debug!(
             command = command_name(req.command),
             error, message, "error reply"

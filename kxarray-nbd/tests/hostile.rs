@@ -121,12 +121,16 @@ fn peak_rss(p: &Process, d: Duration) -> u64 {
 /// may grow by `bound` at most (its per-connection budget plus the page
 /// cache, not the replies).
 fn unread_replies(args: &[&str], structured: bool, n: u64, bound: u64) -> u64 {
+    unread_replies_of(args, structured, n, MAX_PAYLOAD, bound)
+}
+
+/// As [`unread_replies`], with READs of `len` bytes.
+fn unread_replies_of(args: &[&str], structured: bool, n: u64, len: u32, bound: u64) -> u64 {
     let p = spawn_unix(args, &[]);
     let mut c = Client::connect(&p.addr, structured);
     c.write(0, &[1u8; 4096]).unwrap();
     assert_eq!(c.read(0, 4096).unwrap(), vec![1u8; 4096]);
     let before = p.rss();
-    let len = MAX_PAYLOAD;
     let mut offsets = std::collections::HashMap::new();
     for i in 0..n {
         let offset = (i % 8) * u64::from(len);
@@ -134,12 +138,12 @@ fn unread_replies(args: &[&str], structured: bool, n: u64, bound: u64) -> u64 {
     }
     let grown = peak_rss(&p, Duration::from_millis(1500)).saturating_sub(before);
     eprintln!(
-        "{args:?}: +{:.1} MiB resident with {n} unread 32 MiB READs",
+        "{args:?}: +{:.1} MiB resident with {n} unread READs of {len} bytes",
         grown as f64 / MIB as f64
     );
     assert!(
         grown <= bound,
-        "{args:?}: +{} MiB resident with {n} unread 32 MiB READs (bound {} MiB)",
+        "{args:?}: +{} MiB resident with {n} unread READs of {len} bytes (bound {} MiB)",
         grown / MIB,
         bound / MIB
     );
@@ -191,6 +195,36 @@ fn unread_read_replies_cost_the_server_a_bounded_memory() {
         true,
         16,
         64 * MIB,
+    );
+}
+
+/// Reads kept in flight (a cached file's connection) whose replies the
+/// client does not read: 128 READs of almost 1 MiB (each short enough to
+/// be kept in flight; as many request headers as the client's socket
+/// takes without a reply read), 128 MiB of replies asked for, cost the
+/// server its reply buffer and at most 1 MiB of reads in flight, plus the
+/// cache.
+#[test]
+fn unread_replies_of_reads_in_flight_cost_a_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("disk");
+    let file = file.to_str().unwrap();
+    let len = (1 << 20) - 64;
+    unread_replies_of(
+        &[
+            "--size",
+            "256M",
+            "--backend",
+            "cached",
+            "--file",
+            file,
+            "--cache-size",
+            "16M",
+        ],
+        true,
+        128,
+        len,
+        48 * MIB,
     );
 }
 

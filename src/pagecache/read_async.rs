@@ -156,6 +156,75 @@ impl CachedFile {
         }
     }
 
+    /// Many [`read_owned`](CachedFile::read_owned) reads at once: the pages
+    /// none of the requests find cached are submitted together (one
+    /// submission, as [`read_many`](CachedFile::read_many) does), and one
+    /// [`ReadFuture`] per `(offset, buffer)` request, in order, is ready
+    /// with what [`read_at`](CachedFile::read_at) would return and the
+    /// buffer back. Nothing waits: a server keeps the futures in flight and
+    /// answers each as it completes.
+    ///
+    /// # Errors
+    /// In each future's output, as [`read_at`](CachedFile::read_at).
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// file.write_at(b"one two", 8192).unwrap();
+    /// let futs = file.read_owned_many([(8192, vec![0u8; 3]), (8196, vec![0u8; 3])]);
+    /// // A RAM disk completes as it submits: each future is ready at once.
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let got: Vec<Vec<u8>> = futs
+    ///     .into_iter()
+    ///     .map(|f| match pin!(f).poll(&mut cx) {
+    ///         Poll::Ready((n, buf)) => { assert_eq!(n.unwrap(), 3); buf }
+    ///         Poll::Pending => unreachable!(),
+    ///     })
+    ///     .collect();
+    /// assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+    /// ```
+    pub fn read_owned_many<B, I>(&self, reqs: I) -> Vec<ReadFuture<B>>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+        I: IntoIterator<Item = (u64, B)>,
+    {
+        let s = self.shared();
+        let size = s.len();
+        let mut futs = Vec::new();
+        let mut wins = Vec::new();
+        for (offset, mut buf) in reqs {
+            let len = buf.as_mut().len();
+            if offset <= MAX_FILE_SIZE && checked_end(offset, len as u64).is_ok() {
+                let (start, end) = pages(offset, len, size);
+                if start < end {
+                    wins.push(Window {
+                        start,
+                        end,
+                        mark: None,
+                    });
+                }
+            }
+            futs.push(ReadFuture {
+                file: Arc::clone(s),
+                offset,
+                buf: Some(buf),
+                failed: None,
+            });
+        }
+        // A submission error (no memory for a folio) is left to each
+        // future: its own read meets the same condition and reports it.
+        if !wins.is_empty() {
+            let _ = s.submit_fills(&wins, None);
+        }
+        futs
+    }
+
     /// Advise the cache how `len` bytes at `offset` (0: to the end of the
     /// file) will be read, as `posix_fadvise(2)`:
     /// [`Normal`](Advice::Normal), [`Sequential`](Advice::Sequential) and
