@@ -181,21 +181,22 @@ fn unread_read_replies_cost_the_server_a_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("disk");
     let file = file.to_str().unwrap();
-    unread_replies(
-        &[
-            "--size",
-            "256M",
-            "--backend",
-            "cached",
-            "--file",
-            file,
-            "--cache-size",
-            "16M",
-        ],
-        true,
-        16,
-        64 * MIB,
-    );
+    unread_replies(&cached_disk(file), true, 16, 64 * MIB);
+}
+
+/// A 256 MiB cached file at `file` behind a 16 MiB cache: the server's
+/// arguments.
+fn cached_disk(file: &str) -> [&str; 8] {
+    [
+        "--size",
+        "256M",
+        "--backend",
+        "cached",
+        "--file",
+        file,
+        "--cache-size",
+        "16M",
+    ]
 }
 
 /// Reads kept in flight (a cached file's connection) whose replies the
@@ -210,22 +211,7 @@ fn unread_replies_of_reads_in_flight_cost_a_bounded_memory() {
     let file = dir.path().join("disk");
     let file = file.to_str().unwrap();
     let len = (1 << 20) - 64;
-    unread_replies_of(
-        &[
-            "--size",
-            "256M",
-            "--backend",
-            "cached",
-            "--file",
-            file,
-            "--cache-size",
-            "16M",
-        ],
-        true,
-        128,
-        len,
-        48 * MIB,
-    );
+    unread_replies_of(&cached_disk(file), true, 128, len, 48 * MIB);
 }
 
 #[test]
