@@ -134,6 +134,21 @@ impl Handle {
         }
     }
 
+    /// Whether a read is a checkpoint's read of WAL frames while the cache
+    /// holds none of the WAL: read once (the frame's page is written to the
+    /// database next), so read straight from the file ([`read_uncached`])
+    /// rather than filled into the cache and copied out again.
+    #[inline]
+    fn read_once(&self) -> bool {
+        self.inode.wal.is_some()
+            && self.inode.file.cached_pages() == 0
+            && self
+                .db
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .is_some_and(|d| d.checkpointing.load(Ordering::Relaxed))
+    }
+
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
         let (f, b, h) = std::mem::take(&mut self.unbooked);
@@ -331,8 +346,18 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        h.note_read(off, n as u64);
-        match h.inode.file.read_at(out, off) {
+        // A WAL reads as far as SQLite wrote (its file is grown ahead).
+        let want = h.inode.wal.as_ref().map_or(n, |w| w.readable(off, n));
+        if want < n {
+            out[want..].fill(0);
+        }
+        let read = if h.read_once() {
+            read_uncached(h, &mut out[..want], off)
+        } else {
+            h.note_read(off, n as u64);
+            h.inode.file.read_at(&mut out[..want], off)
+        };
+        match read {
             Ok(got) if got == n => SQLITE_OK,
             Ok(got) => {
                 // SQLite requires the rest zeroed on a short read.
@@ -342,6 +367,44 @@ unsafe extern "C" fn x_read(
             Err(e) => io_code(h, "read", &e, SQLITE_IOERR_READ),
         }
     })
+}
+
+/// Read a WAL's bytes straight from its file with `pread`, as the unix VFS
+/// does ([`Handle::read_once`]). The file holds what the cache would
+/// return: every WAL write is written through before `xWrite` returns, and
+/// the only bytes the cache can hold newer than the file are a failed
+/// write-through's, kept in cached (dirty) folios, and this read is taken
+/// only while the cache holds none of the WAL; a folio cached after that
+/// check holds a later frame's write, never the committed frames a
+/// checkpoint reads.
+fn read_uncached(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match h.inode.fd.read_at(&mut buf[got..], off + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    vfs_stats().uncached_reads.fetch_add(1, Ordering::Relaxed);
+    Ok(got)
+}
+
+/// Whether `SQLITE_FCNTL_SIZE_HINT` with `want` is a checkpoint's final
+/// size to grow a buffered database to, so that its pages are written
+/// through inside the file (`x_write`): only from a length of whole 4 KiB
+/// pages to another, so that no page a reader filled under the old length
+/// straddles it (the same reasoning as `walsize`'s).
+fn checkpoint_grows(h: &Handle, want: i64) -> bool {
+    h.inode.is_db
+        && !h.inode.direct
+        && h.inode.checkpointing.load(Ordering::Relaxed)
+        && !crate::process::write_back_only()
+        && want > 0
+        && want % PAGE == 0
+        && h.inode.file.len().is_multiple_of(PAGE as u64)
 }
 
 unsafe extern "C" fn x_write(
@@ -380,8 +443,17 @@ unsafe extern "C" fn x_write(
         // folios the cache holds for the range take the bytes too). A
         // main database waits for SQLite's next sync point, a temporary
         // file for the cache's own writeback.
-        if h.inode.policy == WritePolicy::Through && !crate::process::write_back_only() {
-            if let Err(e) = h.inode.file.write_through(data, off) {
+        // A WAL's frames land inside its file, grown ahead (`walsize`). A
+        // checkpoint's database pages, over a buffered file, are written
+        // through as well: written once, and the kernel caches them.
+        let through = h.inode.policy == WritePolicy::Through
+            || (h.inode.checkpointing.load(Ordering::Relaxed) && !h.inode.direct);
+        if through && !crate::process::write_back_only() {
+            let r = match &h.inode.wal {
+                Some(w) => w.write(&h.inode.file, data, off),
+                None => h.inode.file.write_through(data, off).map(drop),
+            };
+            if let Err(e) = r {
                 return io_code(h, "write through", &e, SQLITE_IOERR_WRITE);
             }
         } else if let Err(e) = h.inode.file.write_at(data, off) {
@@ -411,7 +483,11 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
                 return rc;
             }
         }
-        match h.inode.file.set_len(size) {
+        let r = match &h.inode.wal {
+            Some(w) => w.truncate(&h.inode.file, size),
+            None => h.inode.file.set_len(size),
+        };
+        match r {
             Ok(()) => SQLITE_OK,
             Err(e) => io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE),
         }
@@ -450,8 +526,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        let len = h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len());
         // SAFETY: SQLite passes a writable i64.
-        unsafe { *size = h.inode.file.len() as i64 };
+        unsafe { *size = len as i64 };
         SQLITE_OK
     })
 }
@@ -510,7 +587,8 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} open_files={}",
+         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
+         uncached_reads={} open_files={}",
         cache.capacity(),
         s.cached_pages,
         s.hits,
@@ -527,6 +605,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.fetches_held),
         r(&v.fetch_fallbacks),
         r(&v.lock_conflicts),
+        r(&v.uncached_reads),
         inode::open_files(),
     )
 }
@@ -624,12 +703,18 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 // hint changes nothing.
                 // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
                 let want = *unsafe { arg_mut::<i64>(arg) };
-                if h.chunk > 0 && want > 0 {
-                    let size = (want + h.chunk - 1) / h.chunk * h.chunk;
-                    if size as u64 > h.inode.file.len() && !h.readonly {
-                        if let Err(e) = h.inode.file.set_len(size as u64) {
-                            return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
-                        }
+                let size = if h.chunk > 0 && want > 0 {
+                    (want + h.chunk - 1) / h.chunk * h.chunk
+                } else if checkpoint_grows(h, want) {
+                    // A checkpoint's final size: grown now, its pages are
+                    // written through inside the file (see `x_write`).
+                    want
+                } else {
+                    0
+                };
+                if size as u64 > h.inode.file.len() && !h.readonly {
+                    if let Err(e) = h.inode.file.set_len(size as u64) {
+                        return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
                     }
                 }
                 SQLITE_OK
@@ -671,7 +756,15 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
                 SQLITE_OK
             }
-            SQLITE_FCNTL_SYNC | SQLITE_FCNTL_CKPT_DONE => sync_point(h),
+            SQLITE_FCNTL_CKPT_START => {
+                h.inode.checkpointing.store(true, Ordering::Relaxed);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_CKPT_DONE => {
+                h.inode.checkpointing.store(false, Ordering::Relaxed);
+                sync_point(h)
+            }
+            SQLITE_FCNTL_SYNC => sync_point(h),
             _ => SQLITE_NOTFOUND,
         }
     })

@@ -79,6 +79,7 @@ mod pattern;
 mod process;
 mod shm;
 mod vfs;
+mod walsize;
 
 pub use api::Api;
 pub use config::{default_capacity, parse_size, SettingError, Settings};
