@@ -19,6 +19,17 @@
 //!   commits, a database page whose journal or WAL copy may go), they are,
 //!   as with the unix VFS, and a process killed at any moment recovers to
 //!   the same transactions; `xSync` adds the `fdatasync`;
+//! - a WAL's frames land inside its file, grown ahead of them
+//!   ([`WalSize`](crate::walsize::WalSize)), so each is written through
+//!   from SQLite's buffer with one copy; SQLite sees the length it wrote;
+//! - a checkpoint (between `SQLITE_FCNTL_CKPT_START` and `CKPT_DONE`)
+//!   reads WAL frames the cache does not hold straight from the file
+//!   ([`read_uncached`]: the file has every WAL byte, all written through)
+//!   and, over a buffered database file, writes its pages through too
+//!   (grown first to the final size SQLite hints): each frame is read once
+//!   and each page written once, as the unix VFS does, instead of filling
+//!   fresh folios twice. Which path is a hint's choice; both return the
+//!   same bytes and leave the same file;
 //! - every pointer `xFetch` handed out stays valid and unchanged until the
 //!   `xUnfetch` of that very pointer (or `xUnfetch(p = NULL)`, or close),
 //!   and a page is served from a held reference only while it is current:
