@@ -242,8 +242,13 @@ fn make_inode(
         .open_with(backend, opts)
         .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: {}: {e}", path.display())))?;
     // A WAL SQLite can write grows ahead of its frames (`walsize`): set up
-    // here, before any handle can read it.
-    let wal = if is_wal && writable && policy == WritePolicy::Through {
+    // here, before any handle can read it. Not when write-through is off
+    // (the crash test's knob): its frames then go through the cache.
+    let wal = if is_wal
+        && writable
+        && policy == WritePolicy::Through
+        && !crate::process::write_back_only()
+    {
         Some(WalSize::new(&file).map_err(|e| {
             (
                 SQLITE_CANTOPEN,
