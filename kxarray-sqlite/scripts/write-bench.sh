@@ -10,7 +10,11 @@
 #   bash kxarray-sqlite/scripts/write-bench.sh                       # bulk, 9 rounds
 #   W=commit-wal ROUNDS=7 bash kxarray-sqlite/scripts/write-bench.sh
 #   CONFIGS="unix kx" BASE=/tmp/old-sqlite_bench bash kxarray-sqlite/scripts/write-bench.sh
+#   CONFIGS="unix unix+thread kx" bash kxarray-sqlite/scripts/write-bench.sh
 #
+# `<config>+thread`: the example with `--idle-thread` (a process with a
+# second thread, as every process using kxarray's VFS is: glibc's
+# single-thread fast paths off).
 # BASE: another build of the example; its rows run as `<config>@base`
 # beside this build's (an A/B of two commits in one interleaved run).
 set -euo pipefail
@@ -34,9 +38,10 @@ for r in $(seq 1 "$ROUNDS"); do
   k=${#cl[@]}
   for ((i = 0; i < k; i++)); do
     c=${cl[$(((i + r) % k))]}
-    bin=$B conf=$c
+    bin=$B conf=$c extra=()
     if [[ $c == *@base ]]; then bin=$BASE conf=${c%@base}; fi
-    out=$({ /usr/bin/time -f "%U %S" "$bin" run --db "$DIR/w.db" --config "$conf" --workload "$W"; } 2>&1)
+    if [[ $conf == *+thread ]]; then conf=${conf%+thread} extra=(--idle-thread); fi
+    out=$({ /usr/bin/time -f "%U %S" "$bin" run --db "$DIR/w.db" --config "$conf" --workload "$W" "${extra[@]}"; } 2>&1)
     secs=$(echo "$out" | head -1 | cut -f5)
     cpu=$(echo "$out" | tail -1 | awk '{print $1 + $2}')
     echo "$r $c $secs $cpu" >>"$RAW"
