@@ -42,6 +42,7 @@
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
+use crate::children::Children;
 use crate::config::Settings;
 use crate::fetch::Fetches;
 use crate::ffi::*;
@@ -85,6 +86,9 @@ pub(crate) struct Handle {
     fetches: Fetches,
     /// The reads' pattern (sequential or not), for the readahead hint.
     pattern: Pattern,
+    /// A database over `O_DIRECT` with `kx_prefetch` on: the interior
+    /// pages' children a scan will read.
+    children: Option<Children>,
     /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
@@ -191,6 +195,7 @@ impl Handle {
             0
         };
         let pattern = Pattern::new(ahead);
+        let children = (inode.direct && inode.is_db && settings.prefetch).then(Children::default);
         Handle {
             inode,
             key,
@@ -201,6 +206,7 @@ impl Handle {
             mmap_limit: 0,
             fetches: Fetches::new(),
             pattern,
+            children,
             unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
@@ -368,6 +374,17 @@ unsafe extern "C" fn x_read(
             h.note_read(off, n as u64);
             h.inode.file.read_at(&mut out[..want], off)
         };
+        if let (Ok(got), Some(c)) = (&read, h.children.as_mut()) {
+            if *got == n && n >= 512 && n.is_power_of_two() && off % n as u64 == 0 {
+                let pages = h.inode.file.len() / n as u64;
+                let pgno = u32::try_from(off / n as u64 + 1).unwrap_or(0);
+                for (at, len) in c.on_read(pgno, out, pages) {
+                    if pattern::advise(&h.inode.file, pattern::Hint::WillNeed(at, len)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
         match read {
             Ok(got) if got == n => SQLITE_OK,
             Ok(got) => {
@@ -640,11 +657,12 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} pressure={} mmap_size={} block_size={}",
+            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
             h.cache.config().capacity,
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
             u8::from(h.settings.pressure),
+            u8::from(h.children.is_some()),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
         ),
