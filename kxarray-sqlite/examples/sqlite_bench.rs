@@ -79,6 +79,13 @@ enum Cmd {
         /// (posix_fadvise DONTNEED), as for the O_DIRECT check.
         #[arg(long)]
         drop_kernel_cache: bool,
+        /// Start an idle thread first. A process with a second thread
+        /// loses glibc's single-thread fast paths (SQLite's mutexes and
+        /// `malloc` without atomics); kxarray's VFS always has threads
+        /// (the I/O engine's reapers, the pressure monitor), so this puts
+        /// the unix VFS on the same footing.
+        #[arg(long)]
+        idle_thread: bool,
     },
 }
 
@@ -356,7 +363,13 @@ fn main() {
             seconds,
             ops,
             drop_kernel_cache: drop,
+            idle_thread,
         } => {
+            if idle_thread {
+                std::thread::spawn(|| loop {
+                    std::thread::park();
+                });
+            }
             let is_write = matches!(workload.as_str(), "commit-full" | "commit-wal" | "bulk");
             let outcome = if is_write {
                 let db = db.with_file_name(format!("write-{config}-{workload}.db"));

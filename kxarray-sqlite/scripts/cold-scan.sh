@@ -10,6 +10,11 @@
 #
 #   bash kxarray-sqlite/scripts/cold-scan.sh            # 5 rounds, 1,000,000 rows (about 456 MB)
 #   ROUNDS=3 ROWS=2400000 bash kxarray-sqlite/scripts/cold-scan.sh   # about 1.1 GB
+#   KEYS=scattered ROWS=400000 CONFIGS="unix kx-direct kx-direct-noprefetch" bash kxarray-sqlite/scripts/cold-scan.sh
+#
+# KEYS=scattered: a table filled in a scattered key order (its leaves out
+# of order in the file: db.sh); kx-direct-noprefetch: kx_direct=1 with
+# kx_prefetch=0 (no prefetch of a scan's B-tree children).
 #
 # The database is made once with the unix VFS (DIR, default
 # target/sqlite-bench; not tmpfs, which refuses O_DIRECT) and reused.
@@ -23,15 +28,18 @@ command -v sqlite3 >/dev/null || { echo "sqlite3 not found: apt-get install -y s
 cargo build --release -p kxarray-sqlite --lib >&2
 LIB=$PWD/target/release/libkxarray_sqlite
 mkdir -p "$DIR"
+KEYS=${KEYS:-sequential}
 DB=$DIR/cold-$ROWS.db
+[ "$KEYS" = scattered ] && DB=$DIR/cold-scattered-$ROWS.db
 # shellcheck source=db.sh
 . kxarray-sqlite/scripts/db.sh
-make_db "$DB" "$ROWS"
+make_db "$DB" "$ROWS" "$KEYS"
 scan() { # config -> seconds
   local uri
   case $1 in
     unix) uri="file:$DB?mode=ro" ;;
     kx-direct) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
+    kx-direct-noprefetch) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1&kx_prefetch=0" ;;
     kx) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
     *) echo "unknown config $1" >&2; exit 2 ;;
   esac

@@ -1,8 +1,11 @@
 //! Settings: the cache capacity, O_DIRECT below the cache, zero-copy
-//! fetch. [`Settings`] is what one open asks for; it is read from URI
-//! parameters (`kx_cache`, `kx_direct`, `kx_fetch`), then environment
-//! variables (`KXARRAY_SQLITE_CACHE`, `KXARRAY_SQLITE_DIRECT`,
-//! `KXARRAY_SQLITE_FETCH`), then the defaults.
+//! fetch, memory pressure, the prefetch of a scan's B-tree children.
+//! [`Settings`] is what one open asks for; it is read from URI parameters
+//! (`kx_cache`, `kx_direct`, `kx_fetch`, `kx_pressure`, `kx_prefetch`),
+//! then environment variables (`KXARRAY_SQLITE_CACHE`,
+//! `KXARRAY_SQLITE_DIRECT`, `KXARRAY_SQLITE_FETCH`,
+//! `KXARRAY_SQLITE_PRESSURE`, `KXARRAY_SQLITE_PREFETCH`), then the
+//! defaults.
 //!
 //! Owns the parsing of sizes (`parse_size`: bytes with an optional
 //! `k`/`m`/`g`/`t` suffix, powers of 1024) and booleans, and the default
@@ -29,6 +32,10 @@ pub struct Settings {
     /// (`kxarray::memory::PressureMonitor`; read by the open that creates
     /// the cache).
     pub pressure: bool,
+    /// With `direct`: when a scan reads an interior B-tree page and then
+    /// its first two children in order, submit the reads of its other
+    /// children at once, wherever they lie in the file.
+    pub prefetch: bool,
 }
 
 /// A setting that does not parse.
@@ -149,11 +156,16 @@ const PRESSURE: Names = Names {
     uri: "kx_pressure",
     env: "KXARRAY_SQLITE_PRESSURE",
 };
+const PREFETCH: Names = Names {
+    uri: "kx_prefetch",
+    env: "KXARRAY_SQLITE_PREFETCH",
+};
 
 impl Settings {
     /// The settings for an open: each from `uri(name)` (the URI parameter,
     /// if the open has one), else from `env(name)`, else the default
-    /// (cache [`default_capacity`], direct off, fetch on, pressure on).
+    /// (cache [`default_capacity`], direct off, fetch on, pressure on,
+    /// prefetch on).
     ///
     /// # Errors
     /// A [`SettingError`] naming the first value that does not parse (or a
@@ -193,6 +205,7 @@ impl Settings {
             direct: boolean(&DIRECT, false)?,
             fetch: boolean(&FETCH, true)?,
             pressure: boolean(&PRESSURE, true)?,
+            prefetch: boolean(&PREFETCH, true)?,
         })
     }
 
@@ -255,7 +268,8 @@ mod tests {
                 cache_bytes: 8 << 20,
                 direct: true,
                 fetch: true,
-                pressure: true
+                pressure: true,
+                prefetch: true,
             }
         );
         let d = Settings::resolve(|_| None, |_| None).unwrap();
@@ -263,6 +277,11 @@ mod tests {
         assert!(!d.direct && d.fetch && d.pressure);
         let off = Settings::resolve(|k| (k == "kx_pressure").then(|| "0".into()), |_| None);
         assert!(!off.unwrap().pressure);
+        let off = Settings::resolve(
+            |_| None,
+            |k| (k == "KXARRAY_SQLITE_PREFETCH").then(|| "0".into()),
+        );
+        assert!(!off.unwrap().prefetch);
     }
 
     #[test]

@@ -198,6 +198,7 @@ pub(crate) const SQLITE_FCNTL_MMAP_SIZE: c_int = 18;
 pub(crate) const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
 pub(crate) const SQLITE_FCNTL_SYNC: c_int = 21;
 pub(crate) const SQLITE_FCNTL_CKPT_DONE: c_int = 37;
+pub(crate) const SQLITE_FCNTL_CKPT_START: c_int = 39;
 
 // Device characteristics (xDeviceCharacteristics).
 pub(crate) const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;

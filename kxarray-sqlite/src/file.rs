@@ -19,6 +19,17 @@
 //!   commits, a database page whose journal or WAL copy may go), they are,
 //!   as with the unix VFS, and a process killed at any moment recovers to
 //!   the same transactions; `xSync` adds the `fdatasync`;
+//! - a WAL's frames land inside its file, grown ahead of them
+//!   ([`WalSize`](crate::walsize::WalSize)), so each is written through
+//!   from SQLite's buffer with one copy; SQLite sees the length it wrote;
+//! - a checkpoint (between `SQLITE_FCNTL_CKPT_START` and `CKPT_DONE`)
+//!   reads WAL frames the cache does not hold straight from the file
+//!   ([`read_uncached`]: the file has every WAL byte, all written through)
+//!   and, over a buffered database file, writes its pages through too
+//!   (grown first to the final size SQLite hints): each frame is read once
+//!   and each page written once, as the unix VFS does, instead of filling
+//!   fresh folios twice. Which path is a hint's choice; both return the
+//!   same bytes and leave the same file;
 //! - every pointer `xFetch` handed out stays valid and unchanged until the
 //!   `xUnfetch` of that very pointer (or `xUnfetch(p = NULL)`, or close),
 //!   and a page is served from a held reference only while it is current:
@@ -31,6 +42,7 @@
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
+use crate::children::Children;
 use crate::config::Settings;
 use crate::fetch::Fetches;
 use crate::ffi::*;
@@ -74,6 +86,9 @@ pub(crate) struct Handle {
     fetches: Fetches,
     /// The reads' pattern (sequential or not), for the readahead hint.
     pattern: Pattern,
+    /// A database over `O_DIRECT` with `kx_prefetch` on: the interior
+    /// pages' children a scan will read.
+    children: Option<Children>,
     /// Fetches, fallbacks and fetches of held pages not yet added to the process's counters: a
     /// shared counter bumped on every fetch cost a cache-line transfer per
     /// page between two connections' threads. Added every
@@ -134,6 +149,21 @@ impl Handle {
         }
     }
 
+    /// Whether a read is a checkpoint's read of WAL frames while the cache
+    /// holds none of the WAL: read once (the frame's page is written to the
+    /// database next), so read straight from the file ([`read_uncached`])
+    /// rather than filled into the cache and copied out again.
+    #[inline]
+    fn read_once(&self) -> bool {
+        self.inode.wal.is_some()
+            && self.inode.file.cached_pages() == 0
+            && self
+                .db
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .is_some_and(|d| d.checkpointing.load(Ordering::Relaxed))
+    }
+
     /// Add this handle's uncounted fetches to the process's counters.
     fn book_fetches(&mut self) {
         let (f, b, h) = std::mem::take(&mut self.unbooked);
@@ -165,6 +195,7 @@ impl Handle {
             0
         };
         let pattern = Pattern::new(ahead);
+        let children = (inode.direct && inode.is_db && settings.prefetch).then(Children::default);
         Handle {
             inode,
             key,
@@ -175,6 +206,7 @@ impl Handle {
             mmap_limit: 0,
             fetches: Fetches::new(),
             pattern,
+            children,
             unbooked: (0, 0, 0),
             shm: None,
             chunk: 0,
@@ -331,8 +363,29 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-        h.note_read(off, n as u64);
-        match h.inode.file.read_at(out, off) {
+        // A WAL reads as far as SQLite wrote (its file is grown ahead).
+        let want = h.inode.wal.as_ref().map_or(n, |w| w.readable(off, n));
+        if want < n {
+            out[want..].fill(0);
+        }
+        let read = if h.read_once() {
+            read_uncached(h, &mut out[..want], off)
+        } else {
+            h.note_read(off, n as u64);
+            h.inode.file.read_at(&mut out[..want], off)
+        };
+        if let (Ok(got), Some(c)) = (&read, h.children.as_mut()) {
+            if *got == n && n >= 512 && n.is_power_of_two() && off % n as u64 == 0 {
+                let pages = h.inode.file.len() / n as u64;
+                let pgno = u32::try_from(off / n as u64 + 1).unwrap_or(0);
+                for (at, len) in c.on_read(pgno, out, pages) {
+                    if pattern::advise(&h.inode.file, pattern::Hint::WillNeed(at, len)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        match read {
             Ok(got) if got == n => SQLITE_OK,
             Ok(got) => {
                 // SQLite requires the rest zeroed on a short read.
@@ -342,6 +395,44 @@ unsafe extern "C" fn x_read(
             Err(e) => io_code(h, "read", &e, SQLITE_IOERR_READ),
         }
     })
+}
+
+/// Read a WAL's bytes straight from its file with `pread`, as the unix VFS
+/// does ([`Handle::read_once`]). The file holds what the cache would
+/// return: every WAL write is written through before `xWrite` returns, and
+/// the only bytes the cache can hold newer than the file are a failed
+/// write-through's, kept in cached (dirty) folios, and this read is taken
+/// only while the cache holds none of the WAL; a folio cached after that
+/// check holds a later frame's write, never the committed frames a
+/// checkpoint reads.
+fn read_uncached(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut got = 0;
+    while got < buf.len() {
+        match h.inode.fd.read_at(&mut buf[got..], off + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    vfs_stats().uncached_reads.fetch_add(1, Ordering::Relaxed);
+    Ok(got)
+}
+
+/// Whether `SQLITE_FCNTL_SIZE_HINT` with `want` is a checkpoint's final
+/// size to grow a buffered database to, so that its pages are written
+/// through inside the file (`x_write`): only from a length of whole 4 KiB
+/// pages to another, so that no page a reader filled under the old length
+/// straddles it (the same reasoning as `walsize`'s).
+fn checkpoint_grows(h: &Handle, want: i64) -> bool {
+    h.inode.is_db
+        && !h.inode.direct
+        && h.inode.checkpointing.load(Ordering::Relaxed)
+        && !crate::process::write_back_only()
+        && want > 0
+        && want % PAGE == 0
+        && h.inode.file.len().is_multiple_of(PAGE as u64)
 }
 
 unsafe extern "C" fn x_write(
@@ -380,8 +471,17 @@ unsafe extern "C" fn x_write(
         // folios the cache holds for the range take the bytes too). A
         // main database waits for SQLite's next sync point, a temporary
         // file for the cache's own writeback.
-        if h.inode.policy == WritePolicy::Through && !crate::process::write_back_only() {
-            if let Err(e) = h.inode.file.write_through(data, off) {
+        // A WAL's frames land inside its file, grown ahead (`walsize`). A
+        // checkpoint's database pages, over a buffered file, are written
+        // through as well: written once, and the kernel caches them.
+        let through = h.inode.policy == WritePolicy::Through
+            || (h.inode.checkpointing.load(Ordering::Relaxed) && !h.inode.direct);
+        if through && !crate::process::write_back_only() {
+            let r = match &h.inode.wal {
+                Some(w) => w.write(&h.inode.file, data, off),
+                None => h.inode.file.write_through(data, off).map(drop),
+            };
+            if let Err(e) = r {
                 return io_code(h, "write through", &e, SQLITE_IOERR_WRITE);
             }
         } else if let Err(e) = h.inode.file.write_at(data, off) {
@@ -411,7 +511,11 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
                 return rc;
             }
         }
-        match h.inode.file.set_len(size) {
+        let r = match &h.inode.wal {
+            Some(w) => w.truncate(&h.inode.file, size),
+            None => h.inode.file.set_len(size),
+        };
+        match r {
             Ok(()) => SQLITE_OK,
             Err(e) => io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE),
         }
@@ -450,8 +554,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        let len = h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len());
         // SAFETY: SQLite passes a writable i64.
-        unsafe { *size = h.inode.file.len() as i64 };
+        unsafe { *size = len as i64 };
         SQLITE_OK
     })
 }
@@ -510,7 +615,8 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} open_files={}",
+         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
+         uncached_reads={} open_files={}",
         cache.capacity(),
         s.cached_pages,
         s.hits,
@@ -527,6 +633,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.fetches_held),
         r(&v.fetch_fallbacks),
         r(&v.lock_conflicts),
+        r(&v.uncached_reads),
         inode::open_files(),
     )
 }
@@ -550,11 +657,12 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} pressure={} mmap_size={} block_size={}",
+            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
             h.cache.config().capacity,
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
             u8::from(h.settings.pressure),
+            u8::from(h.children.is_some()),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
         ),
@@ -624,12 +732,18 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 // hint changes nothing.
                 // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
                 let want = *unsafe { arg_mut::<i64>(arg) };
-                if h.chunk > 0 && want > 0 {
-                    let size = (want + h.chunk - 1) / h.chunk * h.chunk;
-                    if size as u64 > h.inode.file.len() && !h.readonly {
-                        if let Err(e) = h.inode.file.set_len(size as u64) {
-                            return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
-                        }
+                let size = if h.chunk > 0 && want > 0 {
+                    (want + h.chunk - 1) / h.chunk * h.chunk
+                } else if checkpoint_grows(h, want) {
+                    // A checkpoint's final size: grown now, its pages are
+                    // written through inside the file (see `x_write`).
+                    want
+                } else {
+                    0
+                };
+                if size as u64 > h.inode.file.len() && !h.readonly {
+                    if let Err(e) = h.inode.file.set_len(size as u64) {
+                        return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
                     }
                 }
                 SQLITE_OK
@@ -671,7 +785,15 @@ unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mu
                 *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
                 SQLITE_OK
             }
-            SQLITE_FCNTL_SYNC | SQLITE_FCNTL_CKPT_DONE => sync_point(h),
+            SQLITE_FCNTL_CKPT_START => {
+                h.inode.checkpointing.store(true, Ordering::Relaxed);
+                SQLITE_OK
+            }
+            SQLITE_FCNTL_CKPT_DONE => {
+                h.inode.checkpointing.store(false, Ordering::Relaxed);
+                sync_point(h)
+            }
+            SQLITE_FCNTL_SYNC => sync_point(h),
             _ => SQLITE_NOTFOUND,
         }
     })

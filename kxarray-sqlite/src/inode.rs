@@ -42,6 +42,7 @@ use crate::ffi::{
     SQLITE_LOCK_SHARED, SQLITE_OK,
 };
 use crate::shm::Shm;
+use crate::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
 use std::fs::File;
@@ -49,7 +50,7 @@ use std::os::fd::AsRawFd;
 use std::os::raw::c_int;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A file's identity: `(st_dev, st_ino)`.
@@ -104,6 +105,13 @@ pub(crate) struct Inode {
     pub(crate) is_db: bool,
     /// When its writes reach the backing file.
     pub(crate) policy: WritePolicy,
+    /// A writable WAL's length as SQLite sees it, the file grown ahead of
+    /// it ([`WalSize`]); `None` for other files.
+    pub(crate) wal: Option<WalSize>,
+    /// A database between `SQLITE_FCNTL_CKPT_START` and `CKPT_DONE`: its
+    /// WAL's frames are read once and its pages written once. A hint that
+    /// picks the cheaper path, never what a read returns (see `file`).
+    pub(crate) checkpointing: AtomicBool,
     locks: Mutex<LockState>,
     shm: Mutex<Weak<Shm>>,
     /// Handles open on it (changed under the table's lock only).
@@ -215,10 +223,17 @@ impl Inode {
             writable,
             is_db,
             policy,
+            wal: None,
+            checkpointing: AtomicBool::new(false),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),
         }
+    }
+
+    /// The same inode with `wal` as its WAL's length ([`WalSize`]).
+    pub(crate) fn with_wal(self, wal: Option<WalSize>) -> Inode {
+        Inode { wal, ..self }
     }
 
     /// Set (`F_WRLCK`, `F_RDLCK`) or release (`F_UNLCK`) the OFD lock over

@@ -32,6 +32,7 @@
 //! | `kx_direct=0\|1` | `KXARRAY_SQLITE_DIRECT` | `O_DIRECT` below the cache for the database file (its journal or WAL stay buffered) | 0 |
 //! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
 //! | `kx_pressure=0\|1` | `KXARRAY_SQLITE_PRESSURE` | follow memory pressure: the kernel's PSI shrinks the cache by an eighth per stall event (down to an eighth of `kx_cache`) and it grows back after 10 s without one, each change a line in SQLite's log (`kxarray::memory::PressureMonitor`; where PSI is unavailable, one line and nothing else); the first open decides | 1 |
+//! | `kx_prefetch=0\|1` | `KXARRAY_SQLITE_PREFETCH` | with `kx_direct=1`: when a scan reads an interior B-tree page and then its first two children in order, submit the reads of its other children at once, wherever they lie in the file (a table filled in random key order); a point lookup reads one child per interior page and prefetches nothing | 1 |
 //!
 //! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
 //! `name=value ...` row; `PRAGMA kx_settings` the settings in force.
@@ -69,6 +70,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
+mod children;
 pub mod config;
 mod fetch;
 mod ffi;
@@ -79,6 +81,7 @@ mod pattern;
 mod process;
 mod shm;
 mod vfs;
+mod walsize;
 
 pub use api::Api;
 pub use config::{default_capacity, parse_size, SettingError, Settings};

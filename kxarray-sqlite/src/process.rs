@@ -41,6 +41,9 @@ pub(crate) struct VfsStats {
     /// First locks refused because another open file description holds a
     /// conflicting OFD or POSIX lock (another process, or the unix VFS).
     pub(crate) lock_conflicts: AtomicU64,
+    /// Checkpoint reads of WAL frames served straight from the file
+    /// (`file::read_uncached`).
+    pub(crate) uncached_reads: AtomicU64,
 }
 
 pub(crate) fn vfs_stats() -> &'static VfsStats {

@@ -22,6 +22,7 @@ use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
 use crate::process::api;
+use crate::walsize::WalSize;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
 use std::ffi::{CStr, OsStr};
@@ -209,16 +210,20 @@ unsafe fn path_of(name: *const c_char) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(bytes))
 }
 
-/// Open (create) the backend and the cached file of a new inode.
+/// Open (create) the backend and the cached file of a new inode; `kind`
+/// is the file's `SQLITE_OPEN_MAIN_DB`, `SQLITE_OPEN_WAL`, ... bit (0 for a
+/// temporary file).
 fn make_inode(
     cache: &PageCache,
     path: &Path,
     fd: File,
     direct: bool,
     writable: bool,
-    is_db: bool,
+    kind: c_int,
     policy: WritePolicy,
 ) -> Result<Inode, OpenErr> {
+    let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
+    let is_wal = kind & SQLITE_OPEN_WAL != 0;
     let backend = if direct {
         FileBackend::create_direct(path).map_err(|e| {
             (
@@ -236,6 +241,23 @@ fn make_inode(
     let file = cache
         .open_with(backend, opts)
         .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: {}: {e}", path.display())))?;
+    // A WAL SQLite can write grows ahead of its frames (`walsize`): set up
+    // here, before any handle can read it. Not when write-through is off
+    // (the crash test's knob): its frames then go through the cache.
+    let wal = if is_wal
+        && writable
+        && policy == WritePolicy::Through
+        && !crate::process::write_back_only()
+    {
+        Some(WalSize::new(&file).map_err(|e| {
+            (
+                SQLITE_CANTOPEN,
+                format!("kxarray: padding {}: {e}", path.display()),
+            )
+        })?)
+    } else {
+        None
+    };
     Ok(Inode::new(
         path.to_path_buf(),
         file,
@@ -244,7 +266,8 @@ fn make_inode(
         writable,
         is_db,
         policy,
-    ))
+    )
+    .with_wal(wal))
 }
 
 /// The body of `xOpen`: the handle, and the flags it was opened with.
@@ -289,7 +312,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             fd,
             false,
             true,
-            false,
+            0,
             WritePolicy::Cached,
         )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow, false);
@@ -364,7 +387,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         WritePolicy::Through
     };
     let inode = inode::open_or_insert(key, || {
-        make_inode(&cache, &path, fd, direct, writable, is_db, policy)
+        make_inode(&cache, &path, fd, direct, writable, kind, policy)
     })?;
     if inode.direct != direct && is_db && writable {
         api.log(
