@@ -163,7 +163,7 @@ pub(super) unsafe fn defer_free(addr: NonNull<u8>, free: unsafe fn(NonNull<u8>),
     if queue {
         queue_drain();
     }
-    if full && BULK.with(|b| b.get()) == 0 {
+    if full && !in_bulk() {
         reclaim();
     }
 }
@@ -181,6 +181,11 @@ crate::sync::thread_local_const! {
 /// meanwhile, as they would for a reader; the queued drain still runs.
 #[must_use = "the scope ends when the value is dropped"]
 pub(crate) struct Bulk(());
+
+/// Whether this thread is inside a [`Bulk`] scope.
+fn in_bulk() -> bool {
+    BULK.with(|b| b.get()) > 0
+}
 
 /// Open a [`Bulk`] scope on this thread.
 pub(crate) fn bulk() -> Bulk {
@@ -222,7 +227,7 @@ fn queue_drain() {
 /// The queued drain: an attempt, then queue another if anything is left.
 #[cfg(not(loom))]
 fn drain() {
-    if BULK.with(|b| b.get()) > 0 {
+    if in_bulk() {
         // Run inside a bulk scope on this thread: its end attempts. Stay
         // queued (`drain_queued` is still set) for the pins after it.
         queue_drain();

@@ -172,6 +172,22 @@ mod tests {
 
     const PAGE: u64 = 4096;
 
+    /// A cache of `cap` pages of order-0 folios without a flusher, the
+    /// reclaimer `on` or off, and a file twice its size advised random (a
+    /// read of page 0 would otherwise start a readahead window).
+    fn cache(cap: u64, on: bool) -> (PageCache, crate::pagecache::CachedFile) {
+        let c = PageCache::new(
+            CacheConfig::default()
+                .capacity(cap * PAGE)
+                .max_folio_order(0)
+                .flusher(false)
+                .background_reclaim(on),
+        );
+        let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
+        f.advise(0, 0, Advice::Random).unwrap();
+        (c, f)
+    }
+
     /// A cache filled to just under its capacity (no miss ever finds it
     /// over, so no miss reclaims): the background reclaimer, woken past
     /// the low watermark, evicts down to the high one by itself (the
@@ -183,15 +199,7 @@ mod tests {
     fn evicts_ahead_of_the_readers_down_to_the_high_watermark() {
         let cap = 2 * super::MIN_PAGES; // gap: a 64th, 64 pages
         let (gap, low) = (cap / 64, cap - cap / 128);
-        let c = PageCache::new(
-            CacheConfig::default()
-                .capacity(cap * PAGE)
-                .max_folio_order(0)
-                .flusher(false)
-                .background_reclaim(true),
-        );
-        let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
-        f.advise(0, 0, Advice::Random).unwrap();
+        let (c, f) = cache(cap, true);
         let mut b = [0u8; 1];
         for page in 0..cap - 1 {
             f.read_at(&mut b, page * PAGE).unwrap();
@@ -256,15 +264,7 @@ mod tests {
     #[cfg_attr(miri, ignore = "4,000 misses")]
     fn off_or_small_evicts_only_over_capacity() {
         for (cap, on) in [(2 * super::MIN_PAGES, false), (super::MIN_PAGES - 1, true)] {
-            let c = PageCache::new(
-                CacheConfig::default()
-                    .capacity(cap * PAGE)
-                    .max_folio_order(0)
-                    .flusher(false)
-                    .background_reclaim(on),
-            );
-            let f = c.open(RamDisk::new(2 * cap * PAGE)).unwrap();
-            f.advise(0, 0, Advice::Random).unwrap();
+            let (c, f) = cache(cap, on);
             let mut b = [0u8; 1];
             for page in 0..cap {
                 f.read_at(&mut b, page * PAGE).unwrap();

@@ -35,6 +35,21 @@ fn pages(offset: u64, len: usize, size: u64) -> (u64, u64) {
     (offset / PAGE, end.div_ceil(PAGE))
 }
 
+/// The window a batch submits for a request of `len` bytes at `offset` in
+/// a file of `size` bytes: its pages, or `None` when it reads nothing or
+/// is invalid (its own read reports why).
+fn window(offset: u64, len: usize, size: u64) -> Option<Window> {
+    if offset > MAX_FILE_SIZE || checked_end(offset, len as u64).is_err() {
+        return None;
+    }
+    let (start, end) = pages(offset, len, size);
+    (start < end).then_some(Window {
+        start,
+        end,
+        mark: None,
+    })
+}
+
 impl CachedFile {
     /// Read many independent ranges: `reqs[i].1` is filled from the file
     /// at `reqs[i].0`, and result `i` is what [`read_at`](CachedFile::read_at)
@@ -67,16 +82,7 @@ impl CachedFile {
         let size = s.len();
         let wins: Vec<Window> = reqs
             .iter()
-            .filter(|(off, buf)| {
-                *off <= MAX_FILE_SIZE && checked_end(*off, buf.len() as u64).is_ok()
-            })
-            .map(|(off, buf)| pages(*off, buf.len(), size))
-            .filter(|(a, b)| a < b)
-            .map(|(start, end)| Window {
-                start,
-                end,
-                mark: None,
-            })
+            .filter_map(|(off, buf)| window(*off, buf.len(), size))
             .collect();
         // Submission errors (no memory for a folio) are left to each
         // request: its own read meets the same condition and reports it.
@@ -199,17 +205,7 @@ impl CachedFile {
         let mut futs = Vec::new();
         let mut wins = Vec::new();
         for (offset, mut buf) in reqs {
-            let len = buf.as_mut().len();
-            if offset <= MAX_FILE_SIZE && checked_end(offset, len as u64).is_ok() {
-                let (start, end) = pages(offset, len, size);
-                if start < end {
-                    wins.push(Window {
-                        start,
-                        end,
-                        mark: None,
-                    });
-                }
-            }
+            wins.extend(window(offset, buf.as_mut().len(), size));
             futs.push(ReadFuture {
                 file: Arc::clone(s),
                 offset,
