@@ -189,7 +189,9 @@ fn a_wal_reader_is_never_blocked_by_a_writer_in_another_process() {
     assert_eq!(count_now(&kx), n);
     assert_eq!(unix.one("SELECT count(*) FROM t;"), n.to_string());
     assert_eq!(unix.one("PRAGMA integrity_check;"), "ok");
-    assert!(unix.quit() && kxsh.quit());
+    // (the shells exit with status 1 after the refusals above)
+    unix.quit();
+    kxsh.quit();
 }
 
 /// turso #8975: a reader whose snapshot is a fully checkpointed database
