@@ -71,11 +71,13 @@
 
 pub mod api;
 mod children;
+mod coherence;
 pub mod config;
 mod fetch;
 mod ffi;
 mod file;
 mod inode;
+mod oslock;
 mod pathname;
 mod pattern;
 mod process;
