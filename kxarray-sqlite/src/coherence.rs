@@ -98,23 +98,73 @@ impl Sig {
 /// The WAL-index state the cache is valid against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct WalSeen {
+    /// `aSalt` (the WAL generation).
     salts: [u32; 2],
+    /// `nBackfill`: frames copied to the database.
     backfill: u32,
+    /// `iChange`: commits ever written to the index (a restart keeps it).
+    change: u32,
+    /// `mxFrame`: the last valid frame.
+    mx: u32,
 }
 
-/// The index's salts (both header copies agreeing) and `nBackfill`, or
-/// `None` when region 0 is not mapped or the copies disagree (a restart
-/// being written).
+impl WalSeen {
+    /// Whether the database file may differ from `self`'s time to
+    /// `other`'s (salts or backfill moved).
+    fn same_file(&self, other: &WalSeen) -> bool {
+        self.salts == other.salts && self.backfill == other.backfill
+    }
+}
+
+/// The index's salts, `iChange` and `mxFrame` (both header copies
+/// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
+/// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
+/// or the copies keep disagreeing.
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
     let w = |i| shm.word(0, i);
-    let salts = [w(8)?, w(9)?];
-    if [w(20)?, w(21)?] != salts {
+    for _ in 0..100 {
+        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
+        let a = [w(2)?, w(4)?, w(8)?, w(9)?];
+        fence(Ordering::Acquire);
+        let b = [w(12 + 2)?, w(12 + 4)?, w(12 + 8)?, w(12 + 9)?];
+        if a == b {
+            return Some(WalSeen {
+                salts: [a[2], a[3]],
+                backfill: w(24)?,
+                change: a[0],
+                mx: a[1],
+            });
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// The most frames of a new WAL generation [`commits_in`] reads.
+const MAX_COUNTED_FRAMES: u32 = 256;
+
+/// The commit frames among frames `1..=mx` of the WAL beside `inode`'s
+/// database whose salts are `salts` (raw, as the index holds them), read
+/// from the WAL file's frame headers; `None` when it cannot tell (no such
+/// file, a frame of another generation, too many frames).
+fn commits_in(inode: &Inode, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
+    if mx > MAX_COUNTED_FRAMES {
         return None;
     }
-    Some(WalSeen {
-        salts,
-        backfill: w(24)?,
-    })
+    let mut name = inode.path.clone().into_os_string();
+    name.push("-wal");
+    let wal = File::open(name).ok()?;
+    let mut commits = 0;
+    for f in 1..=u64::from(mx) {
+        let mut h = [0u8; 24];
+        wal.read_exact_at(&mut h, 32 + (f - 1) * (24 + page)).ok()?;
+        let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        if [salt(8), salt(12)] != salts {
+            return None;
+        }
+        commits += u32::from(h[4..8] != [0; 4]);
+    }
+    Some(commits)
 }
 
 /// The database page size the index header records (`szPage`; 1 means
@@ -226,11 +276,21 @@ impl Coherence {
     ) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         let now = read_seen(shm);
-        let (Some(seen), Some(now)) = (self.wal, now) else {
+        let (Some(mut seen), Some(now)) = (self.wal, now) else {
             return self.full(inode, now);
         };
-        if seen == now {
+        if seen.same_file(&now) {
+            self.wal = Some(now);
             return Ok(());
+        }
+        if seen.salts != now.salts && self.new_generation_only(inode, shm, &seen, &now) {
+            // Nothing was copied from the old generation since `seen`:
+            // count the new one's frames from its first.
+            seen = WalSeen {
+                salts: now.salts,
+                backfill: 0,
+                ..now
+            };
         }
         if seen.salts != now.salts || now.backfill < seen.backfill {
             return self.full(inode, Some(now));
@@ -284,6 +344,30 @@ impl Coherence {
         Ok(())
     }
 
+    /// Whether the WAL index went from `seen` to a new generation (new
+    /// salts) with nothing copied from the old one since `seen`: the old
+    /// one was wholly copied and known at `seen` (`backfill == mx`), and
+    /// every commit counted since (`iChange`) is one of the new
+    /// generation's (so the old one got no frame after `seen` that a
+    /// checkpoint could have copied). This is a WAL rewritten from its
+    /// first frame after a checkpoint emptied it (`TRUNCATE`, a restart,
+    /// or the random salts of a writer's first frame), which must not cost
+    /// the whole cache.
+    fn new_generation_only(&self, inode: &Inode, shm: &Shm, seen: &WalSeen, now: &WalSeen) -> bool {
+        if seen.backfill != seen.mx {
+            return false;
+        }
+        let Some(page) = page_size(shm) else {
+            return false;
+        };
+        let Some(commits) = commits_in(inode, now.salts, now.mx, page) else {
+            return false;
+        };
+        fence(Ordering::Acquire);
+        now.change.wrapping_sub(seen.change) == commits
+            && read_seen(shm).is_some_and(|again| again.salts == now.salts)
+    }
+
     /// Drop everything and record `now` (read before the drop: a later
     /// change shows at the next check).
     fn full(&mut self, inode: &Inode, now: Option<WalSeen>) -> Result<(), String> {
@@ -307,6 +391,8 @@ impl Coherence {
         }
         if let (Some(seen), Some(now)) = (self.wal, read_seen(shm)) {
             if seen.salts == now.salts && now.backfill >= seen.backfill {
+                // Our own checkpoint: the frames it copied are in the
+                // cache as copied.
                 self.wal = Some(now);
             }
         }
@@ -328,7 +414,7 @@ impl Coherence {
             return;
         }
         if let Some(now) = read_seen(shm) {
-            if now.salts != from.salts && now.backfill == 0 {
+            if now.salts != from.salts && now.backfill == 0 && now.mx == 0 {
                 self.wal = Some(now);
             }
         }
