@@ -46,13 +46,14 @@
 //!   frame.
 
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
-use crate::inode::Inode;
 use crate::process::vfs_stats;
 use crate::shm::Shm;
+use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
 use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
@@ -62,6 +63,17 @@ const INDEX_HDR_BYTES: u32 = 136;
 const NPAGE: u32 = 4096;
 /// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
 const NPAGE_ONE: u32 = NPAGE - INDEX_HDR_BYTES / 4;
+
+/// What the checks need of a database (its `Inode`'s parts).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Db<'a> {
+    /// A descriptor of the file (read with `pread` and `fstat`).
+    pub(crate) fd: &'a File,
+    /// Its cached pages.
+    pub(crate) file: &'a CachedFile,
+    /// Its name (for messages, and the WAL's name).
+    pub(crate) path: &'a Path,
+}
 
 /// What the header and the size of a database file say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,11 +159,11 @@ const MAX_COUNTED_FRAMES: u32 = 256;
 /// database whose salts are `salts` (raw, as the index holds them), read
 /// from the WAL file's frame headers; `None` when it cannot tell (no such
 /// file, a frame of another generation, too many frames).
-fn commits_in(inode: &Inode, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
+fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
     if mx > MAX_COUNTED_FRAMES {
         return None;
     }
-    let mut name = inode.path.clone().into_os_string();
+    let mut name = inode.path.as_os_str().to_os_string();
     name.push("-wal");
     let wal = File::open(name).ok()?;
     let mut commits = 0;
@@ -202,7 +214,7 @@ pub(crate) struct Coherence {
 /// Drop every cached page of the database and take its length again; a
 /// dirty page (this process's own, newer than the file) is written back
 /// first.
-fn drop_all(inode: &Inode) -> Result<(), String> {
+fn drop_all(inode: &Db<'_>) -> Result<(), String> {
     let before = inode.file.cached_pages();
     let r = match inode.file.revalidate() {
         Err(e) if e.kind() == io::ErrorKind::ResourceBusy => inode
@@ -230,10 +242,10 @@ impl Coherence {
     ///
     /// # Errors
     /// A message when the file cannot be read or the cache not dropped.
-    pub(crate) fn after_gap(&mut self, inode: &Inode) -> Result<(), String> {
+    pub(crate) fn after_gap(&mut self, inode: &Db<'_>) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         self.wal = None;
-        let now = Sig::read(&inode.fd).map_err(|e| {
+        let now = Sig::read(inode.fd).map_err(|e| {
             format!(
                 "kxarray: reading the header of {}: {e}",
                 inode.path.display()
@@ -256,8 +268,8 @@ impl Coherence {
 
     /// A handle of this process leaves EXCLUSIVE: record the file as it
     /// leaves it (its writes are in the file by now).
-    pub(crate) fn after_write(&mut self, inode: &Inode) {
-        self.sig = Sig::read(&inode.fd).ok();
+    pub(crate) fn after_write(&mut self, inode: &Db<'_>) {
+        self.sig = Sig::read(inode.fd).ok();
     }
 
     /// The WAL check at a read lock, at the checkpoint lock and at a WAL
@@ -270,7 +282,7 @@ impl Coherence {
     /// unknown, and the next check drops everything).
     pub(crate) fn wal_check(
         &mut self,
-        inode: &Inode,
+        inode: &Db<'_>,
         shm: &Shm,
         folio_bytes: u64,
     ) -> Result<(), String> {
@@ -353,7 +365,13 @@ impl Coherence {
     /// first frame after a checkpoint emptied it (`TRUNCATE`, a restart,
     /// or the random salts of a writer's first frame), which must not cost
     /// the whole cache.
-    fn new_generation_only(&self, inode: &Inode, shm: &Shm, seen: &WalSeen, now: &WalSeen) -> bool {
+    fn new_generation_only(
+        &self,
+        inode: &Db<'_>,
+        shm: &Shm,
+        seen: &WalSeen,
+        now: &WalSeen,
+    ) -> bool {
         if seen.backfill != seen.mx {
             return false;
         }
@@ -370,7 +388,7 @@ impl Coherence {
 
     /// Drop everything and record `now` (read before the drop: a later
     /// change shows at the next check).
-    fn full(&mut self, inode: &Inode, now: Option<WalSeen>) -> Result<(), String> {
+    fn full(&mut self, inode: &Db<'_>, now: Option<WalSeen>) -> Result<(), String> {
         self.wal = None;
         drop_all(inode)?;
         self.wal = now;
@@ -436,13 +454,13 @@ const WAL_READ_LOCK0: c_int = 3;
 /// # Errors
 /// The failed check's message: the caller releases the lock and fails.
 pub(crate) fn on_shm_lock(
-    inode: &Inode,
+    coh: &mut Coherence,
+    inode: &Db<'_>,
     shm: &Shm,
     folio_bytes: u64,
     (offset, n, flags): (c_int, c_int, c_int),
     held_ckpt: bool,
 ) -> Result<(), String> {
-    let mut coh = crate::inode::lock_coherence(inode);
     let locking = flags & SQLITE_SHM_LOCK != 0;
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;

@@ -344,6 +344,7 @@ fn a_one_row_commit_elsewhere_costs_the_pages_it_changed() {
     );
     let dropped = stat(&db, "coherence_pages_dropped") - pages0;
     let misses = stat(&db, "misses") - misses0;
+    eprintln!("one-row commit elsewhere: {copied} frames copied, {dropped} pages dropped, {misses} misses");
     assert_eq!(
         stat(&db, "coherence_full_drops"),
         full0,
@@ -409,4 +410,59 @@ fn rollback_mode_revalidates_at_a_lock_gap_only_when_the_file_moved() {
     assert_eq!(peer.cmd("X UPDATE t SET v = 'x' WHERE id = 7"), "OK");
     assert_eq!(int(&db, scan), total - 99);
     assert!(stat(&db, "coherence_full_drops") > full0);
+}
+
+/// `PRAGMA locking_mode=EXCLUSIVE`, SQLite's own switch, in WAL mode on
+/// the shared (default) VFS: SQLite keeps the WAL index in its heap (no
+/// `-shm` file) and holds the database's lock until close, so another
+/// process gets `SQLITE_BUSY`, as beside the unix VFS; this process reads
+/// and writes without a coherence drop after its first lock.
+#[test]
+fn locking_mode_exclusive_keeps_others_out_without_a_shm() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.db");
+    let db = connect(&p, Vfs::Kx);
+    db.execute_batch(
+        "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL;
+         CREATE TABLE t(x); INSERT INTO t VALUES (1);",
+    )
+    .unwrap();
+    assert!(!dir.path().join("x.db-shm").exists());
+    let full0 = stat(&db, "coherence_full_drops");
+    let mut peer = Peer::spawn(&p, Vfs::Unix);
+    assert_eq!(peer.cmd("Q SELECT count(*) FROM t"), BUSY);
+    for i in 2..20 {
+        db.execute("INSERT INTO t VALUES (?1)", [i]).unwrap();
+        assert_eq!(int(&db, "SELECT count(*) FROM t"), i);
+    }
+    assert_eq!(stat(&db, "coherence_full_drops"), full0);
+    drop(db);
+    assert_eq!(peer.cmd("Q SELECT count(*) FROM t"), "19");
+}
+
+/// `readonly_shm=1`: a read-only kxarray open maps the `-shm` of a WAL
+/// database another process (unix VFS) has open, read-only, and reads
+/// that process's commits (SQLite's own read path for a read-only index).
+#[test]
+fn readonly_shm_reads_beside_a_writer() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ro.db");
+    let mut peer = Peer::spawn(&p, Vfs::Unix);
+    assert_eq!(
+        peer.cmd("X PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1)"),
+        "OK"
+    );
+    common::setup();
+    let ro = Connection::open_with_flags(
+        format!("file:{}?vfs=kxarray&readonly_shm=1", p.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    assert_eq!(int(&ro, "SELECT count(*) FROM t"), 1);
+    assert_eq!(peer.cmd("X INSERT INTO t VALUES (2)"), "OK");
+    assert_eq!(int(&ro, "SELECT count(*) FROM t"), 2);
+    // the -shm is the writer's, untouched by the read-only reader
+    assert!(dir.path().join("ro.db-shm").exists());
 }
