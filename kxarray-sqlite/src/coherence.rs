@@ -59,6 +59,8 @@ use std::sync::atomic::{fence, Ordering};
 /// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
 /// `WALINDEX_HDR_SIZE`.
 const INDEX_HDR_BYTES: u32 = 136;
+/// The cache's page size.
+const CACHE_PAGE: u64 = kxarray::filemap::PAGE_SIZE as u64;
 /// Page numbers in an index region (`HASHTABLE_NPAGE`).
 const NPAGE: u32 = 4096;
 /// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
@@ -273,19 +275,13 @@ impl Coherence {
     }
 
     /// The WAL check at a read lock, at the checkpoint lock and at a WAL
-    /// restart's locks (see the module notes). `folio_bytes` is the largest
-    /// folio the cache makes: a dropped page takes the aligned block around
-    /// it, so that no folio holding it survives.
+    /// restart's locks (see the module notes). A dropped page takes the
+    /// whole folio holding it.
     ///
     /// # Errors
     /// A message when the cache could not be dropped (the state is then
     /// unknown, and the next check drops everything).
-    pub(crate) fn wal_check(
-        &mut self,
-        inode: &Db<'_>,
-        shm: &Shm,
-        folio_bytes: u64,
-    ) -> Result<(), String> {
+    pub(crate) fn wal_check(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         let now = read_seen(shm);
         let (Some(mut seen), Some(now)) = (self.wal, now) else {
@@ -335,18 +331,28 @@ impl Coherence {
         }
         pages.sort_unstable();
         pages.dedup();
-        let align = folio_bytes.max(size);
         let mut dropped = 0;
-        let mut last_end = 0;
+        let mut next = 0; // the first cache page not yet handled
         for p in pages {
             let at = (u64::from(p) - 1) * size;
-            let start = at / align * align;
-            let end = (at + size).div_ceil(align) * align;
-            let start = start.max(last_end);
-            if start < end {
-                dropped += inode.file.invalidate(start..end).unwrap_or(0);
-                last_end = end;
+            let first = (at / CACHE_PAGE).max(next);
+            let end = (at + size).div_ceil(CACHE_PAGE);
+            let mut i = first;
+            while i < end {
+                // The folio holding cache page `i`, whatever its size
+                // (a read now, no I/O); else the page alone (not cached,
+                // or an order-0 folio being filled or written).
+                let (from, to) = match inode.file.try_read_folio(i) {
+                    Some(r) => (r.index(), r.index() + (1u64 << r.order())),
+                    None => (i, i + 1),
+                };
+                dropped += inode
+                    .file
+                    .invalidate(from * CACHE_PAGE..to * CACHE_PAGE)
+                    .unwrap_or(0);
+                i = to.max(i + 1);
             }
+            next = next.max(i);
         }
         let v = vfs_stats();
         v.coherence_partial_drops.fetch_add(1, Ordering::Relaxed);
@@ -457,7 +463,6 @@ pub(crate) fn on_shm_lock(
     coh: &mut Coherence,
     inode: &Db<'_>,
     shm: &Shm,
-    folio_bytes: u64,
     (offset, n, flags): (c_int, c_int, c_int),
     held_ckpt: bool,
 ) -> Result<(), String> {
@@ -465,14 +470,14 @@ pub(crate) fn on_shm_lock(
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
     match (locking, excl) {
-        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm, folio_bytes),
+        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm),
         (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
-            coh.wal_check(inode, shm, folio_bytes)?;
+            coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
             Ok(())
         }
         (true, true) if restart => {
-            coh.wal_check(inode, shm, folio_bytes)?;
+            coh.wal_check(inode, shm)?;
             coh.restart_begin();
             Ok(())
         }

@@ -911,11 +911,7 @@ fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckp
         return SQLITE_OK;
     };
     let shm = Arc::clone(&s.shm);
-    let folio = PAGE as u64 * (1u64 << h.cache.config().max_folio_order);
-    match h
-        .inode
-        .on_shm_lock(&shm, folio, (offset, n, flags), held_ckpt)
-    {
+    match h.inode.on_shm_lock(&shm, (offset, n, flags), held_ckpt) {
         Ok(()) => SQLITE_OK,
         Err(msg) => {
             api().log(SQLITE_IOERR_SHMLOCK, &msg);

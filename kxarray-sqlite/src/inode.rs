@@ -295,12 +295,11 @@ impl Inode {
     pub(crate) fn on_shm_lock(
         &self,
         shm: &Shm,
-        folio_bytes: u64,
         call: (c_int, c_int, c_int),
         held_ckpt: bool,
     ) -> Result<(), String> {
         let mut coh = lock(&self.coherence);
-        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, folio_bytes, call, held_ckpt)
+        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, call, held_ckpt)
     }
 
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
