@@ -46,22 +46,36 @@
 //!   frame.
 
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
-use crate::inode::Inode;
 use crate::process::vfs_stats;
 use crate::shm::Shm;
+use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
 use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
 /// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
 /// `WALINDEX_HDR_SIZE`.
 const INDEX_HDR_BYTES: u32 = 136;
+/// The cache's page size.
+const CACHE_PAGE: u64 = kxarray::filemap::PAGE_SIZE as u64;
 /// Page numbers in an index region (`HASHTABLE_NPAGE`).
 const NPAGE: u32 = 4096;
 /// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
 const NPAGE_ONE: u32 = NPAGE - INDEX_HDR_BYTES / 4;
+
+/// What the checks need of a database (its `Inode`'s parts).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Db<'a> {
+    /// A descriptor of the file (read with `pread` and `fstat`).
+    pub(crate) fd: &'a File,
+    /// Its cached pages.
+    pub(crate) file: &'a CachedFile,
+    /// Its name (for messages, and the WAL's name).
+    pub(crate) path: &'a Path,
+}
 
 /// What the header and the size of a database file say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,23 +112,73 @@ impl Sig {
 /// The WAL-index state the cache is valid against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct WalSeen {
+    /// `aSalt` (the WAL generation).
     salts: [u32; 2],
+    /// `nBackfill`: frames copied to the database.
     backfill: u32,
+    /// `iChange`: commits ever written to the index (a restart keeps it).
+    change: u32,
+    /// `mxFrame`: the last valid frame.
+    mx: u32,
 }
 
-/// The index's salts (both header copies agreeing) and `nBackfill`, or
-/// `None` when region 0 is not mapped or the copies disagree (a restart
-/// being written).
+impl WalSeen {
+    /// Whether the database file may differ from `self`'s time to
+    /// `other`'s (salts or backfill moved).
+    fn same_file(&self, other: &WalSeen) -> bool {
+        self.salts == other.salts && self.backfill == other.backfill
+    }
+}
+
+/// The index's salts, `iChange` and `mxFrame` (both header copies
+/// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
+/// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
+/// or the copies keep disagreeing.
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
     let w = |i| shm.word(0, i);
-    let salts = [w(8)?, w(9)?];
-    if [w(20)?, w(21)?] != salts {
+    for _ in 0..100 {
+        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
+        let a = [w(2)?, w(4)?, w(8)?, w(9)?];
+        fence(Ordering::Acquire);
+        let b = [w(12 + 2)?, w(12 + 4)?, w(12 + 8)?, w(12 + 9)?];
+        if a == b {
+            return Some(WalSeen {
+                salts: [a[2], a[3]],
+                backfill: w(24)?,
+                change: a[0],
+                mx: a[1],
+            });
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// The most frames of a new WAL generation [`commits_in`] reads.
+const MAX_COUNTED_FRAMES: u32 = 256;
+
+/// The commit frames among frames `1..=mx` of the WAL beside `inode`'s
+/// database whose salts are `salts` (raw, as the index holds them), read
+/// from the WAL file's frame headers; `None` when it cannot tell (no such
+/// file, a frame of another generation, too many frames).
+fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
+    if mx > MAX_COUNTED_FRAMES {
         return None;
     }
-    Some(WalSeen {
-        salts,
-        backfill: w(24)?,
-    })
+    let mut name = inode.path.as_os_str().to_os_string();
+    name.push("-wal");
+    let wal = File::open(name).ok()?;
+    let mut commits = 0;
+    for f in 1..=u64::from(mx) {
+        let mut h = [0u8; 24];
+        wal.read_exact_at(&mut h, 32 + (f - 1) * (24 + page)).ok()?;
+        let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        if [salt(8), salt(12)] != salts {
+            return None;
+        }
+        commits += u32::from(h[4..8] != [0; 4]);
+    }
+    Some(commits)
 }
 
 /// The database page size the index header records (`szPage`; 1 means
@@ -152,7 +216,7 @@ pub(crate) struct Coherence {
 /// Drop every cached page of the database and take its length again; a
 /// dirty page (this process's own, newer than the file) is written back
 /// first.
-fn drop_all(inode: &Inode) -> Result<(), String> {
+fn drop_all(inode: &Db<'_>) -> Result<(), String> {
     let before = inode.file.cached_pages();
     let r = match inode.file.revalidate() {
         Err(e) if e.kind() == io::ErrorKind::ResourceBusy => inode
@@ -180,10 +244,10 @@ impl Coherence {
     ///
     /// # Errors
     /// A message when the file cannot be read or the cache not dropped.
-    pub(crate) fn after_gap(&mut self, inode: &Inode) -> Result<(), String> {
+    pub(crate) fn after_gap(&mut self, inode: &Db<'_>) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         self.wal = None;
-        let now = Sig::read(&inode.fd).map_err(|e| {
+        let now = Sig::read(inode.fd).map_err(|e| {
             format!(
                 "kxarray: reading the header of {}: {e}",
                 inode.path.display()
@@ -206,31 +270,35 @@ impl Coherence {
 
     /// A handle of this process leaves EXCLUSIVE: record the file as it
     /// leaves it (its writes are in the file by now).
-    pub(crate) fn after_write(&mut self, inode: &Inode) {
-        self.sig = Sig::read(&inode.fd).ok();
+    pub(crate) fn after_write(&mut self, inode: &Db<'_>) {
+        self.sig = Sig::read(inode.fd).ok();
     }
 
     /// The WAL check at a read lock, at the checkpoint lock and at a WAL
-    /// restart's locks (see the module notes). `folio_bytes` is the largest
-    /// folio the cache makes: a dropped page takes the aligned block around
-    /// it, so that no folio holding it survives.
+    /// restart's locks (see the module notes). A dropped page takes the
+    /// whole folio holding it.
     ///
     /// # Errors
     /// A message when the cache could not be dropped (the state is then
     /// unknown, and the next check drops everything).
-    pub(crate) fn wal_check(
-        &mut self,
-        inode: &Inode,
-        shm: &Shm,
-        folio_bytes: u64,
-    ) -> Result<(), String> {
+    pub(crate) fn wal_check(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         let now = read_seen(shm);
-        let (Some(seen), Some(now)) = (self.wal, now) else {
+        let (Some(mut seen), Some(now)) = (self.wal, now) else {
             return self.full(inode, now);
         };
-        if seen == now {
+        if seen.same_file(&now) {
+            self.wal = Some(now);
             return Ok(());
+        }
+        if seen.salts != now.salts && self.new_generation_only(inode, shm, &seen, &now) {
+            // Nothing was copied from the old generation since `seen`:
+            // count the new one's frames from its first.
+            seen = WalSeen {
+                salts: now.salts,
+                backfill: 0,
+                ..now
+            };
         }
         if seen.salts != now.salts || now.backfill < seen.backfill {
             return self.full(inode, Some(now));
@@ -263,18 +331,28 @@ impl Coherence {
         }
         pages.sort_unstable();
         pages.dedup();
-        let align = folio_bytes.max(size);
         let mut dropped = 0;
-        let mut last_end = 0;
+        let mut next = 0; // the first cache page not yet handled
         for p in pages {
             let at = (u64::from(p) - 1) * size;
-            let start = at / align * align;
-            let end = (at + size).div_ceil(align) * align;
-            let start = start.max(last_end);
-            if start < end {
-                dropped += inode.file.invalidate(start..end).unwrap_or(0);
-                last_end = end;
+            let first = (at / CACHE_PAGE).max(next);
+            let end = (at + size).div_ceil(CACHE_PAGE);
+            let mut i = first;
+            while i < end {
+                // The folio holding cache page `i`, whatever its size
+                // (a read now, no I/O); else the page alone (not cached,
+                // or an order-0 folio being filled or written).
+                let (from, to) = match inode.file.try_read_folio(i) {
+                    Some(r) => (r.index(), r.index() + (1u64 << r.order())),
+                    None => (i, i + 1),
+                };
+                dropped += inode
+                    .file
+                    .invalidate(from * CACHE_PAGE..to * CACHE_PAGE)
+                    .unwrap_or(0);
+                i = to.max(i + 1);
             }
+            next = next.max(i);
         }
         let v = vfs_stats();
         v.coherence_partial_drops.fetch_add(1, Ordering::Relaxed);
@@ -284,9 +362,39 @@ impl Coherence {
         Ok(())
     }
 
+    /// Whether the WAL index went from `seen` to a new generation (new
+    /// salts) with nothing copied from the old one since `seen`: the old
+    /// one was wholly copied and known at `seen` (`backfill == mx`), and
+    /// every commit counted since (`iChange`) is one of the new
+    /// generation's (so the old one got no frame after `seen` that a
+    /// checkpoint could have copied). This is a WAL rewritten from its
+    /// first frame after a checkpoint emptied it (`TRUNCATE`, a restart,
+    /// or the random salts of a writer's first frame), which must not cost
+    /// the whole cache.
+    fn new_generation_only(
+        &self,
+        inode: &Db<'_>,
+        shm: &Shm,
+        seen: &WalSeen,
+        now: &WalSeen,
+    ) -> bool {
+        if seen.backfill != seen.mx {
+            return false;
+        }
+        let Some(page) = page_size(shm) else {
+            return false;
+        };
+        let Some(commits) = commits_in(inode, now.salts, now.mx, page) else {
+            return false;
+        };
+        fence(Ordering::Acquire);
+        now.change.wrapping_sub(seen.change) == commits
+            && read_seen(shm).is_some_and(|again| again.salts == now.salts)
+    }
+
     /// Drop everything and record `now` (read before the drop: a later
     /// change shows at the next check).
-    fn full(&mut self, inode: &Inode, now: Option<WalSeen>) -> Result<(), String> {
+    fn full(&mut self, inode: &Db<'_>, now: Option<WalSeen>) -> Result<(), String> {
         self.wal = None;
         drop_all(inode)?;
         self.wal = now;
@@ -307,6 +415,8 @@ impl Coherence {
         }
         if let (Some(seen), Some(now)) = (self.wal, read_seen(shm)) {
             if seen.salts == now.salts && now.backfill >= seen.backfill {
+                // Our own checkpoint: the frames it copied are in the
+                // cache as copied.
                 self.wal = Some(now);
             }
         }
@@ -328,7 +438,7 @@ impl Coherence {
             return;
         }
         if let Some(now) = read_seen(shm) {
-            if now.salts != from.salts && now.backfill == 0 {
+            if now.salts != from.salts && now.backfill == 0 && now.mx == 0 {
                 self.wal = Some(now);
             }
         }
@@ -350,25 +460,24 @@ const WAL_READ_LOCK0: c_int = 3;
 /// # Errors
 /// The failed check's message: the caller releases the lock and fails.
 pub(crate) fn on_shm_lock(
-    inode: &Inode,
+    coh: &mut Coherence,
+    inode: &Db<'_>,
     shm: &Shm,
-    folio_bytes: u64,
     (offset, n, flags): (c_int, c_int, c_int),
     held_ckpt: bool,
 ) -> Result<(), String> {
-    let mut coh = crate::inode::lock_coherence(inode);
     let locking = flags & SQLITE_SHM_LOCK != 0;
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
     match (locking, excl) {
-        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm, folio_bytes),
+        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm),
         (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
-            coh.wal_check(inode, shm, folio_bytes)?;
+            coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
             Ok(())
         }
         (true, true) if restart => {
-            coh.wal_check(inode, shm, folio_bytes)?;
+            coh.wal_check(inode, shm)?;
             coh.restart_begin();
             Ok(())
         }

@@ -43,7 +43,6 @@
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
 use crate::children::Children;
-use crate::coherence;
 use crate::config::Settings;
 use crate::fetch::Fetches;
 use crate::ffi::*;
@@ -659,43 +658,6 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_
     })
 }
 
-/// The text of `PRAGMA kx_stats`: the cache's counters and the VFS's, as
-/// `name=value` pairs separated by spaces.
-pub(crate) fn stats_text(cache: &PageCache) -> String {
-    let s = cache.stats();
-    let v = vfs_stats();
-    let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    format!(
-        "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
-         refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
-         uncached_reads={} coherence_checks={} coherence_partial_drops={} \
-         coherence_full_drops={} coherence_pages_dropped={} open_files={}",
-        cache.capacity(),
-        s.cached_pages,
-        s.hits,
-        s.misses,
-        s.readahead_pages,
-        s.evictions,
-        s.refaults,
-        s.backend_read_bytes,
-        s.backend_written_bytes,
-        s.dirty_bytes,
-        r(&v.writes),
-        r(&v.syncs),
-        r(&v.fetches),
-        r(&v.fetches_held),
-        r(&v.fetch_fallbacks),
-        r(&v.lock_conflicts),
-        r(&v.uncached_reads),
-        r(&v.coherence_checks),
-        r(&v.coherence_partial_drops),
-        r(&v.coherence_full_drops),
-        r(&v.coherence_pages_dropped),
-        inode::open_files(),
-    )
-}
-
 /// `SQLITE_FCNTL_PRAGMA`: `kx_stats` and `kx_settings`; anything else is
 /// SQLite's (`SQLITE_NOTFOUND`).
 ///
@@ -712,7 +674,7 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let text = match name.to_ascii_lowercase().as_str() {
         "kx_stats" => {
             h.book_fetches();
-            stats_text(&h.cache)
+            crate::stats::stats_text(&h.cache)
         }
         "kx_settings" => format!(
             "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
@@ -932,7 +894,7 @@ unsafe extern "C" fn x_shm_lock(
         let Some(s) = h.shm.as_mut() else {
             return SQLITE_IOERR_SHMMAP;
         };
-        let held_ckpt = s.holds_exclusive(coherence::WAL_CKPT_LOCK);
+        let held_ckpt = s.holds_exclusive(crate::coherence::WAL_CKPT_LOCK);
         let rc = s.lock(offset, n, flags);
         if rc != SQLITE_OK || h.inode.exclusive || !h.inode.is_db {
             return rc;
@@ -941,18 +903,15 @@ unsafe extern "C" fn x_shm_lock(
     })
 }
 
-/// After a successful `xShmLock` in shared mode: the coherence checks of
-/// the database's cache ([`coherence::on_shm_lock`]). A failed check
-/// releases the lock it followed and fails the call
-/// (`SQLITE_IOERR_SHMLOCK`): SQLite must not read under a cache that may be
-/// stale.
+/// After a successful `xShmLock` in shared mode: the coherence checks
+/// (`coherence::on_shm_lock`). A failed one releases the lock and fails
+/// the call: SQLite must not read under a cache that may be stale.
 fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckpt: bool) -> c_int {
     let Some(s) = h.shm.as_mut() else {
         return SQLITE_OK;
     };
     let shm = Arc::clone(&s.shm);
-    let folio = PAGE as u64 * (1u64 << h.cache.config().max_folio_order);
-    match coherence::on_shm_lock(&h.inode, &shm, folio, (offset, n, flags), held_ckpt) {
+    match h.inode.on_shm_lock(&shm, (offset, n, flags), held_ckpt) {
         Ok(()) => SQLITE_OK,
         Err(msg) => {
             api().log(SQLITE_IOERR_SHMLOCK, &msg);

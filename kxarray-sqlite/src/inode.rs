@@ -53,7 +53,7 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::Coherence;
+use crate::coherence::{Coherence, Db};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
@@ -181,11 +181,6 @@ fn table() -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
     t
 }
 
-/// The coherence state of `inode`, locked.
-pub(crate) fn lock_coherence(inode: &Inode) -> MutexGuard<'_, Coherence> {
-    lock(&inode.coherence)
-}
-
 /// A fresh owner id for a handle's locks.
 pub(crate) fn next_owner() -> u64 {
     static N: AtomicU64 = AtomicU64::new(1);
@@ -280,6 +275,31 @@ impl Inode {
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),
         }
+    }
+
+    /// What the coherence checks need of it.
+    pub(crate) fn db(&self) -> Db<'_> {
+        Db {
+            fd: &self.fd,
+            file: &self.file,
+            path: &self.path,
+        }
+    }
+
+    /// The coherence checks after a successful `xShmLock(offset, n,
+    /// flags)` of this database's WAL index `shm`
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)).
+    ///
+    /// # Errors
+    /// The failed check's message.
+    pub(crate) fn on_shm_lock(
+        &self,
+        shm: &Shm,
+        call: (c_int, c_int, c_int),
+        held_ckpt: bool,
+    ) -> Result<(), String> {
+        let mut coh = lock(&self.coherence);
+        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, call, held_ckpt)
     }
 
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
@@ -390,7 +410,7 @@ impl Inode {
             };
             if r.is_ok() {
                 // The process had no lock: what did others change since?
-                if let Err(msg) = lock(&self.coherence).after_gap(self) {
+                if let Err(msg) = lock(&self.coherence).after_gap(&self.db()) {
                     let _ = oslock::set(fd, Kind::Unlock, 0, 0);
                     return Err((SQLITE_IOERR_LOCK, msg));
                 }
@@ -463,7 +483,7 @@ impl Inode {
             if *level == SQLITE_LOCK_EXCLUSIVE {
                 // The handle may have written: the file as this process
                 // leaves it (written back by now: `x_unlock`'s sync point).
-                lock(&self.coherence).after_write(self);
+                lock(&self.coherence).after_write(&self.db());
             }
             if want == SQLITE_LOCK_SHARED {
                 oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)

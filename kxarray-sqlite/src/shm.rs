@@ -231,7 +231,7 @@ impl Shm {
         if r.list.is_empty() {
             r.size = size;
         }
-        if size != r.size || size == 0 || size % REGION_ALIGN != 0 {
+        if size != r.size || size == 0 || !size.is_multiple_of(REGION_ALIGN) {
             return SQLITE_IOERR_SHMMAP;
         }
         if index < r.list.len() {
@@ -552,8 +552,11 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 3);
         let (p1, rc) = s1.map(0, 32768, true);
         assert_eq!(rc, SQLITE_OK);
-        // SAFETY: region 0 is mapped read-write, 32768 bytes.
-        unsafe { p1.cast::<u32>().add(5).write_volatile(0xfeed) };
+        // SAFETY: region 0 is mapped read-write, 32768 bytes: word 5 is
+        // inside it.
+        let w5 = unsafe { p1.cast::<u32>().add(5) };
+        // SAFETY: as above, and 4-aligned (the mapping is page-aligned).
+        unsafe { w5.write_volatile(0xfeed) };
         let (s2, rc) = Shm::open(path.clone(), &db, false).unwrap();
         assert_eq!(rc, SQLITE_OK);
         // the second kept what the first wrote
