@@ -72,9 +72,20 @@ fn put(fd: &OwnedFd, b: u8) {
     assert_eq!(n, 1);
 }
 
-/// One byte from `fd`, or None at end of file.
+/// One byte from `fd`, or None at end of file or when nothing came for
+/// [`common::procs::HANG`] (a hung peer).
 fn get(fd: &OwnedFd) -> Option<u8> {
     use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = common::procs::HANG.as_millis() as i32;
+    // SAFETY: poll(2) on one live pollfd.
+    if unsafe { libc::poll(&mut pfd, 1, ms) } != 1 {
+        return None;
+    }
     let mut b = 0u8;
     // SAFETY: one byte into a live buffer from an open descriptor.
     let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut b).cast(), 1) };
