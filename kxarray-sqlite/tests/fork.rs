@@ -18,6 +18,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// How long the parent waits for a step of the child (a hang guard, not a
+/// timed assertion: each step takes milliseconds).
+const STEP: Duration = Duration::from_secs(20);
+
 /// One fork at a time in this binary (a fork copies only the calling
 /// thread; another test's thread inside SQLite would leave its mutexes
 /// held in the child).
@@ -73,7 +77,7 @@ fn put(fd: &OwnedFd, b: u8) {
 }
 
 /// One byte from `fd`, or None at end of file or when nothing came for
-/// [`common::procs::HANG`] (a hung peer).
+/// [`STEP`] (a hung peer).
 fn get(fd: &OwnedFd) -> Option<u8> {
     use std::os::fd::AsRawFd;
     let mut pfd = libc::pollfd {
@@ -81,7 +85,7 @@ fn get(fd: &OwnedFd) -> Option<u8> {
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = common::procs::HANG.as_millis() as i32;
+    let ms = STEP.as_millis() as i32;
     // SAFETY: poll(2) on one live pollfd.
     if unsafe { libc::poll(&mut pfd, 1, ms) } != 1 {
         return None;
@@ -220,7 +224,7 @@ fn fork_beside_an_open_connection(journal: &str) {
             if r == pid {
                 return st;
             }
-            if t0.elapsed() > common::procs::HANG {
+            if t0.elapsed() > STEP {
                 // SAFETY: kill our own hung child.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 panic!("the child hung: {}", child_report());
