@@ -180,7 +180,7 @@ import collections, statistics, sys
 path, rounds, secs, mb = sys.argv[1:5]
 runs = collections.defaultdict(list)
 for line in open(path):
-    c, _, readers, cache, commits, reads = line.split('\t')
+    c, _, readers, cache, commits, reads = line.split('\t')[:6]
     runs[(cache, c)].append((float(commits), float(reads)))
 print(f'Multi-process, WAL, 1 writer + 3 reader processes on a {mb} MB database, '
       f'median of {rounds} interleaved rounds of {secs} s (ratio kx / unix):\n')

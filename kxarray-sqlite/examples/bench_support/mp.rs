@@ -4,7 +4,9 @@
 //!   synchronous=NORMAL) and `--readers` reader processes (uniform point
 //!   selects), all on one VFS (`unix` or `kx`, kxarray with a per-process
 //!   cache of `--kx-cache`), started together and measured for the same
-//!   seconds; prints `config mp-wal readers kx_cache commits/s reads/s`.
+//!   seconds; prints `config mp-wal readers kx_cache commits/s reads/s`
+//!   and the readers' kxarray counters over the run (misses, full drops,
+//!   pages dropped by coherence checks).
 //! - `coherence`: the cost of another process's commit to a kxarray
 //!   reader whose cache holds the whole database: rounds of (a unix-VFS
 //!   process commits a one-row update, and in WAL mode checkpoints it;
@@ -85,7 +87,14 @@ pub(crate) fn mp_child(
     }
     let secs = t0.elapsed().as_secs_f64();
     assert!(role == "writer" || sink > 0);
-    println!("done {ops} {secs:.4}");
+    // kxarray's counters over the run's process (0 on the unix VFS)
+    let k = |name: &str| if config == "kx" { stat(&c, name) } else { 0 };
+    println!(
+        "done {ops} {secs:.4} {} {} {}",
+        k("misses"),
+        k("coherence_full_drops"),
+        k("coherence_pages_dropped")
+    );
 }
 
 fn spawn_child(args: &[String]) -> (Child, BufReader<std::process::ChildStdout>) {
@@ -133,6 +142,7 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
         c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     }
     let (mut commits, mut reads) = (0.0, 0.0);
+    let mut counters = [0.0; 3];
     for (i, (mut c, mut out)) in kids.into_iter().enumerate() {
         let line = read_line(&mut out);
         let v: Vec<f64> = line
@@ -142,6 +152,11 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
             .map(|x| x.parse().unwrap())
             .collect();
         let rate = v[0] / v[1];
+        if i > 0 {
+            for (c, x) in counters.iter_mut().zip(&v[2..]) {
+                *c += x;
+            }
+        }
         if i == 0 {
             commits += rate;
         } else {
@@ -149,7 +164,11 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
         }
         assert!(c.wait().unwrap().success());
     }
-    format!("{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}")
+    // the readers' kxarray counters: misses, full drops, pages dropped
+    format!(
+        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}",
+        counters[0], counters[1], counters[2]
+    )
 }
 
 fn stat(c: &Connection, name: &str) -> u64 {
