@@ -466,3 +466,48 @@ fn readonly_shm_reads_beside_a_writer() {
     // the -shm is the writer's, untouched by the read-only reader
     assert!(dir.path().join("ro.db-shm").exists());
 }
+
+/// A checkpoint elsewhere that grows the database (rows appended by the
+/// other process) costs the pages it copied and the new length, not the
+/// whole cache (`CachedFile::refresh_len`), and the reader sees every new
+/// row.
+#[test]
+fn a_checkpoint_that_grows_the_file_keeps_the_rest_of_the_cache() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("grow.db");
+    let db = connect(&p, Vfs::Kx);
+    db.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA cache_size=0;
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<3000)
+         INSERT INTO t SELECT x, printf('%0200d', x) FROM c;
+         PRAGMA wal_checkpoint(TRUNCATE);",
+    )
+    .unwrap();
+    let len0 = std::fs::metadata(&p).unwrap().len();
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 3000);
+    let mut peer = Peer::spawn(&p, Vfs::Unix);
+    assert_eq!(
+        peer.cmd(
+            "X WITH RECURSIVE c(x) AS (SELECT 3001 UNION ALL SELECT x+1 FROM c WHERE x<3400) \
+             INSERT INTO t SELECT x, printf('%0200d', x) FROM c"
+        ),
+        "OK"
+    );
+    let ck = peer.cmd("Q PRAGMA wal_checkpoint(PASSIVE)");
+    assert!(ck.starts_with("0|"), "{ck}");
+    assert!(std::fs::metadata(&p).unwrap().len() > len0, "the file grew");
+    let (full0, partial0) = (
+        stat(&db, "coherence_full_drops"),
+        stat(&db, "coherence_partial_drops"),
+    );
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 3400);
+    assert_eq!(
+        int(&db, "SELECT sum(length(v)) FROM t WHERE id > 3000"),
+        400 * 200
+    );
+    assert_eq!(stat(&db, "coherence_full_drops"), full0);
+    assert!(stat(&db, "coherence_partial_drops") > partial0);
+    assert_eq!(peer.cmd("Q PRAGMA integrity_check"), "ok");
+}
