@@ -91,15 +91,7 @@ struct Sig {
 impl Sig {
     fn read(fd: &File) -> io::Result<Sig> {
         let mut h = [0u8; 100];
-        let mut got = 0;
-        while got < h.len() {
-            match fd.read_at(&mut h[got..], got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        crate::fdio::pread_full(fd, &mut h, 0)?;
         let m = fd.metadata()?;
         let four = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3]];
         Ok(Sig {
