@@ -24,8 +24,10 @@
 //!   and same `nBackfill`: nothing to do, no system call. Anything else
 //!   (new salts: the WAL restarted since, so the index no longer shows
 //!   which frames were copied; `nBackfill` went back: the index was
-//!   rebuilt; the size of the file changed; a page-number region this
-//!   process cannot map): every cached page of the database is dropped.
+//!   rebuilt; a page-number region this process cannot map): every cached
+//!   page of the database is dropped. A checkpoint that grew or cut the
+//!   file also costs the pages from the lower end on
+//!   (`CachedFile::refresh_len`).
 //!   Frames copied by this process's own checkpoint (between taking and
 //!   releasing the checkpoint lock, which keeps every other checkpointer
 //!   out) were written through this cache and are recorded without a drop,
@@ -89,15 +91,7 @@ struct Sig {
 impl Sig {
     fn read(fd: &File) -> io::Result<Sig> {
         let mut h = [0u8; 100];
-        let mut got = 0;
-        while got < h.len() {
-            match fd.read_at(&mut h[got..], got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        crate::fdio::pread_full(fd, &mut h, 0)?;
         let m = fd.metadata()?;
         let four = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3]];
         Ok(Sig {
@@ -324,14 +318,19 @@ impl Coherence {
         if again.salts != now.salts {
             return self.full(inode, Some(now));
         }
-        // A checkpoint that grew or cut the file: take it all again.
-        match inode.fd.metadata() {
-            Ok(m) if m.len() == inode.file.len() => {}
-            _ => return self.full(inode, Some(now)),
-        }
+        // A checkpoint that grew or cut the file: its length again (the
+        // pages past the lower end go; the others are the frames' own).
+        let grown = match inode.fd.metadata() {
+            Ok(m) if m.len() == inode.file.len() => 0,
+            Ok(_) => match inode.file.refresh_len() {
+                Ok(n) => n,
+                Err(_) => return self.full(inode, Some(now)),
+            },
+            Err(_) => return self.full(inode, Some(now)),
+        };
         pages.sort_unstable();
         pages.dedup();
-        let mut dropped = 0;
+        let mut dropped = grown;
         let mut next = 0; // the first cache page not yet handled
         for p in pages {
             let at = (u64::from(p) - 1) * size;

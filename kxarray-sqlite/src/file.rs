@@ -408,20 +408,9 @@ unsafe extern "C" fn x_read(
 }
 
 /// Read `buf.len()` bytes at `off` of a file's descriptor (fewer at its
-/// end): a journal or WAL in shared mode (`Inode::uncached`), read as the
-/// unix VFS reads it.
+/// end): a journal or WAL in shared mode (`Inode::uncached`).
 fn read_fd(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match h.inode.fd.read_at(&mut buf[got..], off + got as u64) {
-            Ok(0) => break,
-            Ok(k) => got += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
+    crate::fdio::pread_full(&h.inode.fd, buf, off)
 }
 
 /// Read a WAL's bytes straight from its file with `pread`, as the unix VFS

@@ -77,6 +77,7 @@ pub mod api;
 mod children;
 mod coherence;
 pub mod config;
+mod fdio;
 mod fetch;
 mod ffi;
 mod file;

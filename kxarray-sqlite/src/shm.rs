@@ -393,8 +393,9 @@ impl ShmHandle {
         }
     }
 
-    /// `xShmLock(offset, n, flags)`: `SQLITE_OK`, `SQLITE_BUSY`,
-    /// `SQLITE_IOERR_SHMLOCK` when a lock cannot be set or released, or
+    /// `xShmLock(offset, n, flags)`: `SQLITE_OK`, `SQLITE_BUSY` (held
+    /// elsewhere, or any failure to set the system lock, as the unix VFS),
+    /// `SQLITE_IOERR_SHMLOCK` when a lock cannot be released, or
     /// `SQLITE_IOERR_SHMMAP` for a range outside the eight slots.
     pub(crate) fn lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
         if offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK {
@@ -438,10 +439,10 @@ impl ShmHandle {
             if slots[from] < 0 {
                 return SQLITE_BUSY;
             }
-            if slots[from] == 0 {
-                if let Err(e) = shm.sys_lock(Kind::Read, from, 1) {
-                    return lock_code(&e, SQLITE_IOERR_SHMLOCK);
-                }
+            // Any failure of the system lock is SQLITE_BUSY, as in
+            // `unixShmSystemLock` (a write lock on a read-only `-shm`).
+            if slots[from] == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
+                return SQLITE_BUSY;
             }
             slots[from] += 1;
             self.shared |= mask;
@@ -455,13 +456,10 @@ impl ShmHandle {
             }
         }
         let new = mask & !self.exclusive;
-        if new != 0 {
-            if let Err(e) = shm.sys_lock(Kind::Write, from, to - from) {
-                // Give back the slots this handle held exclusive before
-                // only if the call changed them (it did not: a failed
-                // F_OFD_SETLK changes nothing).
-                return lock_code(&e, SQLITE_IOERR_SHMLOCK);
-            }
+        // A failed F_OFD_SETLK changes nothing; any failure is
+        // SQLITE_BUSY, as above.
+        if new != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+            return SQLITE_BUSY;
         }
         for s in &mut slots[from..to] {
             *s = -1;

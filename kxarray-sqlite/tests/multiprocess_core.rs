@@ -466,3 +466,93 @@ fn readonly_shm_reads_beside_a_writer() {
     // the -shm is the writer's, untouched by the read-only reader
     assert!(dir.path().join("ro.db-shm").exists());
 }
+
+/// A checkpoint elsewhere that grows the database (rows appended by the
+/// other process) costs the pages it copied and the new length, not the
+/// whole cache (`CachedFile::refresh_len`), and the reader sees every new
+/// row.
+#[test]
+fn a_checkpoint_that_grows_the_file_keeps_the_rest_of_the_cache() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("grow.db");
+    let db = connect(&p, Vfs::Kx);
+    db.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA cache_size=0;
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<3000)
+         INSERT INTO t SELECT x, printf('%0200d', x) FROM c;
+         PRAGMA wal_checkpoint(TRUNCATE);",
+    )
+    .unwrap();
+    let len0 = std::fs::metadata(&p).unwrap().len();
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 3000);
+    let mut peer = Peer::spawn(&p, Vfs::Unix);
+    assert_eq!(
+        peer.cmd(
+            "X WITH RECURSIVE c(x) AS (SELECT 3001 UNION ALL SELECT x+1 FROM c WHERE x<3400) \
+             INSERT INTO t SELECT x, printf('%0200d', x) FROM c"
+        ),
+        "OK"
+    );
+    let ck = peer.cmd("Q PRAGMA wal_checkpoint(PASSIVE)");
+    assert!(ck.starts_with("0|"), "{ck}");
+    assert!(std::fs::metadata(&p).unwrap().len() > len0, "the file grew");
+    let (full0, partial0) = (
+        stat(&db, "coherence_full_drops"),
+        stat(&db, "coherence_partial_drops"),
+    );
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 3400);
+    assert_eq!(
+        int(&db, "SELECT sum(length(v)) FROM t WHERE id > 3000"),
+        400 * 200
+    );
+    assert_eq!(stat(&db, "coherence_full_drops"), full0);
+    assert!(stat(&db, "coherence_partial_drops") > partial0);
+    assert_eq!(peer.cmd("Q PRAGMA integrity_check"), "ok");
+}
+
+/// Zero-copy fetch (`PRAGMA mmap_size`, `kx_fetch=1`) never serves a
+/// page another process's checkpoint changed, in WAL and rollback modes:
+/// the held references of the reader's hot pages are of folios the check
+/// dropped, so they are not current any more.
+#[test]
+fn fetched_pages_follow_another_process_commits() {
+    let _serial = serial();
+    for journal in ["wal", "delete"] {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fetch.db");
+        let db = connect(&p, Vfs::Kx);
+        db.execute_batch(&format!(
+            "PRAGMA journal_mode={journal}; PRAGMA cache_size=0; PRAGMA mmap_size=67108864;
+             CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+             WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<2000)
+             INSERT INTO t SELECT x, printf('%0100d', x) FROM c;"
+        ))
+        .unwrap();
+        if journal == "wal" {
+            db.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        }
+        let fetches0 = stat(&db, "fetches");
+        let q = "SELECT v FROM t WHERE id = 1000";
+        let read = |db: &Connection| db.query_row(q, [], |r| r.get::<_, String>(0)).unwrap();
+        assert_eq!(read(&db), format!("{:0100}", 1000));
+        let mut peer = Peer::spawn(&p, Vfs::Unix);
+        for round in 0..5 {
+            let a = peer.cmd(&format!(
+                "X UPDATE t SET v = 'round {round}' WHERE id = 1000"
+            ));
+            assert_eq!(a, "OK", "{journal}");
+            if journal == "wal" {
+                assert!(peer
+                    .cmd("Q PRAGMA wal_checkpoint(PASSIVE)")
+                    .starts_with("0|"));
+            }
+            assert_eq!(read(&db), format!("round {round}"), "{journal}");
+        }
+        assert!(
+            stat(&db, "fetches") > fetches0,
+            "{journal}: no page was fetched"
+        );
+    }
+}
