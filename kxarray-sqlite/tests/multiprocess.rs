@@ -268,12 +268,12 @@ fn run_bank(journal: &str, transfers: i64) {
 /// truncating the WAL now and then), WAL mode.
 #[test]
 fn bank_transfers_across_four_processes_and_both_vfses_wal() {
-    run_bank("wal", 150);
+    run_bank("wal", 1000);
 }
 
 /// The same in rollback-journal (DELETE) mode: every transaction's first
 /// lock must drop what another process changed.
 #[test]
 fn bank_transfers_across_four_processes_and_both_vfses_delete() {
-    run_bank("delete", 80);
+    run_bank("delete", 400);
 }
