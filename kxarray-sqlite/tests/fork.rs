@@ -65,8 +65,11 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     // SAFETY: pipe(2) fills two descriptors into a 2-int array.
     let rc = unsafe { libc::pipe(fds.as_mut_ptr()) };
     assert_eq!(rc, 0);
-    // SAFETY: fresh descriptors owned by nobody else.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let r = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: as above.
+    let w = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    (r, w)
 }
 
 fn put(fd: &OwnedFd, b: u8) {
