@@ -148,6 +148,14 @@ mod trigger;
 pub use shrinker::{Decision, ShrinkPolicy, Shrinker};
 pub use trigger::{Stall, Trigger, TriggerError};
 #[cfg(target_os = "linux")]
+mod budget;
+#[cfg(target_os = "linux")]
+pub use budget::{
+    alive, budget_decide, budget_shares, path_for, start_time, BudgetConfig, BudgetReason,
+    BudgetStats, Marks, Registry, RegistryError, Scope, ScopeKind, SharedBudget, Slot, Table,
+    Usage, View, FILE_BYTES, KEY_BYTES, SLOTS, SLOT_WORDS,
+};
+#[cfg(target_os = "linux")]
 mod monitor;
 #[cfg(target_os = "linux")]
 mod poll;
