@@ -45,7 +45,9 @@ impl Cgroup {
                 .find_map(|l| {
                     let mut p = l.splitn(3, ':');
                     let (_, c, path) = (p.next()?, p.next()?, p.next()?);
-                    c.split(',').any(|c| c == "memory").then(|| path.to_string())
+                    c.split(',')
+                        .any(|c| c == "memory")
+                        .then(|| path.to_string())
                 })
                 .unwrap_or_else(|| "/".into());
             let mut parent = v1_root.join(own.trim_start_matches('/'));
@@ -167,7 +169,11 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     let children: Vec<_> = dbs
         .iter()
         .map(|db| {
-            let mut script = format!(".load {}\n.open 'file:{}?vfs=kxarray'\n", load_arg(), db.display());
+            let mut script = format!(
+                ".load {}\n.open 'file:{}?vfs=kxarray'\n",
+                load_arg(),
+                db.display()
+            );
             for _ in 0..SCANS {
                 script.push_str("SELECT count(*), sum(length(b)), sum(a) FROM t;\n");
             }
@@ -208,7 +214,9 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
         if !out.status.success() {
             failures.push(format!("process {i}: {:?}, stderr {stderr:?}", out.status));
         } else if answers != vec![expected.as_str(); SCANS] {
-            failures.push(format!("process {i}: answers {answers:?}, expected {expected}"));
+            failures.push(format!(
+                "process {i}: answers {answers:?}, expected {expected}"
+            ));
         }
     }
     eprintln!("five processes, {mb} MB each, {SCANS} scans: {wall:?}, OOM kills {kills}");
