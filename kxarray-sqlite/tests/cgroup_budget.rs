@@ -223,3 +223,45 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     assert_eq!(kills, 0, "the cgroup counted OOM kills; {failures:?}");
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The VFS joins the budget by default (`kx_settings` says `budget=1`,
+/// `kx_stats` has the `budget_*` fields, the cache's capacity is its
+/// share); `kx_budget=0` opts out (a fixed capacity, no fields).
+#[test]
+fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
+    if shell().is_none() {
+        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let run = |params: &str| {
+        let script = format!(
+            ".load {}\n.open 'file:{}?vfs=kxarray{params}'\nCREATE TABLE IF NOT EXISTS t(a);\n\
+             PRAGMA kx_settings;\nPRAGMA kx_stats;\n",
+            load_arg(),
+            db.display()
+        );
+        let (ok, out, err) = common::run_shell(&[], &script, &[]);
+        assert!(ok, "{err}");
+        out
+    };
+    let field = |text: &str, name: &str| -> Option<u64> {
+        text.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    };
+    let on = run("&kx_cache=64m");
+    assert!(on.contains(" budget=1"), "{on}");
+    let share = field(&on, "budget_share").expect("budget_share in kx_stats");
+    assert!(share > 0 && share <= 64 << 20, "{on}");
+    assert!(field(&on, "capacity").is_some_and(|c| c <= share), "{on}");
+    assert_eq!(
+        field(&on, "cache"),
+        Some(64 << 20),
+        "kx_settings shows what was asked"
+    );
+    let off = run("&kx_cache=64m&kx_budget=0");
+    assert!(off.contains(" budget=0"), "{off}");
+    assert!(!off.contains("budget_share"), "{off}");
+    assert_eq!(field(&off, "capacity"), Some(64 << 20), "{off}");
+}

@@ -1,6 +1,7 @@
 //! The registry of a budget's members: one small file in shared memory
-//! (`/dev/shm/kxarray-budget-<hash of the key>`) holding a fixed table of
-//! slots, one per cache, each naming its process by pid and start time.
+//! (`/dev/shm/kxarray-budget-<uid>-<hash of the key>`) holding a fixed
+//! table of slots, one per cache, each naming its process by pid and start
+//! time.
 //!
 //! Owns the file's layout, its lock and the liveness test of a member.
 //! Layout (little-endian `u64` words, [`FILE_BYTES`] bytes): a header
@@ -11,7 +12,8 @@
 //! while an exclusive open-file-description lock (`F_OFD_SETLK`) is held
 //! on the file: the kernel drops that lock when its holder's file is
 //! closed, so a process killed inside the critical section leaves no lock
-//! behind. Invariants: every change of the table happens under the lock;
+//! behind. The table fits in one page, so a write is never cut short by
+//! the writer's death (a torn table would be refused as foreign). Invariants: every change of the table happens under the lock;
 //! a slot whose process is gone (no `/proc/<pid>/stat`, a zombie, or a
 //! start time other than the one recorded: the pid was reused) is freed by
 //! whoever next takes the lock, and the generation moves on; a file whose
@@ -33,6 +35,7 @@ pub const SLOT_WORDS: usize = 6;
 /// the file's name, a hash of the whole key, and this prefix).
 pub const KEY_BYTES: usize = 1024;
 const HEADER_WORDS: usize = 4 + KEY_BYTES / 8;
+const _: () = assert!(FILE_BYTES <= 4096, "the table fits in one page");
 /// The file's size.
 pub const FILE_BYTES: usize = (HEADER_WORDS + SLOTS * SLOT_WORDS) * 8;
 const MAGIC: u64 = u64::from_le_bytes(*b"KXBUDG01");
@@ -153,9 +156,13 @@ fn fnv(key: &str) -> u64 {
     })
 }
 
-/// The registry file of `key` in `dir`.
+/// The registry file of `key` in `dir` for this process's user: one
+/// registry per user (the file is the user's alone, mode 0600, so another
+/// user can neither read its members nor skew their shares).
 pub fn path_for(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("kxarray-budget-{:016x}", fnv(key)))
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    dir.join(format!("kxarray-budget-{uid}-{:016x}", fnv(key)))
 }
 
 impl Registry {
