@@ -99,10 +99,13 @@ fn join_budget(cache: &PageCache, want: u64) {
             let _ = BUDGET.set(b);
         }
         Err(e) => {
-            let _ = cache.set_capacity(want);
+            let fixed = match cache.set_capacity(want) {
+                Ok(()) => format!("a fixed cache of {want} bytes"),
+                Err(c) => format!("the cache stays at {} bytes ({c})", cache.capacity()),
+            };
             api().log(
                 SQLITE_NOTICE,
-                &format!("kxarray: no shared memory budget (thread: {e}); a fixed cache"),
+                &format!("kxarray: no shared memory budget (thread: {e}); {fixed}"),
             );
         }
     }

@@ -471,7 +471,7 @@ impl<T: Resizable + ?Sized> Member<T> {
             return;
         };
         let (pid, start) = (self.pid, self.start_time);
-        let _ = r.update(|t, _| {
+        let left = r.update(|t, _| {
             let s = &mut t.slots[i];
             if s.pid == pid && s.start_time == start {
                 *s = Slot::default();
@@ -480,6 +480,11 @@ impl<T: Resizable + ?Sized> Member<T> {
             }
             (false, ())
         });
+        if let Err(e) = left {
+            // The slot stays until this process exits (then the next
+            // member's look frees it).
+            log::warn!("kxarray budget: leaving: {e}");
+        }
     }
 }
 
