@@ -1,10 +1,11 @@
 //! Settings: the cache capacity, O_DIRECT below the cache, zero-copy
-//! fetch, memory pressure, the prefetch of a scan's B-tree children.
-//! [`Settings`] is what one open asks for; it is read from URI parameters
-//! (`kx_cache`, `kx_direct`, `kx_fetch`, `kx_pressure`, `kx_prefetch`),
-//! then environment variables (`KXARRAY_SQLITE_CACHE`,
-//! `KXARRAY_SQLITE_DIRECT`, `KXARRAY_SQLITE_FETCH`,
-//! `KXARRAY_SQLITE_PRESSURE`, `KXARRAY_SQLITE_PREFETCH`), then the
+//! fetch, memory pressure, the prefetch of a scan's B-tree children, the
+//! shared memory budget. [`Settings`] is what one open asks for; it is
+//! read from URI parameters (`kx_cache`, `kx_direct`, `kx_fetch`,
+//! `kx_pressure`, `kx_prefetch`, `kx_budget`), then environment variables
+//! (`KXARRAY_SQLITE_CACHE`, `KXARRAY_SQLITE_DIRECT`,
+//! `KXARRAY_SQLITE_FETCH`, `KXARRAY_SQLITE_PRESSURE`,
+//! `KXARRAY_SQLITE_PREFETCH`, `KXARRAY_SQLITE_BUDGET`), then the
 //! defaults.
 //!
 //! Owns the parsing of sizes (`parse_size`: bytes with an optional
@@ -36,6 +37,12 @@ pub struct Settings {
     /// its first two children in order, submit the reads of its other
     /// children at once, wherever they lie in the file.
     pub prefetch: bool,
+    /// Share one memory budget with the other processes of the cgroup (or
+    /// machine): the cache starts small, grows toward its share of the
+    /// budget (at most `cache_bytes`) while the cgroup has room, and
+    /// shrinks before its limit (`kxarray::memory::SharedBudget`; read by
+    /// the open that creates the cache). Off: a fixed `cache_bytes`.
+    pub budget: bool,
 }
 
 /// A setting that does not parse.
@@ -160,12 +167,16 @@ const PREFETCH: Names = Names {
     uri: "kx_prefetch",
     env: "KXARRAY_SQLITE_PREFETCH",
 };
+const BUDGET: Names = Names {
+    uri: "kx_budget",
+    env: "KXARRAY_SQLITE_BUDGET",
+};
 
 impl Settings {
     /// The settings for an open: each from `uri(name)` (the URI parameter,
     /// if the open has one), else from `env(name)`, else the default
     /// (cache [`default_capacity`], direct off, fetch on, pressure on,
-    /// prefetch on).
+    /// prefetch on, budget on).
     ///
     /// # Errors
     /// A [`SettingError`] naming the first value that does not parse (or a
@@ -206,6 +217,7 @@ impl Settings {
             fetch: boolean(&FETCH, true)?,
             pressure: boolean(&PRESSURE, true)?,
             prefetch: boolean(&PREFETCH, true)?,
+            budget: boolean(&BUDGET, true)?,
         })
     }
 
@@ -270,6 +282,7 @@ mod tests {
                 fetch: true,
                 pressure: true,
                 prefetch: true,
+                budget: true,
             }
         );
         let d = Settings::resolve(|_| None, |_| None).unwrap();
@@ -282,6 +295,13 @@ mod tests {
             |k| (k == "KXARRAY_SQLITE_PREFETCH").then(|| "0".into()),
         );
         assert!(!off.unwrap().prefetch);
+        let off = Settings::resolve(|k| (k == "kx_budget").then(|| "0".into()), |_| None);
+        assert!(!off.unwrap().budget);
+        let bad = Settings::resolve(
+            |_| None,
+            |k| (k == "KXARRAY_SQLITE_BUDGET").then(|| "2".into()),
+        );
+        assert_eq!(bad.unwrap_err().source, "KXARRAY_SQLITE_BUDGET");
     }
 
     #[test]

@@ -612,11 +612,13 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     let s = cache.stats();
     let v = vfs_stats();
     let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    // The shared budget's fields, when the cache is in one.
+    let budget = crate::process::budget_stats().map_or_else(String::new, |b| format!(" {b}"));
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
          writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
-         uncached_reads={} open_files={}",
+         uncached_reads={} open_files={}{budget}",
         cache.capacity(),
         s.cached_pages,
         s.hits,
@@ -657,14 +659,16 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
-            h.cache.config().capacity,
+            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
+             budget={}",
+            crate::process::configured_capacity(),
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
             u8::from(h.settings.pressure),
             u8::from(h.children.is_some()),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
+            u8::from(crate::process::budget_stats().is_some()),
         ),
         _ => return SQLITE_NOTFOUND,
     };

@@ -33,6 +33,7 @@
 //! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
 //! | `kx_pressure=0\|1` | `KXARRAY_SQLITE_PRESSURE` | follow memory pressure: the kernel's PSI shrinks the cache by an eighth per stall event (down to an eighth of `kx_cache`) and it grows back after 10 s without one, each change a line in SQLite's log (`kxarray::memory::PressureMonitor`; where PSI is unavailable, one line and nothing else); the first open decides | 1 |
 //! | `kx_prefetch=0\|1` | `KXARRAY_SQLITE_PREFETCH` | with `kx_direct=1`: when a scan reads an interior B-tree page and then its first two children in order, submit the reads of its other children at once, wherever they lie in the file (a table filled in random key order); a point lookup reads one child per interior page and prefetches nothing | 1 |
+//! | `kx_budget=0\|1` | `KXARRAY_SQLITE_BUDGET` | share one memory budget with the other processes of the cgroup (or machine): the cache starts at 16 MiB, grows toward its share of half the cgroup's limit (at most `kx_cache`) while the cgroup has room, shrinks past 85% of the limit, and a dead process's share comes back to the others (`kxarray::memory::SharedBudget`; docs/memory.md); 0: a fixed `kx_cache`; the first open decides | 1 |
 //!
 //! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
 //! `name=value ...` row; `PRAGMA kx_settings` the settings in force.

@@ -172,6 +172,10 @@ impl crate::memory::Resizable for super::PageCache {
     fn set_capacity(&self, bytes: u64) -> Result<(), CapacityError> {
         super::PageCache::set_capacity(self, bytes)
     }
+
+    fn used(&self) -> Option<u64> {
+        Some(self.inner.nr_cached.load(Ordering::Relaxed) * PAGE_SIZE as u64)
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@
 
 mod blocks;
 mod borrow;
+#[cfg(target_os = "linux")]
+mod budget;
 mod capacity;
 mod errseq;
 mod file;
