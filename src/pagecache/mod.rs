@@ -65,6 +65,7 @@ mod paths;
 mod read_async;
 mod readahead;
 mod reclaim;
+mod retry;
 mod stats;
 mod throttle;
 mod workingset;
@@ -81,6 +82,7 @@ pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, 
 pub use paths::MAX_FILE_SIZE;
 pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
+pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE};
 
@@ -492,6 +494,7 @@ impl PageCache {
             background_evictions: c.background_evictions.load(Ordering::Relaxed),
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             writeback_errors: c.writeback_errors.load(Ordering::Relaxed),
+            unwritable_bytes: c.unwritable_bytes.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages,

@@ -33,8 +33,10 @@
 //! the limit) while writeback works; no single pause exceeds [`MAX_PAUSE`].
 //! The per-thread count is shared by all caches a thread writes to.
 
+use super::inode::FileShared;
 use super::writeback::{self, Mode};
 use super::CacheInner;
+use std::io;
 use crate::filemap::PAGE_SIZE;
 use crate::sync::{AtomicU64, Ordering};
 use std::cell::Cell;
@@ -155,9 +157,47 @@ impl Throttle {
 }
 
 impl CacheInner {
-    /// Bytes not yet on the backend: dirty, and under writeback.
+    /// Bytes not yet on the backend that writeback can write: dirty and
+    /// under writeback, less those whose folio's last write failed (a
+    /// failing backend's bytes do not hold writers; the bound on them is
+    /// [`check_unwritable`](CacheInner::check_unwritable)). The gauges are
+    /// read one after the other, not at one moment: a pass moving bytes
+    /// between them meanwhile makes the sum jump up or down by those bytes,
+    /// so progress is never judged from it (see the pause loop).
     fn unwritten(&self) -> u64 {
-        self.counters.dirty_bytes.read() + self.counters.writeback_bytes.load(Ordering::Relaxed)
+        let c = &self.counters;
+        (c.dirty_bytes.read() + c.writeback_bytes.load(Ordering::Relaxed))
+            .saturating_sub(self.unwritable_bytes())
+    }
+
+    /// Dirty bytes writeback can write (the background threshold's
+    /// measure): dirty, less those whose folio's last write failed.
+    pub(crate) fn writable_dirty(&self) -> u64 {
+        self.counters
+            .dirty_bytes
+            .read()
+            .saturating_sub(self.unwritable_bytes())
+    }
+
+    /// The bound on what a failing backend leaves in memory: a write to
+    /// `file` while some of its folios' last writes failed is refused,
+    /// with the file's last writeback error, when the bytes the cache
+    /// could not write (over every file) are above the dirty limit. So
+    /// the bytes not on the backend stay below twice the dirty limit plus
+    /// the writers' slack (the throttle's, for the bytes still thought
+    /// writable, and this one's, for the bytes that turned out not to be).
+    ///
+    /// # Errors
+    /// The file's last writeback error (its kind and message), when the
+    /// write is refused.
+    pub(crate) fn check_unwritable(&self, file: &FileShared) -> io::Result<()> {
+        if file.backoff.is_failing() && self.unwritable_bytes() > self.dirty_bytes_limit() {
+            return Err(file
+                .errseq
+                .current()
+                .unwrap_or_else(|| io::Error::other("writeback of this file keeps failing")));
+        }
+        Ok(())
     }
 
     /// `balance_dirty_pages_ratelimited`: book that this thread dirtied
@@ -207,7 +247,7 @@ impl CacheInner {
                 self.unwritten()
             }
         };
-        if self.counters.dirty_bytes.read() > self.dirty_background_bytes() {
+        if self.writable_dirty() > self.dirty_background_bytes() {
             self.throttle
                 .background_kicks
                 .fetch_add(1, Ordering::Relaxed);
@@ -253,14 +293,14 @@ impl CacheInner {
             t.max_pause_asked_ns
                 .fetch_max(pause.as_nanos() as u64, Ordering::Relaxed);
             let now = self.unwritten();
+            // Progress is bytes reaching the backend, never a lower sum
+            // (`unwritten` reads its gauges at different moments, and a
+            // failed run's bytes moving back to dirty made the sum dip,
+            // so the count of stuck pauses kept starting over).
             let progress = c.backend_written_bytes.load(Ordering::Relaxed) > written;
             let failing = c.writeback_errors.load(Ordering::Relaxed) > errors
                 || c.writeback_bytes.load(Ordering::Relaxed) == 0;
-            stuck = if now < dirty || progress || !failing {
-                0
-            } else {
-                stuck + 1
-            };
+            stuck = if progress || !failing { 0 } else { stuck + 1 };
             if stuck >= STUCK_PAUSES {
                 return; // writeback fails (or nothing moves): errors go to `sync`
             }

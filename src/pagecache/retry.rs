@@ -1,0 +1,163 @@
+//! Per-folio writeback backoff: after a backend write of a folio fails,
+//! the passes that write back on their own (the flusher, a throttled
+//! writer without a flusher, reclaim's `pageout`, a shrink) leave that
+//! folio alone until its retry time, which doubles with each consecutive
+//! failure from [`WRITEBACK_RETRY_MIN`] up to [`WRITEBACK_RETRY_MAX`]. An
+//! explicit writeback (`sync`, `sync_range`, `write_back`,
+//! `writeback_all`) always tries: its caller asked, and gets the error.
+//!
+//! Owns `Backoff`, one per file: the failed folios (by index) with their
+//! consecutive failures, retry time and the dirty bytes their failed write
+//! left (the bytes the cache could not write), and the cache-wide gauge of
+//! those bytes (`Counters::unwritable_bytes`), which throttling leaves out
+//! (a failing backend must not hold writers) and which bounds what a
+//! failing file may dirty (`CacheInner::check_unwritable`, in `throttle`).
+//!
+//! Invariants: the gauge is the sum of every live file's entries' bytes
+//! (each entry adds its bytes when made or refreshed and takes them back
+//! when removed: a successful write of the folio, or the folio leaving the
+//! file); an entry exists only for a folio whose last write failed.
+
+use super::CacheInner;
+use crate::sync::{AtomicU64, Lock, Ordering};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The wait before the first retry of a folio whose write failed; each
+/// further consecutive failure doubles it, up to [`WRITEBACK_RETRY_MAX`].
+/// Only the cache's own writeback waits (the flusher, throttled writers,
+/// reclaim, [`set_capacity`](super::PageCache::set_capacity)'s shrink);
+/// `sync` always tries.
+///
+/// ```
+/// use kxarray::pagecache::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
+/// assert!(WRITEBACK_RETRY_MIN < WRITEBACK_RETRY_MAX);
+/// ```
+pub const WRITEBACK_RETRY_MIN: Duration = Duration::from_millis(10);
+/// The longest wait between two tries of a folio whose writes keep
+/// failing (see [`WRITEBACK_RETRY_MIN`]): a failing backend sees at most
+/// one write per folio per this interval from the cache's own writeback.
+pub const WRITEBACK_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// One failed folio.
+struct Entry {
+    /// Consecutive failures.
+    fails: u32,
+    /// [`CacheInner::now_ms`] before which the cache's own writeback
+    /// leaves the folio alone.
+    retry_at: u64,
+    /// Dirty bytes its failed write left (counted in the cache's gauge).
+    bytes: u64,
+}
+
+/// A file's failed folios (see the module notes).
+pub(crate) struct Backoff {
+    entries: Lock<HashMap<u64, Entry>>,
+    /// `entries.len()`, read without the lock by the passes' fast path.
+    len: AtomicU64,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff {
+            entries: Lock::new(HashMap::new()),
+            len: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether some folio's last write failed.
+    #[inline]
+    pub(crate) fn is_failing(&self) -> bool {
+        self.len.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether the cache's own writeback may try the folio at `index` at
+    /// `now` (a [`CacheInner::now_ms`]).
+    #[inline]
+    pub(crate) fn ready(&self, index: u64, now: u64) -> bool {
+        if !self.is_failing() {
+            return true;
+        }
+        self.entries
+            .lock()
+            .get(&index)
+            .is_none_or(|e| e.retry_at <= now)
+    }
+
+    /// The write of the folio at `index` failed, leaving `bytes` dirty:
+    /// back off, doubling the wait.
+    pub(crate) fn failed(&self, cache: &CacheInner, index: u64, bytes: u64) {
+        let now = cache.now_ms();
+        let gauge = &cache.counters.unwritable_bytes;
+        let mut m = self.entries.lock();
+        let e = m.entry(index).or_insert(Entry {
+            fails: 0,
+            retry_at: 0,
+            bytes: 0,
+        });
+        e.fails = e.fails.saturating_add(1);
+        let wait = WRITEBACK_RETRY_MIN
+            .saturating_mul(1 << (e.fails - 1).min(20))
+            .min(WRITEBACK_RETRY_MAX);
+        e.retry_at = now + wait.as_millis() as u64;
+        gauge.fetch_add(bytes, Ordering::Relaxed);
+        sub(gauge, core::mem::replace(&mut e.bytes, bytes));
+        self.len.store(m.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The folio at `index` was written (or left the file): forget it.
+    pub(crate) fn forget(&self, cache: &CacheInner, index: u64) {
+        if !self.is_failing() {
+            return;
+        }
+        let mut m = self.entries.lock();
+        if let Some(e) = m.remove(&index) {
+            sub(&cache.counters.unwritable_bytes, e.bytes);
+        }
+        self.len.store(m.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The file goes away: forget every entry.
+    pub(crate) fn clear(&self, cache: &CacheInner) {
+        let mut m = self.entries.lock();
+        for (_, e) in m.drain() {
+            sub(&cache.counters.unwritable_bytes, e.bytes);
+        }
+        self.len.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Lower `gauge` by `n`, never below zero.
+fn sub(gauge: &AtomicU64, n: u64) {
+    if n > 0 {
+        let _ = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(n))
+        });
+    }
+}
+
+impl CacheInner {
+    /// Bytes the cache could not write (their folio's last write failed).
+    #[inline]
+    pub(crate) fn unwritable_bytes(&self) -> u64 {
+        self.counters.unwritable_bytes.load(Ordering::Relaxed)
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_double_up_to_the_cap() {
+        let mut wait = WRITEBACK_RETRY_MIN;
+        for fails in 1..40u32 {
+            let w = WRITEBACK_RETRY_MIN
+                .saturating_mul(1 << (fails - 1).min(20))
+                .min(WRITEBACK_RETRY_MAX);
+            assert_eq!(w, wait);
+            wait = (wait * 2).min(WRITEBACK_RETRY_MAX);
+        }
+    }
+}
