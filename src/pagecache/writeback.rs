@@ -89,6 +89,7 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     };
     let bs = file.blocks.block_size();
     let now = file.cache.now_ms();
+    let mut skipped = false;
     for folio in file.mapping.folios_tagged(start, end, Tag::Towrite) {
         let w = folio.mem().lock();
         let data = w.bytes();
@@ -98,6 +99,7 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         if mode != Mode::Wait && !file.backoff.ready(folio.index(), now) {
             // Its last write failed: not before its retry time (a
             // failing backend is not stormed); `sync` still tries it.
+            skipped = true;
             continue;
         }
         file.mapping.start_writeback(folio.index());
@@ -162,7 +164,8 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     // Every write of the pass completed and settled.
     let (result, buf) = queue.finish();
     *scratch = buf;
-    if result.is_err() {
+    if result.is_err() || skipped {
+        // Still dirty: the flusher comes back to the file.
         let _ = file.dirtied_at.compare_exchange(
             0,
             file.cache.now_ms(),
