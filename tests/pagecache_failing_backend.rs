@@ -46,7 +46,11 @@ impl Failing {
         })
     }
     fn max_attempts(&self) -> u32 {
-        let max = self.attempts.iter().map(|a| a.load(Ordering::Relaxed)).max();
+        let max = self
+            .attempts
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .max();
         max.unwrap_or(0)
     }
     fn reset_attempts(&self) {
@@ -103,7 +107,8 @@ fn setup(flusher: bool) -> (PageCache, Arc<Failing>, CachedFile) {
     let file = cache.open(Arc::clone(&b)).unwrap();
     b.failing.store(true, Ordering::Relaxed);
     for p in 0..DIRTY / PAGE {
-        file.write_at(&[byte(p, 1); PAGE as usize], p * PAGE).unwrap();
+        file.write_at(&[byte(p, 1); PAGE as usize], p * PAGE)
+            .unwrap();
     }
     if !flusher {
         assert_eq!(cache.stats().dirty_bytes, DIRTY);

@@ -109,7 +109,11 @@ fn dirty_data_survives_eviction_pressure_during_a_fault() {
     let mut buf = [0u8; 4096];
     for p in 0..8u64 {
         f.read_at(&mut buf, p * 4096).unwrap();
-        let want = if accepted[p as usize] { p as u8 + 10 } else { 0 };
+        let want = if accepted[p as usize] {
+            p as u8 + 10
+        } else {
+            0
+        };
         assert!(buf.iter().all(|&x| x == want));
     }
     let n = accepted.iter().filter(|&&a| a).count() as u64;

@@ -17,10 +17,16 @@ const MIB: u64 = 1 << 20;
 
 /// An 8 MiB cache holding 4 MiB of clean pages, every one pinned by a
 /// zero-copy reference, shrunk to 1 MiB: the pins hold it over.
-fn pinned_over() -> (PageCache, kxarray::pagecache::CachedFile, Vec<kxarray::pagecache::FolioRef>) {
+fn pinned_over() -> (
+    PageCache,
+    kxarray::pagecache::CachedFile,
+    Vec<kxarray::pagecache::FolioRef>,
+) {
     let cache = PageCache::new(CacheConfig::default().capacity(8 * MIB).flusher(false));
     let f = cache.open(RamDisk::new(8 * MIB)).unwrap();
-    let pins: Vec<_> = (0..4 * MIB / PAGE).map(|p| f.read_folio(p).unwrap()).collect();
+    let pins: Vec<_> = (0..4 * MIB / PAGE)
+        .map(|p| f.read_folio(p).unwrap())
+        .collect();
     cache.set_capacity(MIB).unwrap();
     let s = cache.stats();
     assert!(s.cached_bytes >= 4 * MIB, "the pins held it over: {s:?}");
@@ -82,7 +88,10 @@ fn all_written(b: &MemBackend) {
     let d = b.contents();
     for p in 0..4 * MIB / PAGE {
         let at = (p * PAGE) as usize;
-        assert!(d[at..at + PAGE as usize].iter().all(|&x| x == p as u8), "page {p}");
+        assert!(
+            d[at..at + PAGE as usize].iter().all(|&x| x == p as u8),
+            "page {p}"
+        );
     }
 }
 

@@ -90,8 +90,9 @@ pub(crate) const FOLIO_META_BYTES: usize =
 
 impl CacheInner {
     /// Set the capacity to `pages` (validated) and follow it: thresholds,
-    /// shadow-node cap and retain limit first, then (when it shrank)
-    /// reclaim down to it and release the free frames beyond the limit.
+    /// shadow-node cap and retain limit first, then (whenever the cache is
+    /// over it) reclaim down to it and release the free frames beyond the
+    /// limit.
     pub(crate) fn resize(&self, pages: u64) {
         let _one_at_a_time = self.resize.lock();
         let old = self.capacity_pages.swap(pages, Ordering::Relaxed);

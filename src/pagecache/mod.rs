@@ -24,7 +24,8 @@
 //! Invariants: `nr_cached` is the number of pages in folios present in some
 //! file's address space; the cache holds at most `capacity` bytes of folios
 //! after every miss, except for dirty, pinned or in-use folios reclaim could
-//! not evict yet (it writes dirty ones back and retries once), and except
+//! not evict yet (it writes dirty ones back, those whose last write failed
+//! only at their retry time, and goes on while that makes progress), and except
 //! the bytes that zero-copy references pinned before a writer copied or
 //! truncation dropped the folio (they belong to the reference); lock order
 //! is a file's writeback lock, then its size lock, then a folio's lock,
@@ -127,7 +128,11 @@ pub struct CacheConfig {
     /// most [`MAX_PAUSE`] at a time, until the flusher brings those bytes
     /// back under it (with no flusher thread, a throttled writer writes back
     /// itself). A writer stops waiting when writeback makes no progress (a
-    /// failing backend, whose error the next `sync` reports). The flusher
+    /// failing backend, whose error the next `sync` reports): at most ten
+    /// pauses. Bytes whose write failed do not count here
+    /// ([`CacheStats::unwritable_bytes`]); while they are above this limit,
+    /// writes to a file whose writeback fails return its writeback error
+    /// (`docs/memory.md`, "A failing backend"). The flusher
     /// writes back early only above `dirty_background_bytes`: keep that
     /// below this limit, or a throttled writer pauses for nothing until it
     /// gives up after ten pauses and goes on with the bytes still dirty.
@@ -520,10 +525,13 @@ impl PageCache {
     }
 
     /// Change the capacity at run time (rounded down to whole pages).
-    /// Growing takes effect at once. Shrinking evicts, in the caller,
-    /// until the cache holds at most the new capacity (dirty folios are
-    /// written back first; folios pinned or in use stay until they are
-    /// let go, as at any capacity), then returns the memory the evicted
+    /// Growing takes effect at once. Whenever the cache holds more than
+    /// the capacity set (a shrink, or the same capacity again after pins or
+    /// failed writes held the cache over), this evicts, in the caller,
+    /// until the cache holds at most that capacity (dirty folios are
+    /// written back first, except those whose last write failed before
+    /// their retry time, [`WRITEBACK_RETRY_MIN`]; folios pinned or in use
+    /// stay until they are let go, as at any capacity), then returns the memory the evicted
     /// folios held to the system (free frames beyond the sum of the live
     /// caches' capacities are released). The dirty thresholds scale with
     /// the capacity (10% and 20% of it by default) and so does the

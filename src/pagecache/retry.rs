@@ -142,22 +142,42 @@ impl CacheInner {
     pub(crate) fn unwritable_bytes(&self) -> u64 {
         self.counters.unwritable_bytes.load(Ordering::Relaxed)
     }
-
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::pagecache::{CacheConfig, PageCache};
 
+    /// Each failure doubles the wait (up to the cap) and replaces the
+    /// bytes the folio counts in the gauge; a write (or the folio leaving)
+    /// forgets it; other folios are never held.
     #[test]
-    fn waits_double_up_to_the_cap() {
+    fn waits_double_up_to_the_cap_and_the_gauge_follows() {
+        let cache = PageCache::new(CacheConfig::default().flusher(false));
+        let c = &cache.inner;
+        let b = Backoff::new();
+        assert!(!b.is_failing() && b.ready(5, c.now_ms()));
         let mut wait = WRITEBACK_RETRY_MIN;
-        for fails in 1..40u32 {
-            let w = WRITEBACK_RETRY_MIN
-                .saturating_mul(1 << (fails - 1).min(20))
-                .min(WRITEBACK_RETRY_MAX);
-            assert_eq!(w, wait);
+        for fails in 1..=12u64 {
+            let t0 = c.now_ms();
+            b.failed(c, 5, 100 * fails);
+            let t1 = c.now_ms();
+            assert_eq!(c.unwritable_bytes(), 100 * fails, "replaced, not added");
+            let ms = wait.as_millis() as u64;
+            assert!(!b.ready(5, t0 + ms - 1), "failure {fails}");
+            assert!(b.ready(5, t1 + ms), "failure {fails}");
+            assert!(b.ready(6, t0), "another folio");
             wait = (wait * 2).min(WRITEBACK_RETRY_MAX);
         }
+        assert_eq!(wait, WRITEBACK_RETRY_MAX, "the cap was reached");
+        b.failed(c, 9, 7);
+        assert_eq!(c.unwritable_bytes(), 1207);
+        b.forget(c, 5);
+        assert_eq!(c.unwritable_bytes(), 7);
+        assert!(b.is_failing() && b.ready(5, c.now_ms()));
+        b.clear(c);
+        assert_eq!(c.unwritable_bytes(), 0);
+        assert!(!b.is_failing());
     }
 }

@@ -20,9 +20,18 @@
 //! the gauge is at or below the limit again. With no flusher thread, a
 //! throttled writer writes back itself instead. A writer stops waiting
 //! when writeback fails ([`STUCK_PAUSES`] pauses without a byte reaching
-//! the backend while writes failed or nothing was in flight, or one failed
-//! pass of its own): a failing backend must not hang writers, and its
+//! the backend while writes failed or nothing was in flight, so at most
+//! `STUCK_PAUSES × MAX_PAUSE` = 2 s per episode, or one pass of its own
+//! that lowered nothing): a failing backend must not hang writers, and its
 //! error reaches the next `sync`; a slow one makes them wait.
+//!
+//! A failing backend's bytes are left out: the bytes whose folio's last
+//! write failed (`unwritable`, kept by `retry`) are not counted against
+//! the dirty limit nor the background threshold, so they hold no writer
+//! (of their file or another); instead, while they are above the dirty
+//! limit, a write to a file whose writeback fails is refused with the
+//! file's writeback error ([`CacheInner::check_unwritable`]), which bounds
+//! the memory a failing backend holds (`docs/memory.md`).
 //!
 //! Invariants: the gauge's shards sum (wrapping) to the dirty bytes, since
 //! every dirtying and cleaning is booked exactly once, and writeback books
@@ -36,10 +45,10 @@
 use super::inode::FileShared;
 use super::writeback::{self, Mode};
 use super::CacheInner;
-use std::io;
 use crate::filemap::PAGE_SIZE;
 use crate::sync::{AtomicU64, Ordering};
 use std::cell::Cell;
+use std::io;
 use std::time::{Duration, Instant};
 
 /// The longest single pause of a throttled writer (the kernel's
@@ -65,8 +74,9 @@ pub const MAX_PAUSE: Duration = Duration::from_millis(200);
 const MIN_PAUSE: Duration = Duration::from_millis(1);
 /// Pages between checks while the limit is exceeded.
 const EXCEEDED_RATELIMIT: u64 = 8;
-/// Consecutive pauses without the dirty bytes falling after which a
-/// writer gives up waiting (writeback is failing; `sync` reports why).
+/// Consecutive pauses without a byte reaching the backend (while writes
+/// failed or none was in flight) after which a writer gives up waiting
+/// (writeback is failing; `sync` reports why).
 const STUCK_PAUSES: u32 = 10;
 
 /// How writers learn the cache's dirty bytes.
