@@ -279,3 +279,32 @@ fn a_healthy_file_is_not_held_by_a_failing_one() {
         );
     }
 }
+
+/// The flusher over a backend that keeps failing: it wakes every few
+/// milliseconds (a 20 ms expiry) and finds the same dirty folios, but
+/// tries each only as the backoff allows (before, every wake-up wrote
+/// every folio again). A `sync` still tries at once and reports the error.
+#[test]
+fn the_flusher_backs_off_a_failing_backend() {
+    let t0 = Instant::now();
+    let (cache, b, file) = setup(true);
+    // Long enough for the backoff to reach its cap.
+    std::thread::sleep(WRITEBACK_RETRY_MAX + WRITEBACK_RETRY_MAX / 2);
+    let elapsed = t0.elapsed();
+    let most = b.max_attempts();
+    let bound = attempt_bound(elapsed, 0);
+    let s = cache.stats();
+    assert!(most >= 1, "the flusher tried: {s:?}");
+    assert!(
+        most <= bound,
+        "a page was tried {most} times in {elapsed:?} (the backoff allows {bound}); {s:?}"
+    );
+    assert!(s.unwritable_bytes > 0 && s.unwritable_bytes <= DIRTY, "{s:?}");
+    let before = b.max_attempts();
+    assert!(file.sync().is_err(), "sync tries at once and reports");
+    assert!(b.max_attempts() > before, "sync ignored the backoff");
+    b.failing.store(false, Ordering::Relaxed);
+    file.sync().unwrap();
+    let s = cache.stats();
+    assert_eq!((s.dirty_bytes, s.unwritable_bytes), (0, 0), "{s:?}");
+}

@@ -121,8 +121,8 @@ fn dirty_data_survives_eviction_pressure_during_a_fault() {
     b.fail_all.store(false, Ordering::Relaxed);
     assert!(f.sync().is_err(), "the earlier failures, once");
     f.sync().unwrap();
-    for p in 0..8usize {
-        let want = if accepted[p] { p as u8 + 10 } else { 0 };
+    for (p, &ok) in accepted.iter().enumerate() {
+        let want = if ok { p as u8 + 10 } else { 0 };
         assert!(b.contents()[p * 4096..(p + 1) * 4096]
             .iter()
             .all(|&x| x == want));
