@@ -55,6 +55,13 @@ pub(crate) struct Backoff {
     entries: Lock<HashMap<u64, Entry>>,
     /// `entries.len()`, read without the lock by the passes' fast path.
     len: AtomicU64,
+    /// The earliest retry time of the entries, as of the last
+    /// [`refresh`](Backoff::refresh) (never later than the true one: a
+    /// new entry's time is folded in at once).
+    next: AtomicU64,
+    /// When a refused writer last tried the file's due folios
+    /// ([`poke`](Backoff::poke)).
+    poked: AtomicU64,
 }
 
 impl Backoff {
@@ -62,6 +69,8 @@ impl Backoff {
         Backoff {
             entries: Lock::new(HashMap::new()),
             len: AtomicU64::new(0),
+            next: AtomicU64::new(0),
+            poked: AtomicU64::new(0),
         }
     }
 
@@ -84,6 +93,41 @@ impl Backoff {
             .is_none_or(|e| e.retry_at <= now)
     }
 
+    /// Whether some folio's retry time has come (as of the last
+    /// [`refresh`](Backoff::refresh)).
+    #[inline]
+    pub(crate) fn due(&self, now: u64) -> bool {
+        self.is_failing() && self.next.load(Ordering::Relaxed) <= now
+    }
+
+    /// Whether a refused writer should try the file's folios now: some
+    /// folio's retry time came, and no writer did so in the last
+    /// [`WRITEBACK_RETRY_MIN`] (so writers refused in a row do not each
+    /// walk the file).
+    pub(crate) fn poke(&self, now: u64) -> bool {
+        if !self.due(now) {
+            return false;
+        }
+        let last = self.poked.load(Ordering::Relaxed);
+        let min = WRITEBACK_RETRY_MIN.as_millis() as u64;
+        if last != 0 && now < last + min {
+            return false;
+        }
+        self.poked
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Recompute the earliest retry time (after a pass over the file).
+    pub(crate) fn refresh(&self) {
+        if !self.is_failing() {
+            return;
+        }
+        let m = self.entries.lock();
+        let next = m.values().map(|e| e.retry_at).min().unwrap_or(0);
+        self.next.store(next, Ordering::Relaxed);
+    }
+
     /// The write of the folio at `index` failed, leaving `bytes` dirty:
     /// back off, doubling the wait.
     pub(crate) fn failed(&self, cache: &CacheInner, index: u64, bytes: u64) {
@@ -100,6 +144,7 @@ impl Backoff {
             .saturating_mul(1 << (e.fails - 1).min(20))
             .min(WRITEBACK_RETRY_MAX);
         e.retry_at = now + wait.as_millis() as u64;
+        self.next.fetch_min(e.retry_at, Ordering::Relaxed);
         gauge.fetch_add(bytes, Ordering::Relaxed);
         sub(gauge, core::mem::replace(&mut e.bytes, bytes));
         self.len.store(m.len() as u64, Ordering::Relaxed);
@@ -176,6 +221,13 @@ mod tests {
         b.forget(c, 5);
         assert_eq!(c.unwritable_bytes(), 7);
         assert!(b.is_failing() && b.ready(5, c.now_ms()));
+        b.refresh();
+        let now = c.now_ms();
+        let min = WRITEBACK_RETRY_MIN.as_millis() as u64;
+        assert!(!b.due(now) && b.due(now + min));
+        assert!(!b.poke(now) && b.poke(now + min), "due: poked once");
+        assert!(!b.poke(now + min + 1), "not again so soon");
+        assert!(b.poke(now + 2 * min));
         b.clear(c);
         assert_eq!(c.unwritable_bytes(), 0);
         assert!(!b.is_failing());
