@@ -6,6 +6,13 @@
 //! explicit writeback (`sync`, `sync_range`, `write_back`,
 //! `writeback_all`) always tries: its caller asked, and gets the error.
 //!
+//! The file backs off too: after a pass with a failed write, no folio
+//! that failed before is tried again until the file's own retry time
+//! (the same doubling, per failed pass; a pass whose writes all succeed
+//! resets it), so a backend that fails everything sees one retrying pass
+//! per wait (reclaim's `pageout` of one folio included), not one retry
+//! per folio; dirty folios never tried are always tried once.
+//!
 //! Owns `Backoff`, one per file: the failed folios (by index) with their
 //! consecutive failures, retry time and the dirty bytes their failed write
 //! left (the bytes the cache could not write), and the cache-wide gauge of
@@ -62,6 +69,20 @@ pub(crate) struct Backoff {
     /// When a refused writer last tried the file's due folios
     /// ([`poke`](Backoff::poke)).
     poked: AtomicU64,
+    /// The file's own backoff: consecutive passes that failed without a
+    /// write of the file succeeding, and the time before which no folio
+    /// that failed before is tried again, whatever its own retry time (a
+    /// failing backend sees one retrying pass per wait, not one retry per
+    /// folio).
+    gate_fails: AtomicU64,
+    gate_at: AtomicU64,
+}
+
+/// The wait after `fails` consecutive failures (at least one).
+fn wait_after(fails: u64) -> Duration {
+    WRITEBACK_RETRY_MIN
+        .saturating_mul(1 << (fails.max(1) - 1).min(20))
+        .min(WRITEBACK_RETRY_MAX)
 }
 
 impl Backoff {
@@ -71,6 +92,8 @@ impl Backoff {
             len: AtomicU64::new(0),
             next: AtomicU64::new(0),
             poked: AtomicU64::new(0),
+            gate_fails: AtomicU64::new(0),
+            gate_at: AtomicU64::new(0),
         }
     }
 
@@ -87,17 +110,40 @@ impl Backoff {
         if !self.is_failing() {
             return true;
         }
+        let gate = self.gate_at.load(Ordering::Relaxed);
         self.entries
             .lock()
             .get(&index)
-            .is_none_or(|e| e.retry_at <= now)
+            .is_none_or(|e| e.retry_at <= now && gate <= now)
+    }
+
+    /// A pass over the file ended: if one of its writes failed, close the
+    /// gate for the folios that failed before (the wait doubling with each
+    /// such pass); if its writes all succeeded, open it.
+    pub(crate) fn pass_ended(&self, cache: &CacheInner, failed: bool, wrote: bool) {
+        if failed {
+            let fails = self.gate_fails.fetch_add(1, Ordering::Relaxed) + 1;
+            let at = cache.now_ms() + wait_after(fails).as_millis() as u64;
+            self.gate_at.store(at, Ordering::Relaxed);
+        } else if wrote {
+            self.gate_fails.store(0, Ordering::Relaxed);
+            self.gate_at.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The earliest retry time of the entries now.
+    fn next_entry(&self) -> u64 {
+        let m = self.entries.lock();
+        m.values().map(|e| e.retry_at).min().unwrap_or(0)
     }
 
     /// Whether some folio's retry time has come (as of the last
     /// [`refresh`](Backoff::refresh)).
     #[inline]
     pub(crate) fn due(&self, now: u64) -> bool {
-        self.is_failing() && self.next.load(Ordering::Relaxed) <= now
+        self.is_failing()
+            && self.next.load(Ordering::Relaxed) <= now
+            && self.gate_at.load(Ordering::Relaxed) <= now
     }
 
     /// Whether a refused writer should try the file's folios now: some
@@ -123,8 +169,7 @@ impl Backoff {
         if !self.is_failing() {
             return;
         }
-        let m = self.entries.lock();
-        let next = m.values().map(|e| e.retry_at).min().unwrap_or(0);
+        let next = self.next_entry();
         self.next.store(next, Ordering::Relaxed);
     }
 
@@ -140,10 +185,7 @@ impl Backoff {
             bytes: 0,
         });
         e.fails = e.fails.saturating_add(1);
-        let wait = WRITEBACK_RETRY_MIN
-            .saturating_mul(1 << (e.fails - 1).min(20))
-            .min(WRITEBACK_RETRY_MAX);
-        e.retry_at = now + wait.as_millis() as u64;
+        e.retry_at = now + wait_after(u64::from(e.fails)).as_millis() as u64;
         self.next.fetch_min(e.retry_at, Ordering::Relaxed);
         gauge.fetch_add(bytes, Ordering::Relaxed);
         sub(gauge, core::mem::replace(&mut e.bytes, bytes));
@@ -169,6 +211,8 @@ impl Backoff {
             sub(&cache.counters.unwritable_bytes, e.bytes);
         }
         self.len.store(0, Ordering::Relaxed);
+        self.gate_fails.store(0, Ordering::Relaxed);
+        self.gate_at.store(0, Ordering::Relaxed);
     }
 }
 
@@ -221,9 +265,27 @@ mod tests {
         b.forget(c, 5);
         assert_eq!(c.unwritable_bytes(), 7);
         assert!(b.is_failing() && b.ready(5, c.now_ms()));
+        // The file's gate: a failed pass keeps every folio that failed
+        // before waiting, even one whose own time came; a pass whose
+        // writes succeeded opens it.
+        let far = c.now_ms() + 10 * WRITEBACK_RETRY_MAX.as_millis() as u64;
+        assert!(b.ready(9, far));
+        b.pass_ended(c, true, false);
+        let t = c.now_ms();
+        assert!(
+            !b.ready(9, t) && !b.due(t) && b.ready(42, t),
+            "never failed: tried"
+        );
+        b.pass_ended(c, true, true);
+        let min = WRITEBACK_RETRY_MIN.as_millis() as u64;
+        assert!(
+            !b.ready(9, t + min) && b.ready(9, far),
+            "the gate's wait doubled"
+        );
+        b.pass_ended(c, false, true);
+        assert!(b.ready(9, far), "open again");
         b.refresh();
         let now = c.now_ms();
-        let min = WRITEBACK_RETRY_MIN.as_millis() as u64;
         assert!(!b.due(now) && b.due(now + min));
         assert!(!b.poke(now) && b.poke(now + min), "due: poked once");
         assert!(!b.poke(now + min + 1), "not again so soon");

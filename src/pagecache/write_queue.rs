@@ -97,6 +97,8 @@ pub(crate) struct WriteQueue<'f> {
     /// Folios (by index) a failed run of this pass carried, with the
     /// bytes it left dirty: backed off when the pass ends.
     failed: Vec<(u64, u64)>,
+    /// Whether a run of this pass was written.
+    wrote: bool,
     result: io::Result<()>,
 }
 
@@ -113,6 +115,7 @@ impl<'f> WriteQueue<'f> {
             spare: vec![buf],
             last_settled: Instant::now(),
             failed: Vec::new(),
+            wrote: false,
             result: Ok(()),
         }
     }
@@ -235,8 +238,15 @@ impl<'f> WriteQueue<'f> {
             }
             same
         });
+        let any_failed = !failed.is_empty();
         for (index, bytes) in failed {
             self.file.backoff.failed(&self.file.cache, index, bytes);
+        }
+        let wrote = core::mem::take(&mut self.wrote);
+        if any_failed || wrote {
+            self.file
+                .backoff
+                .pass_ended(&self.file.cache, any_failed, wrote);
         }
     }
 
@@ -254,6 +264,7 @@ impl<'f> WriteQueue<'f> {
         let c = &file.cache.counters;
         match &res {
             Ok(()) => {
+                self.wrote = true;
                 file.cache.throttle.note_writeback(len as u64, took);
                 bump(&c.backend_written_bytes, len as u64);
             }
