@@ -241,7 +241,10 @@ fn a_failing_backend_under_a_shrink_does_not_hold_writers_with_the_flusher() {
 
 /// A healthy file beside the failing one: its writers are throttled by
 /// their own dirty bytes only (the failing file's unwritable bytes do not
-/// hold them), every write succeeds and reaches its backend.
+/// hold them), every write succeeds and reaches its backend; the failing
+/// backend sees each folio tried at most as its backoff allows, and the
+/// file's retries spaced as one folio's are (reclaim, which writes dirty
+/// victims one folio at a time, retried every one of them before).
 #[test]
 fn a_healthy_file_is_not_held_by_a_failing_one() {
     for flusher in [true, false] {
@@ -251,6 +254,7 @@ fn a_healthy_file_is_not_held_by_a_failing_one() {
         let g = cache.open(Arc::clone(&good)).unwrap();
         let gg = g.clone();
         b.reset_attempts();
+        let errors = cache.stats().writeback_errors;
         let t0 = Instant::now();
         bounded("writes to the healthy file", move || {
             for p in 0..WRITES {
@@ -263,6 +267,18 @@ fn a_healthy_file_is_not_held_by_a_failing_one() {
         assert!(
             most <= bound,
             "a failing page was tried {most} times in {elapsed:?} (allowed {bound})"
+        );
+        // And the file backs off as a whole: each folio's first try (one
+        // per folio at most, reclaim writing them one by one), then
+        // retrying passes spaced like one folio's tries, each of at most
+        // one write per merged run (1 MiB) and one of reclaim's.
+        let failed = cache.stats().writeback_errors - errors;
+        let runs = u64::from(bound) * (DIRTY / (1 << 20) + 1);
+        assert!(
+            failed <= DIRTY / PAGE + runs,
+            "flusher {flusher}: {failed} failed writes in {elapsed:?} \
+             (the backoff allows {} first tries and {runs} retries)",
+            DIRTY / PAGE
         );
         g.sync().unwrap();
         let data = good.inner.contents();
