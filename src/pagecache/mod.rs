@@ -12,7 +12,8 @@
 //! ([`FolioBorrow`]), `writeback`, `throttle`, `reclaim` (the scan and
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
-//! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`)
+//! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`),
+//! `retry` (the writeback backoff of folios and files whose writes failed)
 //! and `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's

@@ -492,7 +492,7 @@ impl FileShared {
         }
         // Refused before anything changes while a failing backend holds
         // too much of the cache unwritten (`throttle`).
-        self.cache.check_unwritable(self)?;
+        self.cache.check_unwritable(self, true)?;
         self.extend_to(end)?;
         let mut pos = offset;
         while pos < end {

@@ -288,7 +288,7 @@ pub struct CacheStats {
     pub flusher_runs: u64,
     /// Bytes under writeback now (taken from dirty blocks, not yet
     /// written to the backend). Dirty throttling counts `dirty_bytes +
-    /// writeback_bytes`.
+    /// writeback_bytes - unwritable_bytes`.
     pub writeback_bytes: u64,
     /// Backend writes that failed during writeback (the blocks stayed
     /// dirty; the error went to each file's error sequence).

@@ -197,19 +197,19 @@ impl CacheInner {
     /// the writers' slack (the throttle's, for the bytes still thought
     /// writable, and this one's, for the bytes that turned out not to be).
     /// Once a failed folio's retry time has come, the file is written back
-    /// (its folios due) before the write is refused: a recovered backend
-    /// takes writes again without a `sync`.
+    /// (its folios due) before the write is refused, when the caller
+    /// `may_wait`: a recovered backend takes writes again without a `sync`.
     ///
     /// # Errors
     /// The file's last writeback error (its kind and message), when the
     /// write is refused.
-    pub(crate) fn check_unwritable(&self, file: &FileShared) -> io::Result<()> {
+    pub(crate) fn check_unwritable(&self, file: &FileShared, may_wait: bool) -> io::Result<()> {
         let over =
             || file.backoff.is_failing() && self.unwritable_bytes() > self.dirty_bytes_limit();
         if !over() {
             return Ok(());
         }
-        if file.backoff.poke(self.now_ms()) {
+        if may_wait && file.backoff.poke(self.now_ms()) {
             // A folio's retry time came: try again before refusing (with
             // no flusher and no reclaim, nothing else would, and a
             // recovered backend would refuse writes until a `sync`).
