@@ -12,7 +12,7 @@ mod pagecache_common;
 
 use kxarray::backend::Backend;
 use kxarray::pagecache::{
-    CacheConfig, CachedFile, PageCache, WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN,
+    CacheConfig, CachedFile, PageCache, STUCK_PAUSES, WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN,
 };
 use pagecache_common::MemBackend;
 use std::io;
@@ -368,5 +368,70 @@ fn a_recovered_backend_takes_writes_again_without_a_sync() {
         assert!(data[at..at + PAGE as usize]
             .iter()
             .all(|&x| x == byte(p, 1)));
+    }
+}
+
+/// Issue 36, point 5 (the throttle): writers over the dirty limit of a
+/// cache whose backend fails every write, with the flusher retrying: each
+/// throttle episode ends after at most [`STUCK_PAUSES`] pauses without a
+/// byte reaching the backend (the count of stuck pauses used to start over
+/// whenever the dirty sum dipped, which it does as failed runs move back
+/// from writeback to dirty, read at different moments). Writes past the
+/// bound on unwritable bytes are refused with the backend's error.
+#[test]
+fn a_throttled_writer_over_a_failing_backend_gives_up_after_the_stuck_pauses() {
+    let cache = PageCache::new(
+        CacheConfig::default()
+            .capacity(64 << 20)
+            .dirty_bytes(256 << 10)
+            .dirty_background_bytes(128 << 10)
+            .dirty_expire(Duration::from_millis(20))
+            .ratelimit_pages(8),
+    );
+    let b = Failing::new(1024);
+    let file = cache.open(Arc::clone(&b)).unwrap();
+    b.failing.store(true, Ordering::Relaxed);
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let f = file.clone();
+            std::thread::spawn(move || {
+                (0..256u64)
+                    .map(|i| {
+                        let p = w * 512 + i;
+                        f.write_at(&[byte(p, 1); PAGE as usize], p * PAGE).is_ok()
+                    })
+                    .collect::<Vec<bool>>()
+            })
+        })
+        .collect();
+    let accepted = bounded("two writers over a failing backend", move || {
+        writers
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let s = cache.stats();
+    assert!(
+        s.pauses <= u64::from(STUCK_PAUSES) * s.throttled,
+        "{} pauses in {} throttle episodes: {s:?}",
+        s.pauses,
+        s.throttled
+    );
+    b.failing.store(false, Ordering::Relaxed);
+    assert!(file.sync().is_err(), "the failures, once");
+    file.sync().unwrap();
+    let data = b.inner.contents();
+    for (w, acc) in accepted.iter().enumerate() {
+        for (i, &ok) in acc.iter().enumerate() {
+            let p = w as u64 * 512 + i as u64;
+            let at = (p * PAGE) as usize;
+            let want = if ok { byte(p, 1) } else { 0 };
+            assert!(
+                data.get(at..at + PAGE as usize)
+                    .is_none_or(|g| g.iter().all(|&x| x == want))
+                    && (!ok || data.len() >= at + PAGE as usize),
+                "page {p} (accepted: {ok})"
+            );
+        }
     }
 }

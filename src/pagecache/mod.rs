@@ -86,7 +86,7 @@ pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
 pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
 pub use stats::CacheStats;
-pub use throttle::{ThrottleMode, MAX_PAUSE};
+pub use throttle::{ThrottleMode, MAX_PAUSE, STUCK_PAUSES};
 
 use crate::backend::Backend;
 use crate::filemap::PAGE_SIZE;

@@ -75,9 +75,16 @@ const MIN_PAUSE: Duration = Duration::from_millis(1);
 /// Pages between checks while the limit is exceeded.
 const EXCEEDED_RATELIMIT: u64 = 8;
 /// Consecutive pauses without a byte reaching the backend (while writes
-/// failed or none was in flight) after which a writer gives up waiting
-/// (writeback is failing; `sync` reports why).
-const STUCK_PAUSES: u32 = 10;
+/// failed or none was in flight) after which a throttled writer gives up
+/// waiting (writeback is failing; `sync` reports why): a failing backend
+/// holds a writer at most `STUCK_PAUSES` pauses of at most [`MAX_PAUSE`]
+/// each per throttle episode (2 s).
+///
+/// ```
+/// use kxarray::pagecache::{MAX_PAUSE, STUCK_PAUSES};
+/// assert_eq!(MAX_PAUSE * STUCK_PAUSES, std::time::Duration::from_secs(2));
+/// ```
+pub const STUCK_PAUSES: u32 = 10;
 
 /// How writers learn the cache's dirty bytes.
 ///
