@@ -45,6 +45,16 @@ pub(crate) struct VfsStats {
     /// Checkpoint reads of WAL frames served straight from the file
     /// (`file::read_uncached`).
     pub(crate) uncached_reads: AtomicU64,
+    /// Coherence checks: a lock gap, or a WAL read transaction
+    /// (`coherence`).
+    pub(crate) coherence_checks: AtomicU64,
+    /// Checks that dropped the pages a checkpoint by another process
+    /// copied (and nothing else).
+    pub(crate) coherence_partial_drops: AtomicU64,
+    /// Checks that dropped every cached page of a database.
+    pub(crate) coherence_full_drops: AtomicU64,
+    /// Pages dropped by coherence checks, partial and full.
+    pub(crate) coherence_pages_dropped: AtomicU64,
 }
 
 pub(crate) fn vfs_stats() -> &'static VfsStats {
