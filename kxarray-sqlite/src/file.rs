@@ -666,14 +666,17 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             crate::stats::stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
-            h.cache.config().capacity,
+            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
+             budget={} locking={}",
+            crate::process::configured_capacity(),
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
             u8::from(h.settings.pressure),
             u8::from(h.children.is_some()),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
+            u8::from(crate::process::budget_stats().is_some()),
+            if h.inode.exclusive { "exclusive" } else { "shared" },
         ),
         _ => return SQLITE_NOTFOUND,
     };

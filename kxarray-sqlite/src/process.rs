@@ -1,6 +1,7 @@
 //! The process-wide state the VFS and its files share, below both: the
 //! SQLite entry points ([`Api`], set by the first registration), the VFS's
-//! own counters, and the crash test's knob.
+//! own counters, the cache's configured capacity and shared memory budget,
+//! and the crash test's knob.
 //!
 //! Invariant: the `Api` is set once and never changes (every registration
 //! after the first gets the first's table back).
@@ -65,4 +66,20 @@ pub(crate) fn vfs_stats() -> &'static VfsStats {
 /// force either way.
 pub(crate) fn set_api(api: Api) -> &'static Api {
     API.get_or_init(|| api)
+}
+
+/// The capacity the first open asked for (with the budget: the most the
+/// cache takes).
+pub(crate) static CONFIGURED: OnceLock<u64> = OnceLock::new();
+/// The cache's membership in the shared memory budget, when on.
+pub(crate) static BUDGET: OnceLock<kxarray::memory::SharedBudget> = OnceLock::new();
+
+/// The capacity the first open asked for (`kx_cache` or the default).
+pub(crate) fn configured_capacity() -> u64 {
+    CONFIGURED.get().copied().unwrap_or(0)
+}
+
+/// The shared budget's view, if the cache joined one.
+pub(crate) fn budget_stats() -> Option<kxarray::memory::BudgetStats> {
+    BUDGET.get().map(|b| b.stats())
 }

@@ -3,7 +3,8 @@
 //! writes, syncs, fetches, lock conflicts, uncached reads, and the
 //! coherence checks of issue 38: `coherence_checks`,
 //! `coherence_partial_drops`, `coherence_full_drops`,
-//! `coherence_pages_dropped`), and the files open. Owns nothing else;
+//! `coherence_pages_dropped`), the files open, and the shared memory
+//! budget's `budget_*` fields when the cache joined one. Owns nothing else;
 //! every counter is read with relaxed loads (a snapshot, not a
 //! transaction).
 
@@ -18,12 +19,14 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     let s = cache.stats();
     let v = vfs_stats();
     let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    // The shared budget's fields, when the cache is in one.
+    let budget = crate::process::budget_stats().map_or_else(String::new, |b| format!(" {b}"));
     format!(
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
          writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
          uncached_reads={} coherence_checks={} coherence_partial_drops={} \
-         coherence_full_drops={} coherence_pages_dropped={} open_files={}",
+         coherence_full_drops={} coherence_pages_dropped={} open_files={}{budget}",
         cache.capacity(),
         s.cached_pages,
         s.hits,

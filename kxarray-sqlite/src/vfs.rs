@@ -21,7 +21,7 @@ use crate::config::{SettingError, Settings};
 use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
-use crate::process::api;
+use crate::process::{api, configured_capacity, BUDGET, CONFIGURED};
 use crate::walsize::WalSize;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
@@ -38,40 +38,77 @@ use std::sync::{Arc, OnceLock};
 const MAX_PATHNAME: c_int = 512;
 
 static CACHE: OnceLock<PageCache> = OnceLock::new();
-
 /// The process-wide cache, if an open has made it.
 pub fn cache() -> Option<&'static PageCache> {
     CACHE.get()
 }
 
+/// The smallest capacity a cache in the budget starts with (the budget
+/// grows it at once while the cgroup has room).
+const BUDGET_START: u64 = 16 << 20;
+
 /// The cache, made with `settings.cache_bytes` if it does not exist yet
-/// (and, with `settings.pressure`, a pressure monitor following it for the
-/// life of the process). The flusher thread is off: every write is written
-/// through, so nothing is left dirty for it.
+/// (with `settings.budget`, started small and joined to the shared memory
+/// budget, at most `cache_bytes`; with `settings.pressure`, a pressure
+/// monitor following it for the life of the process). The flusher thread
+/// is off: every write is written through, so nothing is left dirty for
+/// it.
 fn cache_for(settings: &Settings) -> &'static PageCache {
     let capacity = settings.cache_bytes;
     let c = CACHE.get_or_init(|| {
-        let c = PageCache::new(CacheConfig::default().capacity(capacity).flusher(false));
+        let _ = CONFIGURED.set(capacity);
+        let start = if settings.budget {
+            capacity.min(BUDGET_START)
+        } else {
+            capacity
+        };
+        let c = PageCache::new(CacheConfig::default().capacity(start).flusher(false));
+        if settings.budget {
+            join_budget(&c, capacity);
+        }
         if settings.pressure {
             follow_pressure(&c);
         }
         c
     });
-    // The configured capacity (the live one moves under pressure).
-    if c.config().capacity != capacity {
+    // The configured capacity (the live one moves with the budget and
+    // under pressure).
+    let configured = configured_capacity();
+    if configured != capacity {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             api().log(
                 SQLITE_NOTICE,
                 &format!(
-                    "kxarray: the process's cache already exists with {} bytes; an open asked \
-                     for {capacity} (kx_cache applies to the first open only)",
-                    c.config().capacity
+                    "kxarray: the process's cache already exists with {configured} bytes; an \
+                     open asked for {capacity} (kx_cache applies to the first open only)"
                 ),
             )
         });
     }
     c
+}
+
+/// Join the shared memory budget with `cache`, wanting at most `want`
+/// bytes; where that fails (no thread), one line in SQLite's log and the
+/// cache keeps its starting capacity raised to `want`.
+fn join_budget(cache: &PageCache, want: u64) {
+    use kxarray::memory::BudgetConfig;
+    match cache.join_budget(BudgetConfig::new(want)) {
+        Ok(b) => {
+            let _ = BUDGET.set(b);
+        }
+        Err(e) => {
+            let fixed = match cache.set_capacity(want) {
+                Ok(()) => format!("a fixed cache of {want} bytes"),
+                Err(c) => format!("the cache stays at {} bytes ({c})", cache.capacity()),
+            };
+            api().log(
+                SQLITE_NOTICE,
+                &format!("kxarray: no shared memory budget (thread: {e}); {fixed}"),
+            );
+        }
+    }
 }
 
 /// How long after the cache is made the pressure monitor arms its PSI

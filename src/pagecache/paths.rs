@@ -490,6 +490,9 @@ impl FileShared {
         if buf.is_empty() {
             return Ok(0);
         }
+        // Refused before anything changes while a failing backend holds
+        // too much of the cache unwritten (`throttle`).
+        self.cache.check_unwritable(self, true)?;
         self.extend_to(end)?;
         let mut pos = offset;
         while pos < end {
@@ -817,5 +820,7 @@ impl Drop for FileShared {
                 self.detach(&f, &mut w, None);
             }
         }
+        // What this file could not write leaves the cache's gauge.
+        self.backoff.clear(&self.cache);
     }
 }
