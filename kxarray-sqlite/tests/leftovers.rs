@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::procs::{child, child_spec, hear, open_vfs, say, shm_header, sidecar, Proc};
+use common::procs::{child, child_as, child_spec, hear, open_vfs, say, shm_header, sidecar, Proc};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -304,5 +304,79 @@ fn a_shm_this_process_may_not_write_reads_as_on_the_unix_vfs() {
         );
         drop(kx);
         w.kill();
+    }
+}
+
+/// A `-shm` this process really cannot write: the readers run as another
+/// user (`nobody`, when the test runs as root) or, when not root, the
+/// `-shm` is made read-only (0444). They open with `mode=ro` (no URI
+/// parameter): the unix VFS then maps the `-shm` read-only beside a live
+/// writer, and reads the WAL itself once the writer is gone
+/// (`SQLITE_READONLY_CANTINIT`); kxarray must read the same.
+#[test]
+fn a_shm_this_process_cannot_write_reads_as_on_the_unix_vfs() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let other = root.then_some(65534u32);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let read_as_other = |db: &Path, vfs: &str| -> String {
+        let mut p = child_as(
+            "leftovers_child",
+            "read",
+            &[
+                ("db", db.display().to_string()),
+                ("vfs", vfs.into()),
+                ("params", "mode=ro".into()),
+            ],
+            other,
+        );
+        let line = p.at_line();
+        assert!(p.wait().0);
+        line
+    };
+    for vfs in ["unix", "kxarray"] {
+        let db = dir.path().join(format!("unwritable-{vfs}.db"));
+        let mut w = child(
+            "leftovers_child",
+            "hold",
+            &[("db", db.display().to_string()), ("vfs", vfs.into())],
+        );
+        let first = w.at_line().strip_prefix("ready ").unwrap().to_string();
+        let shm = sidecar(&db, "-shm");
+        if !root {
+            std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        // beside the live writer
+        for r in ["unix", "kxarray"] {
+            assert_eq!(
+                read_as_other(&db, r),
+                format!("read {first}"),
+                "a reader on {r} that cannot write the -shm, beside a writer on {vfs}"
+            );
+        }
+        w.send("commit\n");
+        let now = w.at_line().strip_prefix("committed ").unwrap().to_string();
+        for r in ["unix", "kxarray"] {
+            assert_eq!(
+                read_as_other(&db, r),
+                format!("read {now}"),
+                "{r} beside {vfs}"
+            );
+        }
+        // the writer gone, its -shm left
+        w.kill();
+        let unix = read_as_other(&db, "unix");
+        assert_eq!(
+            unix,
+            format!("read {now}"),
+            "the unix VFS after the writer on {vfs} died"
+        );
+        assert_eq!(
+            read_as_other(&db, "kxarray"),
+            unix,
+            "after the writer on {vfs} died"
+        );
     }
 }

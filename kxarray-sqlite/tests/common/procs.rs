@@ -235,6 +235,11 @@ pub(crate) fn is_error(l: &str) -> bool {
 /// This test binary again, running its ignored test `entry` (which calls
 /// the file's child dispatcher) as `role` with `args`.
 pub(crate) fn child(entry: &str, role: &str, args: &[(&str, String)]) -> Proc {
+    child_as(entry, role, args, None)
+}
+
+/// [`child`], run as user and group `uid` when given (the caller is root).
+pub(crate) fn child_as(entry: &str, role: &str, args: &[(&str, String)], uid: Option<u32>) -> Proc {
     let exe = std::env::current_exe().unwrap();
     let mut spec = role.to_string();
     for (k, v) in args {
@@ -254,6 +259,10 @@ pub(crate) fn child(entry: &str, role: &str, args: &[(&str, String)]) -> Proc {
     ])
     .env(CHILD_ENV, spec)
     .env_remove("RUST_TEST_THREADS");
+    if let Some(id) = uid {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(id).gid(id);
+    }
     Proc::spawn(cmd)
 }
 
