@@ -76,6 +76,7 @@ mod fetch;
 mod ffi;
 mod file;
 mod inode;
+mod logger;
 mod pathname;
 mod pattern;
 mod process;
