@@ -101,11 +101,11 @@ pub use buf::{downcast_buf, AlignedBuf, IoBuf, IoBufMut};
 pub use completion::{BufResult, Completer, Completion};
 pub use op::{CURRENT_POSITION, MAX_RW};
 
+use crate::sync::Lock;
 use completion::{Progress, Slot};
 use op::{check_offset, BounceReadOp, BounceWriteOp, Op, ReadOp, WriteOp};
 use std::fs::File;
 use std::io;
-use crate::sync::Lock;
 use std::sync::{Arc, OnceLock};
 
 /// The environment variable [`IoEngine::global`] reads: `uring` (or

@@ -279,10 +279,12 @@ impl Drop for Pool {
         // A waker run by a worker may drop the last engine handle: that
         // worker returns by itself, it cannot wait for itself.
         let me = std::thread::current().id();
-        let others = self.workers.iter().filter(|h| h.thread().id() != me).count();
-        let all = self
-            .shared
-            .wait_exited(others, Instant::now() + DROP_GRACE);
+        let others = self
+            .workers
+            .iter()
+            .filter(|h| h.thread().id() != me)
+            .count();
+        let all = self.shared.wait_exited(others, Instant::now() + DROP_GRACE);
         let mut stuck = 0;
         for h in self.workers.drain(..) {
             if h.thread().id() == me {

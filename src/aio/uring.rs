@@ -454,7 +454,10 @@ impl Ring {
                  (user data {ud:#x}); ignored"
             );
         } else {
-            log::debug!("kxarray: io_uring reaper: stray completion {} ({ud:#x})", n + 1);
+            log::debug!(
+                "kxarray: io_uring reaper: stray completion {} ({ud:#x})",
+                n + 1
+            );
         }
     }
 
@@ -563,8 +566,7 @@ impl Ring {
         let mut nap = Duration::from_millis(1);
         loop {
             if self.in_flight.load(Ordering::Acquire) == 0
-                && (self.stop.load(Ordering::Acquire)
-                    || self.refused.load(Ordering::Acquire) != 0)
+                && (self.stop.load(Ordering::Acquire) || self.refused.load(Ordering::Acquire) != 0)
             {
                 // Reap the stop NOP if it is there; nothing else can be.
                 self.drain(true);
