@@ -12,7 +12,15 @@ use std::time::Duration;
 fn the_engine_line_reaches_the_tracing_subscriber() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_kxarray-nbd"))
-        .args(["--backend", "cached", "--size", "1M", "--listen", "127.0.0.1:0", "--file"])
+        .args([
+            "--backend",
+            "cached",
+            "--size",
+            "1M",
+            "--listen",
+            "127.0.0.1:0",
+            "--file",
+        ])
         .arg(file.path())
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info")

@@ -13,7 +13,9 @@ static SEEN: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
 
 extern "C" fn on_log(_: *mut c_void, code: c_int, msg: *const c_char) {
     // SAFETY: SQLite passes a NUL-terminated message valid for the call.
-    let msg = unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned();
+    let msg = unsafe { CStr::from_ptr(msg) }
+        .to_string_lossy()
+        .into_owned();
     SEEN.lock().unwrap().push((code, msg));
 }
 
@@ -39,7 +41,8 @@ fn kxarrays_log_records_reach_sqlite3_log() {
     let seen = SEEN.lock().unwrap();
     assert!(
         seen.iter()
-            .any(|(c, m)| *c == rusqlite::ffi::SQLITE_NOTICE && m.starts_with("kxarray: I/O engine: ")),
+            .any(|(c, m)| *c == rusqlite::ffi::SQLITE_NOTICE
+                && m.starts_with("kxarray: I/O engine: ")),
         "{seen:?}"
     );
     assert!(
