@@ -779,3 +779,53 @@ impl Drop for Rings {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::aio::completion::{Completion, Slot};
+    use crate::aio::op::ReadOp;
+    use std::io::Write;
+
+    /// A completion for no request in flight (what a forked child's entry
+    /// made in the parent's ring): the reaper counts it, applies it to
+    /// nothing, and goes on reaping (it panicked in a debug build, and the
+    /// ring lost its reaper).
+    #[test]
+    fn a_completion_for_no_request_is_counted_and_the_reaper_goes_on() {
+        let rings = match Rings::new(1, 8) {
+            Ok(r) => r,
+            Err(e) => {
+                assert!(
+                    std::env::var("KXARRAY_TEST_REQUIRE_URING").is_err(),
+                    "io_uring required but unavailable: {e}"
+                );
+                return; // no io_uring here
+            }
+        };
+        let ring = Arc::clone(rings.ring());
+        // Index 3, tag 5: no such op.
+        let stray = opcode::Nop::new().build().user_data((5 << 32) | 3);
+        assert!(ring.push(&stray));
+        ring.enter_submit();
+        let start = Instant::now();
+        while rings.strays() == 0 && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(rings.strays(), 1);
+        // The reaper still completes requests.
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"still reaping").unwrap();
+        let slot = Slot::new();
+        let op = ReadOp {
+            file: Arc::new(f),
+            offset: 6,
+            buf: vec![0u8; 7],
+            slot: Arc::clone(&slot),
+        };
+        ring.submit([Box::new(op) as Box<dyn Op>]);
+        let progress: Arc<dyn Progress> = ring;
+        let (n, buf) = Completion::pending(slot, Some(progress)).wait();
+        assert_eq!((n.unwrap(), &buf[..]), (7, &b"reaping"[..]));
+    }
+}

@@ -209,9 +209,11 @@ pub(crate) fn refuse_io_uring_enter() -> std::io::Result<()> {
         len: u16,
         filter: *const SockFilter,
     }
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
-    const BPF_RET_K: u16 = 0x06 | 0x00;
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JEQ | BPF_K, BPF_RET | BPF_K
+    // (BPF_LD, BPF_W and BPF_K are 0).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const BPF_RET_K: u16 = 0x06;
     const IO_URING_ENTER: u32 = 426;
     let prog = [
         // A = seccomp_data.nr
