@@ -13,6 +13,7 @@ use aio_common::{
 };
 use kxarray::aio::{EngineChoice, EngineKind, IoEngine, IoSettings, CURRENT_POSITION};
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -185,6 +186,12 @@ fn a_refused_io_uring_enter_after_setup_fails_over_to_the_pool() {
     }
     let (_path, file) = patterned_file(1 << 16);
     let pid = fork_child(move || {
+        // Count the records saying io_uring was refused (one, not one
+        // per retry: the reaper retried every 10 ms, logging each).
+        if log::set_logger(&REFUSALS).is_err() {
+            return 15;
+        }
+        log::set_max_level(log::LevelFilter::Trace);
         let uring = IoSettings::default().engine(EngineChoice::Uring).rings(1);
         let Ok(engine) = IoEngine::new(&uring) else {
             return 10;
@@ -231,9 +238,29 @@ fn a_refused_io_uring_enter_after_setup_fails_over_to_the_pool() {
         if !returns_within(move || drop(engine), Duration::from_secs(10)) {
             return 14;
         }
-        0
+        match REFUSALS.0.load(Ordering::Relaxed) {
+            1 => 0,
+            _ => 16,
+        }
     });
     assert_eq!(wait_child(pid, LIMIT), Some(0), "exit status");
+}
+
+/// A logger counting the records that say `io_uring_enter` failed.
+struct Refusals(AtomicUsize);
+
+static REFUSALS: Refusals = Refusals(AtomicUsize::new(0));
+
+impl log::Log for Refusals {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if r.args().to_string().contains("io_uring_enter failed") {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn flush(&self) {}
 }
 
 /// `Read::read_exact` on a shared `&File`, without importing `Read` at
