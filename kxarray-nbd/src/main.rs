@@ -99,6 +99,14 @@ struct Args {
     /// line each time; where PSI is unavailable, one line says so.
     #[arg(long)]
     no_pressure: bool,
+    /// Do not share the memory budget of the cgroup (or machine) with the
+    /// other processes' caches. By default `--backend cached` joins it
+    /// (`kxarray::memory::SharedBudget`): the cache starts small, grows
+    /// toward its share (at most `--cache-size`) while the cgroup has room
+    /// and shrinks before its limit. With this flag the cache is a fixed
+    /// `--cache-size`.
+    #[arg(long)]
+    no_budget: bool,
     /// Export name (the empty name also selects it).
     #[arg(long, default_value = "")]
     export_name: String,
@@ -164,8 +172,10 @@ fn run(args: Args) -> Result<(), String> {
     if args.listen.is_none() && args.unix.is_none() {
         return Err("give --listen HOST:PORT and/or --unix PATH".into());
     }
-    // The pressure monitor of a cached backend, alive while the server runs.
+    // The pressure monitor and the shared budget of a cached backend,
+    // alive while the server runs.
     let mut pressure = None;
+    let mut budget = None;
     let mut reader: Option<Arc<dyn kxarray_nbd::ReadMany>> = None;
     let backend: Arc<dyn Backend> = match args.backend {
         BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
@@ -188,7 +198,27 @@ fn run(args: Args) -> Result<(), String> {
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             if args.backend == BackendKind::Cached {
-                let cache = PageCache::new(CacheConfig::default().capacity(args.cache_size));
+                let start = if args.no_budget {
+                    args.cache_size
+                } else {
+                    args.cache_size.min(16 << 20)
+                };
+                let cache = PageCache::new(CacheConfig::default().capacity(start));
+                if !args.no_budget {
+                    let config = kxarray::memory::BudgetConfig::new(args.cache_size);
+                    match cache.join_budget(config) {
+                        Ok(b) => {
+                            info!(share = b.stats().share, key = %b.stats().key, "cache in the shared memory budget");
+                            budget = Some(b);
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "no shared memory budget; a fixed --cache-size");
+                            cache
+                                .set_capacity(args.cache_size)
+                                .map_err(|e| format!("--cache-size: {e}"))?;
+                        }
+                    }
+                }
                 if !args.no_pressure {
                     pressure = kxarray::memory::PressureMonitor::start(
                         Arc::new(cache.clone()),
@@ -264,8 +294,10 @@ fn run(args: Args) -> Result<(), String> {
     ctrlc::set_handler(move || handle.shutdown()).map_err(|e| format!("signal handler: {e}"))?;
 
     let served = server.serve(listeners);
-    // The cache no longer follows pressure once the server stops.
+    // The cache no longer follows pressure, nor the budget, once the
+    // server stops.
     drop(pressure);
+    drop(budget);
     if let Err(e) = &served {
         error!(error = %e, "event loop failed");
     }

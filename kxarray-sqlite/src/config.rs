@@ -1,10 +1,12 @@
 //! Settings: the cache capacity, O_DIRECT below the cache, zero-copy
-//! fetch, memory pressure, the prefetch of a scan's B-tree children.
-//! [`Settings`] is what one open asks for; it is read from URI parameters
-//! (`kx_cache`, `kx_direct`, `kx_fetch`, `kx_pressure`, `kx_prefetch`),
-//! then environment variables (`KXARRAY_SQLITE_CACHE`,
-//! `KXARRAY_SQLITE_DIRECT`, `KXARRAY_SQLITE_FETCH`,
-//! `KXARRAY_SQLITE_PRESSURE`, `KXARRAY_SQLITE_PREFETCH`), then the
+//! fetch, memory pressure, the prefetch of a scan's B-tree children, the
+//! shared memory budget, the locking mode (shared with other processes, or
+//! exclusive). [`Settings`] is what one open asks for; it is read from URI
+//! parameters (`kx_cache`, `kx_direct`, `kx_fetch`, `kx_pressure`,
+//! `kx_prefetch`, `kx_budget`, `kx_locking`), then environment variables
+//! (`KXARRAY_SQLITE_CACHE`, `KXARRAY_SQLITE_DIRECT`, `KXARRAY_SQLITE_FETCH`,
+//! `KXARRAY_SQLITE_PRESSURE`, `KXARRAY_SQLITE_PREFETCH`,
+//! `KXARRAY_SQLITE_BUDGET`, `KXARRAY_SQLITE_LOCKING`), then the
 //! defaults.
 //!
 //! Owns the parsing of sizes (`parse_size`: bytes with an optional
@@ -36,6 +38,19 @@ pub struct Settings {
     /// its first two children in order, submit the reads of its other
     /// children at once, wherever they lie in the file.
     pub prefetch: bool,
+    /// Share one memory budget with the other processes of the cgroup (or
+    /// machine): the cache starts small, grows toward its share of the
+    /// budget (at most `cache_bytes`) while the cgroup has room, and
+    /// shrinks before its limit (`kxarray::memory::SharedBudget`; read by
+    /// the open that creates the cache). Off: a fixed `cache_bytes`.
+    pub budget: bool,
+    /// Keep other processes out (`kx_locking=exclusive`): one OFD lock
+    /// over SQLite's lock bytes held while the process has the database
+    /// open, the WAL index in process memory, journals and WALs cached, no
+    /// revalidation. `false` (the default, `kx_locking=shared`): SQLite's
+    /// own locks on the unix VFS's bytes, a `-shm` file, and a cache kept
+    /// coherent with other processes' writes.
+    pub exclusive: bool,
 }
 
 /// A setting that does not parse.
@@ -156,16 +171,24 @@ const PRESSURE: Names = Names {
     uri: "kx_pressure",
     env: "KXARRAY_SQLITE_PRESSURE",
 };
+const LOCKING: Names = Names {
+    uri: "kx_locking",
+    env: "KXARRAY_SQLITE_LOCKING",
+};
 const PREFETCH: Names = Names {
     uri: "kx_prefetch",
     env: "KXARRAY_SQLITE_PREFETCH",
+};
+const BUDGET: Names = Names {
+    uri: "kx_budget",
+    env: "KXARRAY_SQLITE_BUDGET",
 };
 
 impl Settings {
     /// The settings for an open: each from `uri(name)` (the URI parameter,
     /// if the open has one), else from `env(name)`, else the default
     /// (cache [`default_capacity`], direct off, fetch on, pressure on,
-    /// prefetch on).
+    /// prefetch on, budget on).
     ///
     /// # Errors
     /// A [`SettingError`] naming the first value that does not parse (or a
@@ -200,12 +223,28 @@ impl Settings {
                 expected: "0 or 1",
             }),
         };
+        let exclusive = match pick(&LOCKING) {
+            None => false,
+            Some((source, value)) => match value.trim().to_ascii_lowercase().as_str() {
+                "shared" | "normal" => false,
+                "exclusive" => true,
+                _ => {
+                    return Err(SettingError {
+                        source,
+                        value,
+                        expected: "shared or exclusive",
+                    })
+                }
+            },
+        };
         Ok(Settings {
+            exclusive,
             cache_bytes,
             direct: boolean(&DIRECT, false)?,
             fetch: boolean(&FETCH, true)?,
             pressure: boolean(&PRESSURE, true)?,
             prefetch: boolean(&PREFETCH, true)?,
+            budget: boolean(&BUDGET, true)?,
         })
     }
 
@@ -270,8 +309,17 @@ mod tests {
                 fetch: true,
                 pressure: true,
                 prefetch: true,
+                budget: true,
+                exclusive: false,
             }
         );
+        let x = Settings::resolve(
+            |k| (k == "kx_locking").then(|| "EXCLUSIVE".into()),
+            |_| None,
+        );
+        assert!(x.unwrap().exclusive);
+        let x = Settings::resolve(|k| (k == "kx_locking").then(|| "excl".into()), |_| None);
+        assert_eq!(x.unwrap_err().source, "kx_locking");
         let d = Settings::resolve(|_| None, |_| None).unwrap();
         assert_eq!(d.cache_bytes, default_capacity());
         assert!(!d.direct && d.fetch && d.pressure);
@@ -282,6 +330,13 @@ mod tests {
             |k| (k == "KXARRAY_SQLITE_PREFETCH").then(|| "0".into()),
         );
         assert!(!off.unwrap().prefetch);
+        let off = Settings::resolve(|k| (k == "kx_budget").then(|| "0".into()), |_| None);
+        assert!(!off.unwrap().budget);
+        let bad = Settings::resolve(
+            |_| None,
+            |k| (k == "KXARRAY_SQLITE_BUDGET").then(|| "2".into()),
+        );
+        assert_eq!(bad.unwrap_err().source, "KXARRAY_SQLITE_BUDGET");
     }
 
     #[test]

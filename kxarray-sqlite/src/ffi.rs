@@ -144,6 +144,13 @@ pub(crate) const SQLITE_IOERR_NOMEM: c_int = SQLITE_IOERR | (12 << 8);
 pub(crate) const SQLITE_IOERR_ACCESS: c_int = SQLITE_IOERR | (13 << 8);
 pub(crate) const SQLITE_IOERR_LOCK: c_int = SQLITE_IOERR | (15 << 8);
 pub(crate) const SQLITE_IOERR_SHMMAP: c_int = SQLITE_IOERR | (21 << 8);
+pub(crate) const SQLITE_IOERR_UNLOCK: c_int = SQLITE_IOERR | (8 << 8);
+pub(crate) const SQLITE_IOERR_RDLOCK: c_int = SQLITE_IOERR | (9 << 8);
+pub(crate) const SQLITE_IOERR_CHECKRESERVEDLOCK: c_int = SQLITE_IOERR | (14 << 8);
+pub(crate) const SQLITE_IOERR_SHMOPEN: c_int = SQLITE_IOERR | (18 << 8);
+pub(crate) const SQLITE_IOERR_SHMSIZE: c_int = SQLITE_IOERR | (19 << 8);
+pub(crate) const SQLITE_IOERR_SHMLOCK: c_int = SQLITE_IOERR | (20 << 8);
+pub(crate) const SQLITE_READONLY_CANTINIT: c_int = SQLITE_READONLY | (5 << 8);
 pub(crate) const SQLITE_IOERR_DELETE_NOENT: c_int = SQLITE_IOERR | (23 << 8);
 pub(crate) const SQLITE_CANTOPEN_FULLPATH: c_int = SQLITE_CANTOPEN | (3 << 8);
 pub(crate) const SQLITE_CANTOPEN_SYMLINK: c_int = SQLITE_CANTOPEN | (6 << 8);
@@ -220,6 +227,19 @@ pub(crate) const SQLITE_SHM_NLOCK: c_int = 8;
 pub(crate) const PENDING_BYTE: i64 = 0x4000_0000;
 /// Bytes from [`PENDING_BYTE`] to the end of the shared range.
 pub(crate) const LOCK_RANGE_LEN: i64 = 2 + 510;
+/// `RESERVED_BYTE`.
+pub(crate) const RESERVED_BYTE: i64 = PENDING_BYTE + 1;
+/// `SHARED_FIRST`, the first of the shared range.
+pub(crate) const SHARED_FIRST: i64 = PENDING_BYTE + 2;
+/// `SHARED_SIZE`.
+pub(crate) const SHARED_SIZE: i64 = 510;
+/// The first lock byte of a `-shm` file (`UNIX_SHM_BASE`: the eight WAL
+/// lock slots, `WALINDEX_LOCK_OFFSET`), then the DMS byte
+/// (`UNIX_SHM_DMS`).
+pub(crate) const SHM_LOCK_BASE: i64 = 120;
+/// `UNIX_SHM_DMS`: every process mapping the `-shm` holds it shared; the
+/// first to take it exclusive reinitializes the file.
+pub(crate) const SHM_DMS: i64 = SHM_LOCK_BASE + SQLITE_SHM_NLOCK as i64;
 
 /// SQLite's `sqlite3_api_routines`, the table of function pointers a
 /// loadable extension receives (opaque here; read by [`crate::Api::from_routines`]).

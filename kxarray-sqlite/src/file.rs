@@ -107,6 +107,9 @@ pub(crate) struct Handle {
     /// The database this journal or WAL belongs to, when the process has
     /// it open ([`db_barrier`]).
     pub(crate) db: Option<Weak<Inode>>,
+    /// A main database opened with `readonly_shm=1`: its `-shm` is opened
+    /// read-only.
+    pub(crate) readonly_shm: bool,
 }
 
 /// How many fetches a handle counts before adding them to the process's
@@ -215,6 +218,7 @@ impl Handle {
             dirsync: None,
             readonly,
             db: None,
+            readonly_shm: false,
         }
     }
 }
@@ -339,10 +343,14 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         kf.base.pMethods = std::ptr::null();
         let rc = sync_point(&h);
         let mut level = h.level;
-        h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE);
+        if let Err((code, msg)) = h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE) {
+            api().log(code, &msg);
+        }
         h.fetches.clear();
         h.book_fetches();
-        h.shm = None;
+        if let Some(s) = h.shm.take() {
+            h.inode.unmap_shm(s, false);
+        }
         let Handle { inode, key, .. } = *h;
         inode::close(key, inode);
         rc
@@ -368,7 +376,9 @@ unsafe extern "C" fn x_read(
         if want < n {
             out[want..].fill(0);
         }
-        let read = if h.read_once() {
+        let read = if h.inode.uncached {
+            read_fd(h, out, off)
+        } else if h.read_once() {
             read_uncached(h, &mut out[..want], off)
         } else {
             h.note_read(off, n as u64);
@@ -397,6 +407,12 @@ unsafe extern "C" fn x_read(
     })
 }
 
+/// Read `buf.len()` bytes at `off` of a file's descriptor (fewer at its
+/// end): a journal or WAL in shared mode (`Inode::uncached`).
+fn read_fd(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    crate::fdio::pread_full(&h.inode.fd, buf, off)
+}
+
 /// Read a WAL's bytes straight from its file with `pread`, as the unix VFS
 /// does ([`Handle::read_once`]). The file holds what the cache would
 /// return: every WAL write is written through before `xWrite` returns, and
@@ -406,16 +422,7 @@ unsafe extern "C" fn x_read(
 /// check holds a later frame's write, never the committed frames a
 /// checkpoint reads.
 fn read_uncached(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    let mut got = 0;
-    while got < buf.len() {
-        match h.inode.fd.read_at(&mut buf[got..], off + got as u64) {
-            Ok(0) => break,
-            Ok(k) => got += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let got = read_fd(h, buf, off)?;
     vfs_stats().uncached_reads.fetch_add(1, Ordering::Relaxed);
     Ok(got)
 }
@@ -474,6 +481,14 @@ unsafe extern "C" fn x_write(
         // A WAL's frames land inside its file, grown ahead (`walsize`). A
         // checkpoint's database pages, over a buffered file, are written
         // through as well: written once, and the kernel caches them.
+        if h.inode.uncached {
+            use std::os::unix::fs::FileExt;
+            if let Err(e) = h.inode.fd.write_all_at(data, off) {
+                return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
+            }
+            vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
+            return SQLITE_OK;
+        }
         let through = h.inode.policy == WritePolicy::Through
             || (h.inode.checkpointing.load(Ordering::Relaxed) && !h.inode.direct);
         if through && !crate::process::write_back_only() {
@@ -512,6 +527,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
             }
         }
         let r = match &h.inode.wal {
+            _ if h.inode.uncached => h.inode.fd.set_len(size),
             Some(w) => w.truncate(&h.inode.file, size),
             None => h.inode.file.set_len(size),
         };
@@ -537,7 +553,12 @@ unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
         // (`sync_data`: `sync` would run fsync, which also commits the
         // inode's timestamps, a journal commit per transaction the unix
         // VFS does not pay).
-        if let Err(e) = h.inode.file.sync_data() {
+        let r = if h.inode.uncached {
+            h.inode.fd.sync_data()
+        } else {
+            h.inode.file.sync_data()
+        };
+        if let Err(e) = r {
             return io_code(h, "write back and fdatasync", &e, SQLITE_IOERR_FSYNC);
         }
         if let Some(dir) = h.dirsync.take() {
@@ -554,7 +575,14 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        let len = h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len());
+        let len = if h.inode.uncached {
+            match h.inode.fd.metadata() {
+                Ok(m) => m.len(),
+                Err(e) => return io_code(h, "fstat", &e, SQLITE_IOERR_FSTAT),
+            }
+        } else {
+            h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len())
+        };
         // SAFETY: SQLite passes a writable i64.
         unsafe { *size = len as i64 };
         SQLITE_OK
@@ -590,9 +618,15 @@ unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
         } else {
             SQLITE_OK
         };
-        h.inode.unlock(owner, &mut cur, level);
+        let r = h.inode.unlock(owner, &mut cur, level);
         h.level = cur;
-        rc
+        match r {
+            Ok(()) => rc,
+            Err((code, msg)) => {
+                api().log(code, &msg);
+                code
+            }
+        }
     })
 }
 
@@ -600,42 +634,17 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        let (yes, rc) = match h.inode.reserved() {
+            Ok(r) => (r, SQLITE_OK),
+            Err((code, msg)) => {
+                api().log(code, &msg);
+                (false, code)
+            }
+        };
         // SAFETY: SQLite passes a writable int.
-        unsafe { *out = c_int::from(h.inode.reserved()) };
-        SQLITE_OK
+        unsafe { *out = c_int::from(yes) };
+        rc
     })
-}
-
-/// The text of `PRAGMA kx_stats`: the cache's counters and the VFS's, as
-/// `name=value` pairs separated by spaces.
-pub(crate) fn stats_text(cache: &PageCache) -> String {
-    let s = cache.stats();
-    let v = vfs_stats();
-    let r = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    format!(
-        "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
-         refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
-         writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
-         uncached_reads={} open_files={}",
-        cache.capacity(),
-        s.cached_pages,
-        s.hits,
-        s.misses,
-        s.readahead_pages,
-        s.evictions,
-        s.refaults,
-        s.backend_read_bytes,
-        s.backend_written_bytes,
-        s.dirty_bytes,
-        r(&v.writes),
-        r(&v.syncs),
-        r(&v.fetches),
-        r(&v.fetches_held),
-        r(&v.fetch_fallbacks),
-        r(&v.lock_conflicts),
-        r(&v.uncached_reads),
-        inode::open_files(),
-    )
 }
 
 /// `SQLITE_FCNTL_PRAGMA`: `kx_stats` and `kx_settings`; anything else is
@@ -654,17 +663,20 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let text = match name.to_ascii_lowercase().as_str() {
         "kx_stats" => {
             h.book_fetches();
-            stats_text(&h.cache)
+            crate::stats::stats_text(&h.cache)
         }
         "kx_settings" => format!(
-            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={}",
-            h.cache.config().capacity,
+            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
+             budget={} locking={}",
+            crate::process::configured_capacity(),
             u8::from(h.inode.direct),
             u8::from(h.settings.fetch),
             u8::from(h.settings.pressure),
             u8::from(h.children.is_some()),
             h.mmap_limit,
             if h.inode.is_db { 4096 } else { 512 },
+            u8::from(crate::process::budget_stats().is_some()),
+            if h.inode.exclusive { "exclusive" } else { "shared" },
         ),
         _ => return SQLITE_NOTFOUND,
     };
@@ -835,20 +847,30 @@ unsafe extern "C" fn x_shm_map(
         let (Ok(region), Ok(size)) = (usize::try_from(region), usize::try_from(size)) else {
             return SQLITE_IOERR_SHMMAP;
         };
-        let inode = Arc::clone(&h.inode);
-        let shm = h.shm.get_or_insert_with(|| ShmHandle::new(inode.shm()));
-        match shm.shm.map(region, size, extend != 0) {
-            Ok(p) => {
-                // SAFETY: SQLite passes a writable pointer slot.
-                unsafe { *out = p };
-                SQLITE_OK
-            }
-            Err(code) => {
-                // SAFETY: as above.
-                unsafe { *out = std::ptr::null_mut() };
-                code
+        // SAFETY: SQLite passes a writable pointer slot.
+        unsafe { *out = std::ptr::null_mut() };
+        if h.shm.is_none() {
+            match h.inode.shm(h.readonly_shm) {
+                Ok((s, rc)) => {
+                    h.shm = Some(ShmHandle::new(s));
+                    if rc != SQLITE_OK {
+                        // SQLITE_READONLY_CANTINIT: no region yet.
+                        return rc;
+                    }
+                }
+                Err((code, msg)) => {
+                    api().log(code, &msg);
+                    return code;
+                }
             }
         }
+        let Some(shm) = h.shm.as_ref() else {
+            return SQLITE_IOERR_SHMMAP;
+        };
+        let (p, rc) = shm.shm.map(region, size, extend != 0);
+        // SAFETY: SQLite passes a writable pointer slot.
+        unsafe { *out = p };
+        rc
     })
 }
 
@@ -861,24 +883,52 @@ unsafe extern "C" fn x_shm_lock(
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        match h.shm.as_mut() {
-            Some(s) => s.lock(offset, n, flags),
-            None => SQLITE_IOERR_SHMMAP,
+        let Some(s) = h.shm.as_mut() else {
+            return SQLITE_IOERR_SHMMAP;
+        };
+        let held_ckpt = s.holds_exclusive(crate::coherence::WAL_CKPT_LOCK);
+        let rc = s.lock(offset, n, flags);
+        if rc != SQLITE_OK || h.inode.exclusive || !h.inode.is_db {
+            return rc;
         }
+        wal_coherence(h, offset, n, flags, held_ckpt)
     })
+}
+
+/// After a successful `xShmLock` in shared mode: the coherence checks
+/// (`coherence::on_shm_lock`). A failed one releases the lock and fails
+/// the call: SQLite must not read under a cache that may be stale.
+fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckpt: bool) -> c_int {
+    let Some(s) = h.shm.as_mut() else {
+        return SQLITE_OK;
+    };
+    let shm = Arc::clone(&s.shm);
+    match h.inode.on_shm_lock(&shm, (offset, n, flags), held_ckpt) {
+        Ok(()) => SQLITE_OK,
+        Err(msg) => {
+            api().log(SQLITE_IOERR_SHMLOCK, &msg);
+            let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
+            if let Some(s) = h.shm.as_mut() {
+                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+            }
+            SQLITE_IOERR_SHMLOCK
+        }
+    }
 }
 
 unsafe extern "C" fn x_shm_barrier(_file: *mut sqlite3_file) {
     std::sync::atomic::fence(Ordering::SeqCst);
 }
 
-unsafe extern "C" fn x_shm_unmap(file: *mut sqlite3_file, _delete: c_int) -> c_int {
+unsafe extern "C" fn x_shm_unmap(file: *mut sqlite3_file, delete: c_int) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        // The regions go when the last handle lets go; there is no file
-        // to delete.
-        h.shm = None;
+        // The regions go when the last handle of the process lets go; with
+        // `delete`, the `-shm` file too (shared mode).
+        if let Some(s) = h.shm.take() {
+            h.inode.unmap_shm(s, delete != 0);
+        }
         SQLITE_OK
     })
 }

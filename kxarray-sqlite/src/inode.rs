@@ -4,53 +4,72 @@
 //!
 //! Owns the file's one [`CachedFile`] (every connection of the process
 //! reads and writes the same cached pages, so they stay coherent), SQLite's
-//! five lock levels across those connections, the OFD lock that keeps
-//! other processes out, and the WAL index ([`Shm`]) of a database.
+//! five lock levels across those connections and the OFD locks that say
+//! them to other processes, the coherence state of the cache
+//! ([`Coherence`]), and the WAL index ([`Shm`]) of a database.
+//!
+//! Two locking modes, chosen by the first open of the file (`kx_locking`):
+//! - **shared** (the default), `os_unix.c`'s protocol: OFD locks
+//!   ([`oslock`]) on the inode's descriptor, on exactly the unix VFS's
+//!   bytes, taken and released with `unixLock`/`posixUnlock`'s steps
+//!   (SHARED: read-lock `PENDING_BYTE`, read-lock the 510-byte shared
+//!   range, release `PENDING_BYTE`; RESERVED: write-lock `RESERVED_BYTE`;
+//!   EXCLUSIVE: write-lock `PENDING_BYTE`, then the shared range; down to
+//!   SHARED: read-lock the shared range, release PENDING and RESERVED; to
+//!   NONE: release all). They conflict with the unix VFS's POSIX locks, so
+//!   kxarray and unix-VFS processes exclude each other as two unix-VFS
+//!   processes do, and get `SQLITE_BUSY` where it would;
+//! - **exclusive** (`kx_locking=exclusive`): one OFD lock over all of
+//!   SQLite's lock bytes, taken at the first lock and held until the last
+//!   handle closes; other processes get `SQLITE_BUSY`; the levels are kept
+//!   in the process only.
 //!
 //! Invariants:
 //! - the table holds at most one `Inode` per `(st_dev, st_ino)`, present
 //!   while at least one handle has it open (`opens > 0`, counted under the
 //!   table's lock); the `Inode` keeps a descriptor of the file open, so the
-//!   inode number cannot be reused while the entry exists;
-//! - lock state: `shared` counts the handles at SHARED or above; at most
-//!   one handle owns each of RESERVED, PENDING and EXCLUSIVE; EXCLUSIVE is
-//!   granted only when its owner is the only SHARED holder; no new SHARED
-//!   is granted while PENDING or EXCLUSIVE is owned;
-//! - a database file (`is_db`) is read or written only under SHARED or
-//!   above, which is granted only once this process holds the OFD lock
-//!   over SQLite's lock bytes: `F_WRLCK` whenever the file could be opened
-//!   read-write (a read-only open too: its lock must keep other processes'
-//!   writers out, WAL writers included, which hold only a read lock on the
-//!   database file), `F_RDLCK` only for a file this process cannot write,
-//!   and then never over a WAL database (nothing would keep another
-//!   process's WAL writer out). The lock is released only when the last
-//!   handle closes ([`close`]), after the file was written back. So no
-//!   other process holds a SQLite lock on the file, or changes it, while
-//!   this one has it locked;
-//! - the cache of a database is valid before SQLite trusts it: SQLite reads
-//!   the header at open without a lock (`sqlite3PagerReadFileheader`), so
-//!   taking the OFD lock drops whatever the process cached of the file and
-//!   takes its length again ([`CachedFile::revalidate`]), since another
-//!   process may have written it in between;
-//! - an inode leaves the table, and its OFD lock is released, under the
+//!   inode number cannot be reused while the entry exists. A child process
+//!   after `fork` starts with an empty table (the parent's inodes, their
+//!   descriptors and their OFD locks are the parent's: never used, never
+//!   closed by the child);
+//! - shared mode: `level` is the highest level of any handle (as
+//!   `unixInodeInfo.eFileLock`), `shared` the handles at SHARED or above,
+//!   and the OFD locks held on the descriptor are exactly those of `level`;
+//!   at most one handle is above SHARED;
+//! - exclusive mode: `shared` counts the handles at SHARED or above; at
+//!   most one handle owns each of RESERVED, PENDING and EXCLUSIVE;
+//!   EXCLUSIVE is granted only when its owner is the only SHARED holder;
+//!   no new SHARED is granted while PENDING or EXCLUSIVE is owned; the
+//!   whole-range OFD lock (`F_WRLCK` whenever the file could be opened
+//!   read-write; `F_RDLCK`, never over a WAL database, otherwise) is held
+//!   from the first lock until the last handle closes;
+//! - a cached page is never trusted across a lock gap: when the process
+//!   goes from no lock to SHARED, [`Coherence::after_gap`] compares the
+//!   file (read from the file, not the cache) with what the cache last
+//!   knew, and drops the cache if it moved (another process may have
+//!   written between); in WAL mode the WAL index decides at every read
+//!   transaction (`coherence`);
+//! - an inode leaves the table, and its locks are released, under the
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
+use crate::coherence::{Coherence, Db};
 use crate::ffi::{
-    LOCK_RANGE_LEN, PENDING_BYTE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK,
-    SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED,
-    SQLITE_LOCK_SHARED, SQLITE_OK,
+    LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
+    SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
+    SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING,
+    SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
 };
+use crate::oslock::{self, Kind};
 use crate::shm::Shm;
 use crate::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::raw::c_int;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A file's identity: `(st_dev, st_ino)`.
@@ -61,10 +80,14 @@ pub(crate) type Key = (u64, u64);
 struct LockState {
     /// Handles at SHARED or above.
     shared: u32,
+    /// Shared mode: the highest level of any handle (`eFileLock`).
+    level: c_int,
+    /// Exclusive mode: the owners of the levels above SHARED.
     reserved: Option<u64>,
     pending: Option<u64>,
     exclusive: Option<u64>,
-    /// Whether this process holds the OFD lock over the lock bytes.
+    /// Exclusive mode: whether this process holds the OFD lock over the
+    /// lock bytes.
     ofd: bool,
 }
 
@@ -112,6 +135,14 @@ pub(crate) struct Inode {
     /// WAL's frames are read once and its pages written once. A hint that
     /// picks the cheaper path, never what a read returns (see `file`).
     pub(crate) checkpointing: AtomicBool,
+    /// `kx_locking=exclusive`: the one-lock mode (see the module notes).
+    pub(crate) exclusive: bool,
+    /// Shared mode, a journal or WAL: read and written with `pread` and
+    /// `pwrite` on `fd`, never cached (other processes write it too; the
+    /// unix VFS reads it the same way).
+    pub(crate) uncached: bool,
+    /// What the cache of a database last knew of the file and its WAL.
+    pub(crate) coherence: Mutex<Coherence>,
     locks: Mutex<LockState>,
     shm: Mutex<Weak<Shm>>,
     /// Handles open on it (changed under the table's lock only).
@@ -134,9 +165,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn table() -> &'static Mutex<HashMap<Key, Arc<Inode>>> {
+/// The process table, locked. In a child process after `fork` the
+/// parent's entries are forgotten first (leaked: their descriptors share
+/// the parent's open file descriptions and OFD locks, which the child must
+/// neither use nor release; their caches may hold the parent's unwritten
+/// pages).
+fn table() -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
     static T: OnceLock<Mutex<HashMap<Key, Arc<Inode>>>> = OnceLock::new();
-    T.get_or_init(|| Mutex::new(HashMap::new()))
+    static PID: AtomicU32 = AtomicU32::new(0);
+    let mut t = lock(T.get_or_init(|| Mutex::new(HashMap::new())));
+    let pid = std::process::id();
+    if PID.swap(pid, Ordering::Relaxed) != pid {
+        std::mem::forget(std::mem::take(&mut *t));
+    }
+    t
 }
 
 /// A fresh owner id for a handle's locks.
@@ -164,7 +206,7 @@ pub(crate) fn open_or_insert<E>(
     key: Key,
     make: impl FnOnce() -> Result<Inode, E>,
 ) -> Result<Arc<Inode>, E> {
-    let mut t = lock(table());
+    let mut t = table();
     if let Some(i) = t.get(&key) {
         i.opens.fetch_add(1, Ordering::Relaxed);
         return Ok(Arc::clone(i));
@@ -181,7 +223,7 @@ pub(crate) fn open_or_insert<E>(
 /// shares this inode or finds no lock of the process's own in its way.
 pub(crate) fn close(key: Option<Key>, inode: Arc<Inode>) {
     let Some(key) = key else { return };
-    let mut t = lock(table());
+    let mut t = table();
     if inode.opens.fetch_sub(1, Ordering::Relaxed) == 1 {
         inode.shut();
         if t.get(&key).is_some_and(|i| Arc::ptr_eq(i, &inode)) {
@@ -196,16 +238,17 @@ pub(crate) fn close(key: Option<Key>, inode: Arc<Inode>) {
 /// The inode of `key` if the process has it open (no open counted: for a
 /// journal or WAL to reach its database).
 pub(crate) fn find(key: Key) -> Option<Arc<Inode>> {
-    lock(table()).get(&key).cloned()
+    table().get(&key).cloned()
 }
 
 /// Files the process has open through the VFS (for tests and stats).
 pub fn open_files() -> usize {
-    lock(table()).len()
+    table().len()
 }
 
 impl Inode {
-    /// An inode over `file`, with `fd` its identity descriptor.
+    /// An inode over `file`, with `fd` its identity descriptor, in shared
+    /// locking mode, cached.
     pub(crate) fn new(
         path: PathBuf,
         file: CachedFile,
@@ -225,10 +268,38 @@ impl Inode {
             policy,
             wal: None,
             checkpointing: AtomicBool::new(false),
+            exclusive: false,
+            uncached: false,
+            coherence: Mutex::new(Coherence::default()),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),
         }
+    }
+
+    /// What the coherence checks need of it.
+    pub(crate) fn db(&self) -> Db<'_> {
+        Db {
+            fd: &self.fd,
+            file: &self.file,
+            path: &self.path,
+        }
+    }
+
+    /// The coherence checks after a successful `xShmLock(offset, n,
+    /// flags)` of this database's WAL index `shm`
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)).
+    ///
+    /// # Errors
+    /// The failed check's message.
+    pub(crate) fn on_shm_lock(
+        &self,
+        shm: &Shm,
+        call: (c_int, c_int, c_int),
+        held_ckpt: bool,
+    ) -> Result<(), String> {
+        let mut coh = lock(&self.coherence);
+        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, call, held_ckpt)
     }
 
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
@@ -236,53 +307,248 @@ impl Inode {
         Inode { wal, ..self }
     }
 
-    /// Set (`F_WRLCK`, `F_RDLCK`) or release (`F_UNLCK`) the OFD lock over
-    /// SQLite's lock bytes, without waiting.
-    fn set_ofd(&self, kind: c_int) -> std::io::Result<()> {
-        // SAFETY: an all-zero `flock` is a valid value (plain integers).
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = kind as _;
-        fl.l_whence = libc::SEEK_SET as _;
-        fl.l_start = PENDING_BYTE as _;
-        fl.l_len = LOCK_RANGE_LEN as _;
-        fl.l_pid = 0; // required by F_OFD_SETLK
-                      // SAFETY: `fd` is open for the life of `self`; `fl` is a valid
-                      // `flock` the call only reads.
-        let r = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
+    /// The same inode in exclusive locking mode (`exclusive`), and, for a
+    /// journal or WAL, uncached (`uncached`).
+    pub(crate) fn with_mode(self, exclusive: bool, uncached: bool) -> Inode {
+        Inode {
+            exclusive,
+            uncached,
+            ..self
         }
     }
 
-    /// Take the OFD lock over SQLite's lock bytes, if not held yet, and
-    /// make the cache valid under it (see the module notes).
+    /// The SQLite code and message for a failed OFD lock: `SQLITE_BUSY`
+    /// for a conflict (counted), `io_code` otherwise.
+    fn lock_error(&self, e: std::io::Error, io_code: c_int) -> (c_int, String) {
+        if oslock::is_busy(&e) {
+            crate::process::vfs_stats()
+                .lock_conflicts
+                .fetch_add(1, Ordering::Relaxed);
+            let msg = if self.exclusive {
+                format!(
+                    "kxarray: {} is in use by another process (it holds SQLite locks on it, or \
+                     it serves it through its own kxarray cache with kx_locking=exclusive)",
+                    self.path.display()
+                )
+            } else {
+                format!(
+                    "kxarray: {} is locked by another process",
+                    self.path.display()
+                )
+            };
+            return (SQLITE_BUSY, msg);
+        }
+        (
+            io_code,
+            format!("kxarray: locking {}: {e}", self.path.display()),
+        )
+    }
+
+    /// Raise handle `owner` from `*level` to `want` (SQLite's `xLock`).
+    /// On `SQLITE_BUSY` the handle may have reached PENDING on its way to
+    /// EXCLUSIVE (as with the unix VFS); `*level` says where it is.
+    ///
+    /// # Errors
+    /// `Err((code, message))` for a failure SQLite's log should hear of
+    /// (a conflict with another process too: its message names it).
+    pub(crate) fn lock(
+        &self,
+        owner: u64,
+        level: &mut c_int,
+        want: c_int,
+    ) -> Result<c_int, (c_int, String)> {
+        if *level >= want {
+            return Ok(SQLITE_OK);
+        }
+        if !self.is_db {
+            // Only a main database is locked (SQLite locks nothing else).
+            *level = want;
+            return Ok(SQLITE_OK);
+        }
+        if self.exclusive {
+            return self.lock_exclusive(owner, level, want);
+        }
+        let mut st = lock(&self.locks);
+        // Another handle of the process is above SHARED (or PENDING keeps
+        // new readers out): as `unixLock`.
+        if *level != st.level && (st.level >= SQLITE_LOCK_PENDING || want > SQLITE_LOCK_SHARED) {
+            return Ok(SQLITE_BUSY);
+        }
+        if want == SQLITE_LOCK_SHARED
+            && (st.level == SQLITE_LOCK_SHARED || st.level == SQLITE_LOCK_RESERVED)
+        {
+            st.shared += 1;
+            *level = SQLITE_LOCK_SHARED;
+            return Ok(SQLITE_OK);
+        }
+        let fd = &self.fd;
+        if want == SQLITE_LOCK_SHARED
+            || (want == SQLITE_LOCK_EXCLUSIVE && *level < SQLITE_LOCK_PENDING)
+        {
+            let kind = if want == SQLITE_LOCK_SHARED {
+                Kind::Read
+            } else {
+                Kind::Write
+            };
+            if let Err(e) = oslock::set(fd, kind, PENDING_BYTE, 1) {
+                let (code, msg) = self.lock_error(e, SQLITE_IOERR_LOCK);
+                return if code == SQLITE_BUSY {
+                    Ok(code)
+                } else {
+                    Err((code, msg))
+                };
+            }
+        }
+        let r = if want == SQLITE_LOCK_SHARED {
+            let r = oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)
+                .map_err(|e| self.lock_error(e, SQLITE_IOERR_LOCK));
+            let u = oslock::set(fd, Kind::Unlock, PENDING_BYTE, 1);
+            let r = match (r, u) {
+                (Err(e), _) => Err(e),
+                (Ok(()), Err(e)) => Err(self.lock_error(e, SQLITE_IOERR_UNLOCK)),
+                (Ok(()), Ok(())) => Ok(()),
+            };
+            if r.is_ok() {
+                // The process had no lock: what did others change since?
+                if let Err(msg) = lock(&self.coherence).after_gap(&self.db()) {
+                    let _ = oslock::set(fd, Kind::Unlock, 0, 0);
+                    return Err((SQLITE_IOERR_LOCK, msg));
+                }
+                st.shared = 1;
+            }
+            r
+        } else if want == SQLITE_LOCK_EXCLUSIVE && st.shared > 1 {
+            Err((SQLITE_BUSY, String::new()))
+        } else {
+            let (start, len) = if want == SQLITE_LOCK_RESERVED {
+                (RESERVED_BYTE, 1)
+            } else {
+                (SHARED_FIRST, SHARED_SIZE)
+            };
+            oslock::set(fd, Kind::Write, start, len)
+                .map_err(|e| self.lock_error(e, SQLITE_IOERR_LOCK))
+        };
+        match r {
+            Ok(()) => {
+                *level = want;
+                st.level = want;
+                Ok(SQLITE_OK)
+            }
+            Err((code, msg)) => {
+                if want == SQLITE_LOCK_EXCLUSIVE {
+                    *level = SQLITE_LOCK_PENDING;
+                    st.level = SQLITE_LOCK_PENDING;
+                }
+                if code == SQLITE_BUSY {
+                    Ok(code)
+                } else {
+                    Err((code, msg))
+                }
+            }
+        }
+    }
+
+    /// Lower handle `owner` from `*level` to `want` (SHARED or NONE),
+    /// SQLite's `xUnlock`.
+    ///
+    /// # Errors
+    /// `Err((code, message))` when a lock could not be released or
+    /// downgraded (`SQLITE_IOERR_UNLOCK`, `SQLITE_IOERR_RDLOCK`).
+    pub(crate) fn unlock(
+        &self,
+        owner: u64,
+        level: &mut c_int,
+        want: c_int,
+    ) -> Result<(), (c_int, String)> {
+        if *level <= want {
+            return Ok(());
+        }
+        if !self.is_db {
+            *level = want;
+            return Ok(());
+        }
+        if self.exclusive {
+            self.unlock_exclusive(owner, level, want);
+            return Ok(());
+        }
+        let mut st = lock(&self.locks);
+        let fd = &self.fd;
+        let err = |code, e: std::io::Error| {
+            (
+                code,
+                format!("kxarray: unlocking {}: {e}", self.path.display()),
+            )
+        };
+        if *level > SQLITE_LOCK_SHARED {
+            if *level == SQLITE_LOCK_EXCLUSIVE {
+                // The handle may have written: the file as this process
+                // leaves it (written back by now: `x_unlock`'s sync point).
+                lock(&self.coherence).after_write(&self.db());
+            }
+            if want == SQLITE_LOCK_SHARED {
+                oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)
+                    .map_err(|e| err(SQLITE_IOERR_RDLOCK, e))?;
+            }
+            oslock::set(fd, Kind::Unlock, PENDING_BYTE, 2)
+                .map_err(|e| err(SQLITE_IOERR_UNLOCK, e))?;
+            st.level = SQLITE_LOCK_SHARED;
+            *level = SQLITE_LOCK_SHARED;
+        }
+        if want == SQLITE_LOCK_NONE {
+            st.shared = st.shared.saturating_sub(1);
+            *level = SQLITE_LOCK_NONE;
+            if st.shared == 0 {
+                st.level = SQLITE_LOCK_NONE;
+                oslock::set(fd, Kind::Unlock, 0, 0).map_err(|e| err(SQLITE_IOERR_UNLOCK, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any handle, or another process, holds RESERVED or above
+    /// (`xCheckReservedLock`: the process's own level, then `F_OFD_GETLK`
+    /// on `RESERVED_BYTE`, as `unixCheckReservedLock`).
+    ///
+    /// # Errors
+    /// `SQLITE_IOERR_CHECKRESERVEDLOCK` and a message when `fcntl` fails.
+    pub(crate) fn reserved(&self) -> Result<bool, (c_int, String)> {
+        let st = lock(&self.locks);
+        if self.exclusive || !self.is_db {
+            return Ok(st.reserved.is_some() || st.pending.is_some() || st.exclusive.is_some());
+        }
+        if st.level > SQLITE_LOCK_SHARED {
+            return Ok(true);
+        }
+        match oslock::conflict(&self.fd, Kind::Write, RESERVED_BYTE, 1) {
+            Ok(c) => Ok(c.is_some()),
+            Err(e) => Err((
+                SQLITE_IOERR_CHECKRESERVEDLOCK,
+                format!("kxarray: checking the lock of {}: {e}", self.path.display()),
+            )),
+        }
+    }
+
+    /// Take the exclusive mode's OFD lock over SQLite's lock bytes, if not
+    /// held yet, and make the cache valid under it (see the module notes).
     /// `Err((code, message))`: `SQLITE_BUSY` when another process holds a
     /// conflicting lock, `SQLITE_CANTOPEN` for a WAL database this process
     /// cannot write, `SQLITE_IOERR_LOCK` for any other failure.
     fn take_ofd(&self, st: &mut LockState) -> Result<(), (c_int, String)> {
-        if st.ofd || !self.is_db {
+        if st.ofd {
             return Ok(());
         }
         let kind = if self.writable {
-            libc::F_WRLCK
+            Kind::Write
         } else {
-            libc::F_RDLCK
+            Kind::Read
         };
-        if let Err(e) = self.set_ofd(kind) {
-            let (code, msg) = self.lock_error(e);
-            if code == SQLITE_BUSY {
-                crate::process::vfs_stats()
-                    .lock_conflicts
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            return Err((code, msg));
+        if let Err(e) = oslock::set(&self.fd, kind, PENDING_BYTE, LOCK_RANGE_LEN) {
+            return Err(self.lock_error(e, SQLITE_IOERR_LOCK));
         }
         // Another process may have written the file since this one read
         // anything of it (the header SQLite reads at open, unlocked).
         if let Err(e) = self.file.revalidate() {
-            let _ = self.set_ofd(libc::F_UNLCK);
+            let _ = oslock::set(&self.fd, Kind::Unlock, 0, 0);
             return Err((
                 SQLITE_IOERR_LOCK,
                 format!(
@@ -292,13 +558,13 @@ impl Inode {
             ));
         }
         if !self.writable && self.is_wal_mode() {
-            let _ = self.set_ofd(libc::F_UNLCK);
+            let _ = oslock::set(&self.fd, Kind::Unlock, 0, 0);
             return Err((
                 SQLITE_CANTOPEN,
                 format!(
-                    "kxarray: {} is a WAL database this process cannot open for writing: its \
-                     read lock would not keep another process's WAL writer out, and this \
-                     process would read a stale snapshot; open it with the unix VFS",
+                    "kxarray: {} is a WAL database this process cannot open for writing: with \
+                     kx_locking=exclusive its read lock would not keep another process's WAL \
+                     writer out; open it with kx_locking=shared",
                     self.path.display()
                 ),
             ));
@@ -314,51 +580,25 @@ impl Inode {
         matches!(self.file.read_at(&mut h, 18), Ok(2)) && (h[0] == 2 || h[1] == 2)
     }
 
-    /// Write back what the file holds dirty and release the OFD lock: the
+    /// Write back what the file holds dirty and release the OFD locks: the
     /// last handle closed (under the table's lock, see [`close`]).
     fn shut(&self) {
         let _ = self.file.write_back(0..u64::MAX);
         let mut st = lock(&self.locks);
-        if st.ofd {
-            let _ = self.set_ofd(libc::F_UNLCK);
+        if self.is_db && (st.ofd || st.level != SQLITE_LOCK_NONE) {
+            let _ = oslock::set(&self.fd, Kind::Unlock, 0, 0);
             st.ofd = false;
+            st.level = SQLITE_LOCK_NONE;
         }
     }
 
-    /// The SQLite code and message for a failed OFD lock.
-    fn lock_error(&self, e: std::io::Error) -> (c_int, String) {
-        let code = match e.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EACCES) => SQLITE_BUSY,
-            _ => SQLITE_IOERR_LOCK,
-        };
-        let msg = if code == SQLITE_BUSY {
-            format!(
-                "kxarray: {} is in use by another process (it holds SQLite locks on it, or it \
-                 serves it through its own kxarray cache); a database is cached by one process \
-                 at a time",
-                self.path.display()
-            )
-        } else {
-            format!("kxarray: locking {}: {e}", self.path.display())
-        };
-        (code, msg)
-    }
-
-    /// Raise handle `owner` from `*level` to `want` (SQLite's `xLock`).
-    /// On `SQLITE_BUSY` the handle may have reached PENDING on its way to
-    /// EXCLUSIVE (as with the unix VFS); `*level` says where it is.
-    ///
-    /// # Errors
-    /// `Err((code, message))` for a failure SQLite's log should hear of.
-    pub(crate) fn lock(
+    /// Exclusive mode's `xLock` (see [`lock`](Inode::lock)).
+    fn lock_exclusive(
         &self,
         owner: u64,
         level: &mut c_int,
         want: c_int,
     ) -> Result<c_int, (c_int, String)> {
-        if *level >= want {
-            return Ok(SQLITE_OK);
-        }
         let mut st = lock(&self.locks);
         if *level == SQLITE_LOCK_NONE {
             // to SHARED (SQLite always asks for SHARED first)
@@ -397,11 +637,8 @@ impl Inode {
         Ok(SQLITE_OK)
     }
 
-    /// Lower handle `owner` from `*level` to `want` (SHARED or NONE).
-    pub(crate) fn unlock(&self, owner: u64, level: &mut c_int, want: c_int) {
-        if *level <= want {
-            return;
-        }
+    /// Exclusive mode's `xUnlock` (see [`unlock`](Inode::unlock)).
+    fn unlock_exclusive(&self, owner: u64, level: &mut c_int, want: c_int) {
         let mut guard = lock(&self.locks);
         let st = &mut *guard;
         if *level > SQLITE_LOCK_SHARED {
@@ -418,22 +655,43 @@ impl Inode {
         }
     }
 
-    /// Whether any handle holds RESERVED or above (`xCheckReservedLock`).
-    pub(crate) fn reserved(&self) -> bool {
-        let st = lock(&self.locks);
-        st.reserved.is_some() || st.pending.is_some() || st.exclusive.is_some()
-    }
-
     /// The WAL index of this file, made on first use and shared by every
-    /// handle that maps it while any of them does.
-    pub(crate) fn shm(&self) -> Arc<Shm> {
+    /// handle that maps it while any of them does: in process memory in
+    /// exclusive mode, else the `-shm` file beside the database
+    /// (`readonly_shm`: opened read-only). The code is `SQLITE_OK` or
+    /// `SQLITE_READONLY_CANTINIT` (a read-only `-shm` no other process has
+    /// initialized: SQLite then reads the WAL without it).
+    ///
+    /// # Errors
+    /// The code and message of a `-shm` that cannot be opened or locked.
+    pub(crate) fn shm(&self, readonly_shm: bool) -> Result<(Arc<Shm>, c_int), (c_int, String)> {
         let mut w = lock(&self.shm);
         if let Some(s) = w.upgrade() {
-            return s;
+            return Ok((s, SQLITE_OK));
         }
-        let s = Arc::new(Shm::new());
+        let (s, rc) = if self.exclusive {
+            (Shm::heap(), SQLITE_OK)
+        } else {
+            let mut name = self.path.clone().into_os_string();
+            name.push("-shm");
+            Shm::open(PathBuf::from(name), &self.fd, readonly_shm)?
+        };
+        let s = Arc::new(s);
         *w = Arc::downgrade(&s);
-        s
+        Ok((s, rc))
+    }
+
+    /// Let go of one handle's attachment to the WAL index; with `delete`
+    /// (SQLite holds the database EXCLUSIVE, so no other process uses it)
+    /// the last one in the process deletes the `-shm` file, as
+    /// `unixShmUnmap` does.
+    pub(crate) fn unmap_shm(&self, handle: crate::shm::ShmHandle, delete: bool) {
+        let _w = lock(&self.shm);
+        let shm = Arc::clone(&handle.shm);
+        drop(handle);
+        if delete && Arc::strong_count(&shm) == 1 {
+            shm.unlink();
+        }
     }
 }
 
@@ -443,34 +701,99 @@ mod tests {
     use kxarray::backend::RamDisk;
     use kxarray::pagecache::{CacheConfig, PageCache};
 
-    fn inode() -> Inode {
+    /// A database inode over `fd` (its cache a RAM disk), in `exclusive`
+    /// or shared mode.
+    fn inode_on(fd: File, exclusive: bool) -> Inode {
         let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
         let file = cache.open(RamDisk::new(1 << 16)).unwrap();
-        let fd = tempfile_fd();
-        Inode::new(
-            "t".into(),
-            file,
-            fd,
-            false,
-            true,
-            false,
-            WritePolicy::Cached,
-        )
+        Inode::new("t".into(), file, fd, false, true, true, WritePolicy::Cached)
+            .with_mode(exclusive, false)
     }
 
-    fn tempfile_fd() -> File {
-        tempfile::tempfile().unwrap()
+    fn open_rw(p: &std::path::Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .unwrap()
+    }
+
+    /// Two inodes over two descriptions of one file stand for two
+    /// processes (OFD locks of two descriptions conflict as two
+    /// processes' do); a third description takes the unix VFS's POSIX
+    /// locks.
+    #[test]
+    fn shared_mode_follows_os_unix_across_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("db");
+        let (x, y) = (inode_on(open_rw(&p), false), inode_on(open_rw(&p), false));
+        let (ox, ox2, oy) = (next_owner(), next_owner(), next_owner());
+        let (mut lx, mut lx2, mut ly) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
+        // two readers in two processes
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
+        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
+        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
+        assert_eq!(lock(&x.locks).shared, 2);
+        // RESERVED in x: seen by y through F_OFD_GETLK
+        assert_eq!(y.reserved(), Ok(false));
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
+        assert_eq!(y.reserved(), Ok(true));
+        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
+        // within x, a second handle cannot go above SHARED either
+        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
+        // EXCLUSIVE: busy (another handle of x is SHARED), left at PENDING
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
+        assert_eq!(lx, SQLITE_LOCK_PENDING);
+        x.unlock(ox2, &mut lx2, SQLITE_LOCK_NONE).unwrap();
+        // still busy: y holds SHARED in its own process
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
+        assert_eq!(lx, SQLITE_LOCK_PENDING);
+        // PENDING keeps a new reader of y's out
+        let oy2 = next_owner();
+        let mut ly2 = SQLITE_LOCK_NONE;
+        y.unlock(oy, &mut ly, SQLITE_LOCK_NONE).unwrap();
+        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
+        assert_eq!(ly2, SQLITE_LOCK_NONE);
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
+        // the unix VFS's POSIX lock on the shared range conflicts
+        let posix = open_rw(&p);
+        // SAFETY: an all-zero `flock` is a valid value.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_RDLCK as _;
+        fl.l_whence = libc::SEEK_SET as _;
+        fl.l_start = SHARED_FIRST as _;
+        fl.l_len = 1;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor and `flock`.
+        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
+        assert_eq!(r, -1);
+        // down to SHARED: y may read again, not write
+        x.unlock(ox, &mut lx, SQLITE_LOCK_SHARED).unwrap();
+        assert_eq!(lx, SQLITE_LOCK_SHARED);
+        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
+        // SAFETY: as above.
+        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
+        assert_eq!(r, 0);
+        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
+        y.unlock(oy2, &mut ly2, SQLITE_LOCK_NONE).unwrap();
+        assert_eq!(lock(&x.locks).level, SQLITE_LOCK_NONE);
+        // the POSIX reader alone keeps both out of EXCLUSIVE
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
+        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
+        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
     }
 
     #[test]
     fn five_levels() {
-        let i = inode();
+        let i = inode_on(tempfile::tempfile().unwrap(), true);
         let (a, b) = (next_owner(), next_owner());
         let (mut la, mut lb) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
         assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
         assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
         assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        assert!(i.reserved());
+        assert!(i.reserved().unwrap());
         // a second writer waits
         assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
         assert_eq!(lb, SQLITE_LOCK_SHARED);
@@ -482,22 +805,22 @@ mod tests {
         let mut lc = SQLITE_LOCK_NONE;
         assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
         assert_eq!(lc, SQLITE_LOCK_NONE);
-        i.unlock(b, &mut lb, SQLITE_LOCK_NONE);
+        i.unlock(b, &mut lb, SQLITE_LOCK_NONE).unwrap();
         assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
         assert_eq!(la, SQLITE_LOCK_EXCLUSIVE);
         assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        i.unlock(a, &mut la, SQLITE_LOCK_SHARED);
-        assert!(!i.reserved());
+        i.unlock(a, &mut la, SQLITE_LOCK_SHARED).unwrap();
+        assert!(!i.reserved().unwrap());
         assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
         // b's failed RESERVED did not take a's: unlock of a non-owner is a no-op
         assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
         assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        i.unlock(c, &mut lc, SQLITE_LOCK_NONE);
-        assert!(i.reserved());
+        i.unlock(c, &mut lc, SQLITE_LOCK_NONE).unwrap();
+        assert!(i.reserved().unwrap());
         for (o, l) in [(a, &mut la), (b, &mut lb)] {
-            i.unlock(o, l, SQLITE_LOCK_NONE);
+            i.unlock(o, l, SQLITE_LOCK_NONE).unwrap();
         }
-        assert!(!i.reserved());
+        assert!(!i.reserved().unwrap());
         assert_eq!(lock(&i.locks).shared, 0);
     }
 }

@@ -32,7 +32,9 @@
 //! | `kx_direct=0\|1` | `KXARRAY_SQLITE_DIRECT` | `O_DIRECT` below the cache for the database file (its journal or WAL stay buffered) | 0 |
 //! | `kx_fetch=0\|1` | `KXARRAY_SQLITE_FETCH` | zero-copy `xFetch` into the cache's folios when `PRAGMA mmap_size` > 0 | 1 |
 //! | `kx_pressure=0\|1` | `KXARRAY_SQLITE_PRESSURE` | follow memory pressure: the kernel's PSI shrinks the cache by an eighth per stall event (down to an eighth of `kx_cache`) and it grows back after 10 s without one, each change a line in SQLite's log (`kxarray::memory::PressureMonitor`; where PSI is unavailable, one line and nothing else); the first open decides | 1 |
+//! | `kx_locking=shared\|exclusive` | `KXARRAY_SQLITE_LOCKING` | `shared`: SQLite's own locks, a `-shm` file, the cache kept coherent with other processes; `exclusive`: one process owns the database while it has it open; the first open of a file decides | shared |
 //! | `kx_prefetch=0\|1` | `KXARRAY_SQLITE_PREFETCH` | with `kx_direct=1`: when a scan reads an interior B-tree page and then its first two children in order, submit the reads of its other children at once, wherever they lie in the file (a table filled in random key order); a point lookup reads one child per interior page and prefetches nothing | 1 |
+//! | `kx_budget=0\|1` | `KXARRAY_SQLITE_BUDGET` | share one memory budget with the other processes of the cgroup (or machine): the cache starts at 16 MiB, grows toward its share of half the cgroup's limit (at most `kx_cache`) while the cgroup has room, shrinks past 85% of the limit, and a dead process's share comes back to the others (`kxarray::memory::SharedBudget`; docs/memory.md); 0: a fixed `kx_cache`; the first open decides | 1 |
 //!
 //! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
 //! `name=value ...` row; `PRAGMA kx_settings` the settings in force.
@@ -47,22 +49,25 @@
 //!   them; `xSync` is `fdatasync`. So a transaction whose COMMIT returned
 //!   survives SIGKILL whenever it would on the unix VFS (WAL at
 //!   `synchronous=NORMAL` included). The cache serves reads.
-//! - **one process per database**: the five lock levels hold across the
-//!   process's connections, and an OFD lock over SQLite's lock bytes keeps
-//!   every other process out (they get `SQLITE_BUSY`, "database is
-//!   locked"), so two caches of one file never exist; a read-only open
-//!   takes the writer's lock wherever the file can be opened for writing
-//!   (a WAL writer elsewhere holds only a read lock), and taking the lock
-//!   drops what the process cached of the file before it (SQLite reads the
-//!   header unlocked at open);
+//! - **beside other processes** (default, `kx_locking=shared`): SQLite's
+//!   own locks on the unix VFS's bytes (OFD locks, which conflict with the
+//!   unix VFS's POSIX locks), a `-shm` file in the unix VFS's layout, and a
+//!   cache kept coherent with other processes' writes (a lock gap rereads
+//!   the header, size and time from the file; a WAL reader drops the pages
+//!   another process's checkpoint copied, read from the WAL index); with
+//!   `kx_locking=exclusive`, one process owns the database while it has it
+//!   open (other processes get `SQLITE_BUSY`), the fast path of one
+//!   process;
 //! - **one name per file**: `xFullPathname` resolves `.`, `..` and
 //!   symbolic links as the unix VFS does, so journals and WALs are named
 //!   after the real file;
 //! - **a journal or WAL outlives a failed write-back of its database**: it
 //!   is not deleted, truncated or restarted while the database holds pages
 //!   the VFS could not write back.
-//! - **WAL** in normal locking mode, its index in process memory (no `-shm`
-//!   file); after a crash any VFS rebuilds the index from the WAL.
+//! - **WAL**: the index is the `-shm` file (in process memory with
+//!   `kx_locking=exclusive`, in SQLite's heap under `PRAGMA
+//!   locking_mode=EXCLUSIVE`); after a crash any VFS rebuilds it from the
+//!   WAL.
 //! - a database written through kxarray is an ordinary SQLite file: the
 //!   stock shell opens it on its default VFS.
 
@@ -71,16 +76,20 @@
 
 pub mod api;
 mod children;
+mod coherence;
 pub mod config;
+mod fdio;
 mod fetch;
 mod ffi;
 mod file;
 mod inode;
 mod logger;
+mod oslock;
 mod pathname;
 mod pattern;
 mod process;
 mod shm;
+mod stats;
 mod vfs;
 mod walsize;
 
@@ -125,7 +134,7 @@ pub fn register(api: Api, make_default: bool) -> Result<(), RegisterError> {
 /// The text of `PRAGMA kx_stats` (`None` before the first open made the
 /// cache).
 pub fn stats() -> Option<String> {
-    cache().map(file::stats_text)
+    cache().map(stats::stats_text)
 }
 
 /// The loadable extension's entry point, by the name SQLite derives from

@@ -1,6 +1,7 @@
 //! The process-wide state the VFS and its files share, below both: the
 //! SQLite entry points ([`Api`], set by the first registration), the VFS's
-//! own counters, and the crash test's knob.
+//! own counters, the cache's configured capacity and shared memory budget,
+//! and the crash test's knob.
 //!
 //! Invariant: the `Api` is set once and never changes (every registration
 //! after the first gets the first's table back).
@@ -44,6 +45,16 @@ pub(crate) struct VfsStats {
     /// Checkpoint reads of WAL frames served straight from the file
     /// (`file::read_uncached`).
     pub(crate) uncached_reads: AtomicU64,
+    /// Coherence checks: a lock gap, or a WAL read transaction
+    /// (`coherence`).
+    pub(crate) coherence_checks: AtomicU64,
+    /// Checks that dropped the pages a checkpoint by another process
+    /// copied (and nothing else).
+    pub(crate) coherence_partial_drops: AtomicU64,
+    /// Checks that dropped every cached page of a database.
+    pub(crate) coherence_full_drops: AtomicU64,
+    /// Pages dropped by coherence checks, partial and full.
+    pub(crate) coherence_pages_dropped: AtomicU64,
 }
 
 pub(crate) fn vfs_stats() -> &'static VfsStats {
@@ -55,4 +66,20 @@ pub(crate) fn vfs_stats() -> &'static VfsStats {
 /// force either way.
 pub(crate) fn set_api(api: Api) -> &'static Api {
     API.get_or_init(|| api)
+}
+
+/// The capacity the first open asked for (with the budget: the most the
+/// cache takes).
+pub(crate) static CONFIGURED: OnceLock<u64> = OnceLock::new();
+/// The cache's membership in the shared memory budget, when on.
+pub(crate) static BUDGET: OnceLock<kxarray::memory::SharedBudget> = OnceLock::new();
+
+/// The capacity the first open asked for (`kx_cache` or the default).
+pub(crate) fn configured_capacity() -> u64 {
+    CONFIGURED.get().copied().unwrap_or(0)
+}
+
+/// The shared budget's view, if the cache joined one.
+pub(crate) fn budget_stats() -> Option<kxarray::memory::BudgetStats> {
+    BUDGET.get().map(|b| b.stats())
 }

@@ -1,31 +1,56 @@
-//! The WAL index in process memory: [`Shm`] (the regions and the eight
-//! lock slots of one database, shared by its handles) and [`ShmHandle`]
-//! (one handle's view: the locks it holds).
+//! The WAL index: [`Shm`] (the regions and the eight lock slots of one
+//! database, shared by the process's handles, like `os_unix.c`'s
+//! `unixShmNode`) and [`ShmHandle`] (one handle's view: the locks it
+//! holds).
 //!
-//! No `-shm` file is made: the other processes that could share one are
-//! kept out by the database's OFD lock (see `inode`). After a crash
-//! the index is gone with the process, and the next opener (this VFS with
-//! zeroed regions, or the unix VFS with a fresh `-shm`) rebuilds it from
-//! the WAL, as SQLite does after any crash.
+//! Shared locking mode (the default): the index is the `-shm` file beside
+//! the database, in the unix VFS's layout, so a unix-VFS process and a
+//! kxarray process read each other's index:
+//! - regions are `mmap`ed (`MAP_SHARED`) from the file at `index * size`;
+//!   a missing region is created by writing the last byte of each new
+//!   4 KiB page, as `unixShmMap` does (no `SIGBUS` on a sparse file);
+//! - lock slot `i` is byte `120 + i` of the file and the DMS byte is 128,
+//!   locked with OFD locks ([`oslock`]) on the one descriptor of the
+//!   process: every opener holds DMS shared; the first one, the one that
+//!   can take it exclusive, truncates the file (to 3 bytes, as the unix
+//!   VFS) so that SQLite rebuilds the index (`unixLockSharedMemory`);
+//! - `readonly_shm=1`, or a `-shm` the process cannot open for writing,
+//!   opens it read-only: regions mapped `PROT_READ`, `xShmMap` answers
+//!   `SQLITE_READONLY`, and `SQLITE_READONLY_CANTINIT` when no other
+//!   process holds DMS (nobody initialized it).
+//!
+//! Exclusive locking mode (`kx_locking=exclusive`): the index lives in
+//! process memory (no other process may open the database), zeroed.
 //!
 //! Invariants:
-//! - a region, once allocated, keeps its address and size until the
-//!   `Shm` is dropped (when the last handle unmaps), so pointers SQLite
+//! - a region, once mapped or allocated, keeps its address and size until
+//!   the `Shm` is dropped (when the last handle unmaps), so pointers SQLite
 //!   holds stay valid while it may use them; all regions have one size;
-//! - lock slot `i` is 0 (free), `n > 0` (held shared by `n` handles) or
-//!   -1 (held exclusive by one handle); a handle's masks say which slots
-//!   it holds, and an exclusive lock is granted only on free slots.
+//! - lock slot `i` is 0 (free in the process), `n > 0` (held shared by `n`
+//!   handles) or -1 (held exclusive by one handle), and the process holds
+//!   an OFD lock on the slot's byte of exactly that kind (none, read,
+//!   write); a handle's masks say which slots it holds, and an exclusive
+//!   lock is granted only on slots free in the process (as `unixShmLock`).
 
 use crate::ffi::{
-    SQLITE_BUSY, SQLITE_IOERR_SHMMAP, SQLITE_OK, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
-    SQLITE_SHM_NLOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK, SQLITE_IOERR_SHMLOCK,
+    SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, SQLITE_OK, SQLITE_READONLY,
+    SQLITE_READONLY_CANTINIT, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK, SQLITE_SHM_NLOCK,
+    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
+use crate::oslock::{self, Kind};
 use std::alloc::Layout;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::raw::{c_int, c_void};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Alignment of a region (SQLite reads 32-bit and 64-bit words in them).
+/// Alignment of a heap region (SQLite reads 32-bit and 64-bit words in
+/// them).
 const REGION_ALIGN: usize = 4096;
 
 struct Regions {
@@ -33,26 +58,55 @@ struct Regions {
     list: Vec<NonNull<u8>>,
 }
 
+/// The `-shm` file of shared mode.
+struct ShmFile {
+    fd: File,
+    path: PathBuf,
+    readonly: bool,
+    /// A read-only `-shm` whose DMS no process held: SQLite was told
+    /// `SQLITE_READONLY_CANTINIT`; the next map tries again
+    /// (`isUnlocked`).
+    unlocked: AtomicBool,
+}
+
 /// The WAL index of one database.
 pub(crate) struct Shm {
+    file: Option<ShmFile>,
     regions: Mutex<Regions>,
     slots: Mutex<[i32; SQLITE_SHM_NLOCK as usize]>,
 }
 
-// SAFETY: the raw region pointers are only allocated, handed to SQLite and
-// freed (on drop) by this type, under its mutex; their bytes are accessed
-// by SQLite alone, which synchronizes with the shm locks and barriers.
+// SAFETY: the raw region pointers are only mapped or allocated, handed to
+// SQLite, read by `word` and released (on drop) by this type, under its
+// mutex; their bytes are shared memory SQLite synchronizes with the shm
+// locks and barriers (and `word` reads them with atomic loads).
 unsafe impl Send for Shm {}
-// SAFETY: as above; every field is behind a mutex.
+// SAFETY: as above; every field is behind a mutex or immutable.
 unsafe impl Sync for Shm {}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// An OFD lock error as SQLite's code: `SQLITE_BUSY` for a conflict, else
+/// `code`.
+fn lock_code(e: &std::io::Error, code: c_int) -> c_int {
+    if oslock::is_busy(e) {
+        SQLITE_BUSY
+    } else {
+        code
+    }
+}
+
 impl Shm {
-    pub(crate) fn new() -> Shm {
+    /// An index in process memory (exclusive mode).
+    pub(crate) fn heap() -> Shm {
+        Shm::with_file(None)
+    }
+
+    fn with_file(file: Option<ShmFile>) -> Shm {
         Shm {
+            file,
             regions: Mutex::new(Regions {
                 size: 0,
                 list: Vec::new(),
@@ -61,41 +115,236 @@ impl Shm {
         }
     }
 
-    /// Region `index` of `size` bytes (`xShmMap`): its address, null when it
-    /// does not exist and `extend` is false, or an error code (a size
-    /// different from the first region's, or out of memory).
-    pub(crate) fn map(
-        &self,
-        index: usize,
-        size: usize,
-        extend: bool,
-    ) -> Result<*mut c_void, c_int> {
+    /// Open the `-shm` file `path` of the database open as `db`
+    /// (`unixOpenSharedMemory`): read-write and created with the
+    /// database's permissions unless `readonly_shm`, else (or when that
+    /// fails) read-only; then DMS (see the module notes). The code is
+    /// `SQLITE_OK` or `SQLITE_READONLY_CANTINIT`.
+    ///
+    /// # Errors
+    /// `SQLITE_CANTOPEN` (no such file read-only), `SQLITE_BUSY` (another
+    /// process is initializing it), `SQLITE_IOERR_*`, with a message.
+    pub(crate) fn open(
+        path: PathBuf,
+        db: &File,
+        readonly_shm: bool,
+    ) -> Result<(Shm, c_int), (c_int, String)> {
+        let mode = db.metadata().map(|m| m.mode() & 0o777).unwrap_or(0o644);
+        let open = |write: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true)
+                .write(write)
+                .create(write)
+                .truncate(false)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW);
+            o.open(&path)
+        };
+        let (fd, readonly) = match (!readonly_shm).then(|| open(true)) {
+            Some(Ok(f)) => (f, false),
+            _ => match open(false) {
+                Ok(f) => (f, true),
+                Err(e) => {
+                    return Err((
+                        SQLITE_CANTOPEN,
+                        format!("kxarray: open {}: {e}", path.display()),
+                    ))
+                }
+            },
+        };
+        let shm = Shm::with_file(Some(ShmFile {
+            fd,
+            path,
+            readonly,
+            unlocked: AtomicBool::new(false),
+        }));
+        let rc = shm.lock_dms();
+        if rc != SQLITE_OK && rc != SQLITE_READONLY_CANTINIT {
+            let f = shm.file.as_ref().map(|f| f.path.display().to_string());
+            return Err((
+                rc,
+                format!("kxarray: locking {}: busy or failed", f.unwrap_or_default()),
+            ));
+        }
+        Ok((shm, rc))
+    }
+
+    /// Take DMS shared, first reinitializing the file when no other
+    /// process holds it (`unixLockSharedMemory`).
+    fn lock_dms(&self) -> c_int {
+        let Some(f) = &self.file else {
+            return SQLITE_OK;
+        };
+        match oslock::conflict(&f.fd, Kind::Write, SHM_DMS, 1) {
+            Err(_) => return SQLITE_IOERR_LOCK,
+            Ok(None) if f.readonly => {
+                f.unlocked.store(true, Ordering::Relaxed);
+                return SQLITE_READONLY_CANTINIT;
+            }
+            Ok(None) => {
+                if let Err(e) = oslock::set(&f.fd, Kind::Write, SHM_DMS, 1) {
+                    return lock_code(&e, SQLITE_IOERR_LOCK);
+                }
+                if f.fd.set_len(3).is_err() {
+                    return SQLITE_IOERR_SHMOPEN;
+                }
+            }
+            Ok(Some(Kind::Write)) => return SQLITE_BUSY,
+            Ok(Some(_)) => {}
+        }
+        match oslock::set(&f.fd, Kind::Read, SHM_DMS, 1) {
+            Ok(()) => {
+                f.unlocked.store(false, Ordering::Relaxed);
+                SQLITE_OK
+            }
+            Err(e) => lock_code(&e, SQLITE_IOERR_LOCK),
+        }
+    }
+
+    /// Region `index` of `size` bytes (`xShmMap`): its address (null when
+    /// it does not exist and `extend` is false) and `SQLITE_OK`, or
+    /// `SQLITE_READONLY` for a read-only `-shm`; or an error code (a size
+    /// different from the first region's, a failed map or extension, or
+    /// DMS still refused for a read-only `-shm`).
+    pub(crate) fn map(&self, index: usize, size: usize, extend: bool) -> (*mut c_void, c_int) {
         let mut r = lock(&self.regions);
+        let mut rc = SQLITE_OK;
+        if let Some(f) = &self.file {
+            if f.unlocked.load(Ordering::Relaxed) {
+                rc = self.lock_dms();
+            }
+        }
+        if rc == SQLITE_OK {
+            rc = self.map_locked(&mut r, index, size, extend);
+        }
+        let p = r
+            .list
+            .get(index)
+            .map_or(std::ptr::null_mut(), |p| p.as_ptr().cast());
+        if rc == SQLITE_OK && self.file.as_ref().is_some_and(|f| f.readonly) {
+            rc = SQLITE_READONLY;
+        }
+        (p, rc)
+    }
+
+    fn map_locked(&self, r: &mut Regions, index: usize, size: usize, extend: bool) -> c_int {
         if r.list.is_empty() {
             r.size = size;
         }
-        if size != r.size || size == 0 {
-            return Err(SQLITE_IOERR_SHMMAP);
+        if size != r.size || size == 0 || !size.is_multiple_of(REGION_ALIGN) {
+            return SQLITE_IOERR_SHMMAP;
         }
-        if index >= r.list.len() {
+        if index < r.list.len() {
+            return SQLITE_OK;
+        }
+        let Some(need) = (index + 1).checked_mul(size) else {
+            return SQLITE_IOERR_SHMMAP;
+        };
+        let Some(f) = &self.file else {
             if !extend {
-                return Ok(std::ptr::null_mut());
+                return SQLITE_OK;
             }
-            let layout =
-                Layout::from_size_align(size, REGION_ALIGN).map_err(|_| SQLITE_IOERR_SHMMAP)?;
+            let Ok(layout) = Layout::from_size_align(size, REGION_ALIGN) else {
+                return SQLITE_IOERR_SHMMAP;
+            };
             while r.list.len() <= index {
                 // SAFETY: `layout` has a non-zero size (checked above).
                 let p = unsafe { std::alloc::alloc_zeroed(layout) };
                 let Some(p) = NonNull::new(p) else {
-                    return Err(SQLITE_IOERR_SHMMAP);
+                    return SQLITE_IOERR_SHMMAP;
                 };
                 r.list.push(p);
             }
+            return SQLITE_OK;
+        };
+        let Ok(m) = f.fd.metadata() else {
+            return SQLITE_IOERR_SHMSIZE;
+        };
+        if m.len() < need as u64 {
+            if !extend {
+                return SQLITE_OK;
+            }
+            // The last byte of each new page, as the unix VFS.
+            let pg = REGION_ALIGN as u64;
+            for page in m.len() / pg..need as u64 / pg {
+                if f.fd.write_all_at(&[0], page * pg + pg - 1).is_err() {
+                    return SQLITE_IOERR_SHMSIZE;
+                }
+            }
         }
-        Ok(r.list[index].as_ptr().cast())
+        let prot = if f.readonly {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        while r.list.len() <= index {
+            let off = (r.list.len() * size) as libc::off_t;
+            // SAFETY: a new shared mapping of `size` bytes of the open
+            // `-shm` file, at an address the kernel picks: no existing
+            // memory is affected.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    prot,
+                    libc::MAP_SHARED,
+                    f.fd.as_raw_fd(),
+                    off,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return SQLITE_IOERR_SHMMAP;
+            }
+            let Some(p) = NonNull::new(p.cast::<u8>()) else {
+                return SQLITE_IOERR_SHMMAP;
+            };
+            r.list.push(p);
+        }
+        SQLITE_OK
     }
 
-    /// Regions allocated now.
+    /// The 32-bit word `i` of region `region`, read atomically, mapping the
+    /// region when it exists and is not mapped yet; `None` when it does not
+    /// exist (or no region was mapped yet: the size is unknown).
+    pub(crate) fn word(&self, region: usize, i: usize) -> Option<u32> {
+        let mut r = lock(&self.regions);
+        if r.list.is_empty() || (i + 1) * 4 > r.size {
+            return None;
+        }
+        if region >= r.list.len() {
+            let size = r.size;
+            if self.map_locked(&mut r, region, size, false) != SQLITE_OK {
+                return None;
+            }
+        }
+        let base = r.list.get(region)?;
+        // SAFETY: word `i` lies inside the region (checked above: `(i + 1)
+        // * 4 <= size`), which stays mapped while `self` lives; regions are
+        // 4096-aligned, so the word is 4-aligned.
+        let p = unsafe { base.as_ptr().add(i * 4) }.cast::<AtomicU32>();
+        // SAFETY: `p` is valid and aligned for an `AtomicU32` (above); the
+        // memory is shared with SQLite and other processes, which write it
+        // with plain stores: an atomic load reads a whole word.
+        Some(unsafe { &*p }.load(Ordering::Acquire))
+    }
+
+    /// Delete the `-shm` file (the last handle unmapped with SQLite's
+    /// delete flag).
+    pub(crate) fn unlink(&self) {
+        if let Some(f) = &self.file {
+            let _ = std::fs::remove_file(&f.path);
+        }
+    }
+
+    /// Set or release the process's OFD lock on slots `from..from + n`.
+    fn sys_lock(&self, kind: Kind, from: usize, n: usize) -> Result<(), std::io::Error> {
+        match &self.file {
+            Some(f) => oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64),
+            None => Ok(()),
+        }
+    }
+
+    /// Regions mapped now.
     #[cfg(test)]
     pub(crate) fn regions(&self) -> usize {
         lock(&self.regions).list.len()
@@ -105,11 +354,24 @@ impl Shm {
 impl Drop for Shm {
     fn drop(&mut self) {
         let r = lock(&self.regions);
-        if let Ok(layout) = Layout::from_size_align(r.size, REGION_ALIGN) {
-            for p in &r.list {
-                // SAFETY: every region was allocated with this layout (all
-                // regions have `r.size` bytes) and is freed once, here.
-                unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        match &self.file {
+            Some(_) => {
+                for p in &r.list {
+                    // SAFETY: every region was mapped with `r.size` bytes
+                    // and is unmapped once, here; SQLite no longer uses it
+                    // (every handle unmapped).
+                    unsafe { libc::munmap(p.as_ptr().cast(), r.size) };
+                }
+            }
+            None => {
+                if let Ok(layout) = Layout::from_size_align(r.size, REGION_ALIGN) {
+                    for p in &r.list {
+                        // SAFETY: every region was allocated with this
+                        // layout (all regions have `r.size` bytes) and is
+                        // freed once, here.
+                        unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+                    }
+                }
             }
         }
     }
@@ -131,33 +393,42 @@ impl ShmHandle {
         }
     }
 
-    /// `xShmLock(offset, n, flags)`: `SQLITE_OK`, `SQLITE_BUSY`, or
-    /// `SQLITE_MISUSE`-like refusal as `SQLITE_IOERR_SHMMAP` for a range
-    /// outside the eight slots.
+    /// `xShmLock(offset, n, flags)`: `SQLITE_OK`, `SQLITE_BUSY` (held
+    /// elsewhere, or any failure to set the system lock, as the unix VFS),
+    /// `SQLITE_IOERR_SHMLOCK` when a lock cannot be released, or
+    /// `SQLITE_IOERR_SHMMAP` for a range outside the eight slots.
     pub(crate) fn lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
         if offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK {
             return SQLITE_IOERR_SHMMAP;
         }
         let (from, to) = (offset as usize, (offset + n) as usize);
         let mask: u8 = (((1u16 << n) - 1) << offset) as u8;
-        let mut slots = lock(&self.shm.slots);
+        let shm = Arc::clone(&self.shm);
+        let mut slots = lock(&shm.slots);
         if flags & SQLITE_SHM_UNLOCK != 0 {
+            let mut rc = SQLITE_OK;
             if flags & SQLITE_SHM_SHARED != 0 {
-                for (i, s) in slots.iter_mut().enumerate().take(to).skip(from) {
+                for i in from..to {
                     if self.shared & (1 << i) != 0 {
-                        *s -= 1;
+                        slots[i] -= 1;
+                        if slots[i] == 0 && shm.sys_lock(Kind::Unlock, i, 1).is_err() {
+                            rc = SQLITE_IOERR_SHMLOCK;
+                        }
                     }
                 }
                 self.shared &= !mask;
             } else {
-                for (i, s) in slots.iter_mut().enumerate().take(to).skip(from) {
+                for i in from..to {
                     if self.exclusive & (1 << i) != 0 {
-                        *s = 0;
+                        slots[i] = 0;
+                        if shm.sys_lock(Kind::Unlock, i, 1).is_err() {
+                            rc = SQLITE_IOERR_SHMLOCK;
+                        }
                     }
                 }
                 self.exclusive &= !mask;
             }
-            return SQLITE_OK;
+            return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
         if flags & SQLITE_SHM_SHARED != 0 {
@@ -166,6 +437,11 @@ impl ShmHandle {
                 return SQLITE_OK;
             }
             if slots[from] < 0 {
+                return SQLITE_BUSY;
+            }
+            // Any failure of the system lock is SQLITE_BUSY, as in
+            // `unixShmSystemLock` (a write lock on a read-only `-shm`).
+            if slots[from] == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
                 return SQLITE_BUSY;
             }
             slots[from] += 1;
@@ -179,23 +455,39 @@ impl ShmHandle {
                 return SQLITE_BUSY;
             }
         }
+        let new = mask & !self.exclusive;
+        // A failed F_OFD_SETLK changes nothing; any failure is
+        // SQLITE_BUSY, as above.
+        if new != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+            return SQLITE_BUSY;
+        }
         for s in &mut slots[from..to] {
             *s = -1;
         }
         self.exclusive |= mask;
         SQLITE_OK
     }
+
+    /// Whether the handle holds slot `i` exclusive.
+    pub(crate) fn holds_exclusive(&self, i: c_int) -> bool {
+        (0..SQLITE_SHM_NLOCK).contains(&i) && self.exclusive & (1 << i) != 0
+    }
 }
 
 impl Drop for ShmHandle {
     fn drop(&mut self) {
         // Release whatever the handle still holds.
-        let mut slots = lock(&self.shm.slots);
+        let shm = Arc::clone(&self.shm);
+        let mut slots = lock(&shm.slots);
         for (i, s) in slots.iter_mut().enumerate() {
             if self.exclusive & (1 << i) != 0 {
                 *s = 0;
+                let _ = shm.sys_lock(Kind::Unlock, i, 1);
             } else if self.shared & (1 << i) != 0 {
                 *s -= 1;
+                if *s == 0 {
+                    let _ = shm.sys_lock(Kind::Unlock, i, 1);
+                }
             }
         }
     }
@@ -207,23 +499,24 @@ mod tests {
 
     #[test]
     fn regions_are_stable_and_zeroed() {
-        let s = Shm::new();
-        assert_eq!(s.map(0, 32768, false), Ok(std::ptr::null_mut()));
-        let a = s.map(0, 32768, true).unwrap();
-        let c = s.map(2, 32768, true).unwrap();
+        let s = Shm::heap();
+        assert_eq!(s.map(0, 32768, false), (std::ptr::null_mut(), SQLITE_OK));
+        let (a, rc) = s.map(0, 32768, true);
+        assert_eq!(rc, SQLITE_OK);
+        let (c, _) = s.map(2, 32768, true);
         assert_eq!(s.regions(), 3);
-        assert_eq!(s.map(0, 32768, false).unwrap(), a);
-        assert_eq!(s.map(2, 32768, false).unwrap(), c);
+        assert_eq!(s.map(0, 32768, false).0, a);
+        assert_eq!(s.map(2, 32768, false).0, c);
         // SAFETY: region 2 has 32768 bytes, zeroed.
         assert!(unsafe { std::slice::from_raw_parts(c.cast::<u8>(), 32768) }
             .iter()
             .all(|&b| b == 0));
-        assert_eq!(s.map(1, 4096, true), Err(SQLITE_IOERR_SHMMAP));
+        assert_eq!(s.map(1, 4096, true).1, SQLITE_IOERR_SHMMAP);
     }
 
     #[test]
     fn lock_slots() {
-        let shm = Arc::new(Shm::new());
+        let shm = Arc::new(Shm::heap());
         let mut a = ShmHandle::new(Arc::clone(&shm));
         let mut b = ShmHandle::new(Arc::clone(&shm));
         let l = SQLITE_SHM_LOCK;
@@ -241,5 +534,55 @@ mod tests {
         assert_eq!(a.lock(0, 8, u | ex), SQLITE_OK);
         assert_eq!(*lock(&shm.slots), [0; 8]);
         assert_eq!(a.lock(7, 2, l | ex), SQLITE_IOERR_SHMMAP);
+    }
+
+    /// Two `-shm` opens of one file stand for two processes (OFD locks of
+    /// two descriptions exclude each other as two processes' do).
+    #[test]
+    fn file_backed_index_across_two_openers() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = File::create(dir.path().join("db")).unwrap();
+        let path = dir.path().join("db-shm");
+        std::fs::write(&path, b"garbage left by a dead process").unwrap();
+        let (s1, rc) = Shm::open(path.clone(), &db, false).unwrap();
+        assert_eq!(rc, SQLITE_OK);
+        // the first opener truncated the leftover
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3);
+        let (p1, rc) = s1.map(0, 32768, true);
+        assert_eq!(rc, SQLITE_OK);
+        // SAFETY: region 0 is mapped read-write, 32768 bytes: word 5 is
+        // inside it.
+        let w5 = unsafe { p1.cast::<u32>().add(5) };
+        // SAFETY: as above, and 4-aligned (the mapping is page-aligned).
+        unsafe { w5.write_volatile(0xfeed) };
+        let (s2, rc) = Shm::open(path.clone(), &db, false).unwrap();
+        assert_eq!(rc, SQLITE_OK);
+        // the second kept what the first wrote
+        assert_eq!(s2.word(0, 5), None); // nothing mapped yet: size unknown
+        let (p2, _) = s2.map(0, 32768, false);
+        assert!(!p2.is_null());
+        assert_eq!(s2.word(0, 5), Some(0xfeed));
+        let (s1, s2) = (Arc::new(s1), Arc::new(s2));
+        let (mut a, mut b) = (ShmHandle::new(Arc::clone(&s1)), ShmHandle::new(s2));
+        let (l, u) = (SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK);
+        let (sh, ex) = (SQLITE_SHM_SHARED, SQLITE_SHM_EXCLUSIVE);
+        assert_eq!(a.lock(3, 1, l | sh), SQLITE_OK);
+        assert_eq!(b.lock(3, 1, l | sh), SQLITE_OK);
+        assert_eq!(b.lock(3, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(b.lock(0, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(0, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(b.lock(0, 1, u | ex), SQLITE_OK);
+        assert_eq!(a.lock(0, 1, l | ex), SQLITE_OK);
+        // a read-only opener while others hold DMS: maps, read-only
+        let (s3, rc) = Shm::open(path.clone(), &db, true).unwrap();
+        assert_eq!(rc, SQLITE_OK);
+        let (p3, rc) = s3.map(0, 32768, false);
+        assert_eq!(rc, SQLITE_READONLY);
+        assert!(!p3.is_null());
+        drop((a, b, s1, s3));
+        // a read-only opener when nobody holds DMS: CANTINIT
+        let (s4, rc) = Shm::open(path, &db, true).unwrap();
+        assert_eq!(rc, SQLITE_READONLY_CANTINIT);
+        assert_eq!(s4.map(0, 32768, false).1, SQLITE_READONLY_CANTINIT);
     }
 }

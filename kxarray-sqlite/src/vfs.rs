@@ -21,7 +21,7 @@ use crate::config::{SettingError, Settings};
 use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
-use crate::process::api;
+use crate::process::{api, configured_capacity, BUDGET, CONFIGURED};
 use crate::walsize::WalSize;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
@@ -38,40 +38,77 @@ use std::sync::{Arc, OnceLock};
 const MAX_PATHNAME: c_int = 512;
 
 static CACHE: OnceLock<PageCache> = OnceLock::new();
-
 /// The process-wide cache, if an open has made it.
 pub fn cache() -> Option<&'static PageCache> {
     CACHE.get()
 }
 
+/// The smallest capacity a cache in the budget starts with (the budget
+/// grows it at once while the cgroup has room).
+const BUDGET_START: u64 = 16 << 20;
+
 /// The cache, made with `settings.cache_bytes` if it does not exist yet
-/// (and, with `settings.pressure`, a pressure monitor following it for the
-/// life of the process). The flusher thread is off: every write is written
-/// through, so nothing is left dirty for it.
+/// (with `settings.budget`, started small and joined to the shared memory
+/// budget, at most `cache_bytes`; with `settings.pressure`, a pressure
+/// monitor following it for the life of the process). The flusher thread
+/// is off: every write is written through, so nothing is left dirty for
+/// it.
 fn cache_for(settings: &Settings) -> &'static PageCache {
     let capacity = settings.cache_bytes;
     let c = CACHE.get_or_init(|| {
-        let c = PageCache::new(CacheConfig::default().capacity(capacity).flusher(false));
+        let _ = CONFIGURED.set(capacity);
+        let start = if settings.budget {
+            capacity.min(BUDGET_START)
+        } else {
+            capacity
+        };
+        let c = PageCache::new(CacheConfig::default().capacity(start).flusher(false));
+        if settings.budget {
+            join_budget(&c, capacity);
+        }
         if settings.pressure {
             follow_pressure(&c);
         }
         c
     });
-    // The configured capacity (the live one moves under pressure).
-    if c.config().capacity != capacity {
+    // The configured capacity (the live one moves with the budget and
+    // under pressure).
+    let configured = configured_capacity();
+    if configured != capacity {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             api().log(
                 SQLITE_NOTICE,
                 &format!(
-                    "kxarray: the process's cache already exists with {} bytes; an open asked \
-                     for {capacity} (kx_cache applies to the first open only)",
-                    c.config().capacity
+                    "kxarray: the process's cache already exists with {configured} bytes; an \
+                     open asked for {capacity} (kx_cache applies to the first open only)"
                 ),
             )
         });
     }
     c
+}
+
+/// Join the shared memory budget with `cache`, wanting at most `want`
+/// bytes; where that fails (no thread), one line in SQLite's log and the
+/// cache keeps its starting capacity raised to `want`.
+fn join_budget(cache: &PageCache, want: u64) {
+    use kxarray::memory::BudgetConfig;
+    match cache.join_budget(BudgetConfig::new(want)) {
+        Ok(b) => {
+            let _ = BUDGET.set(b);
+        }
+        Err(e) => {
+            let fixed = match cache.set_capacity(want) {
+                Ok(()) => format!("a fixed cache of {want} bytes"),
+                Err(c) => format!("the cache stays at {} bytes ({c})", cache.capacity()),
+            };
+            api().log(
+                SQLITE_NOTICE,
+                &format!("kxarray: no shared memory budget (thread: {e}); {fixed}"),
+            );
+        }
+    }
 }
 
 /// How long after the cache is made the pressure monitor arms its PSI
@@ -212,7 +249,8 @@ unsafe fn path_of(name: *const c_char) -> PathBuf {
 
 /// Open (create) the backend and the cached file of a new inode; `kind`
 /// is the file's `SQLITE_OPEN_MAIN_DB`, `SQLITE_OPEN_WAL`, ... bit (0 for a
-/// temporary file).
+/// temporary file); `exclusive` its locking mode (`kx_locking`).
+#[allow(clippy::too_many_arguments)] // one call site per kind of file
 fn make_inode(
     cache: &PageCache,
     path: &Path,
@@ -221,9 +259,18 @@ fn make_inode(
     writable: bool,
     kind: c_int,
     policy: WritePolicy,
+    exclusive: bool,
 ) -> Result<Inode, OpenErr> {
     let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
     let is_wal = kind & SQLITE_OPEN_WAL != 0;
+    // Shared mode: a journal or WAL other processes write too is read and
+    // written on its descriptor, never cached (see `coherence`); not with
+    // the crash test's knob, whose point is a journal or WAL kept in the
+    // process's cache.
+    let uncached = !exclusive
+        && !is_db
+        && policy == WritePolicy::Through
+        && !crate::process::write_back_only();
     let backend = if direct {
         FileBackend::create_direct(path).map_err(|e| {
             (
@@ -245,6 +292,7 @@ fn make_inode(
     // here, before any handle can read it. Not when write-through is off
     // (the crash test's knob): its frames then go through the cache.
     let wal = if is_wal
+        && !uncached
         && writable
         && policy == WritePolicy::Through
         && !crate::process::write_back_only()
@@ -267,7 +315,8 @@ fn make_inode(
         is_db,
         policy,
     )
-    .with_wal(wal))
+    .with_wal(wal)
+    .with_mode(exclusive, uncached))
 }
 
 /// The body of `xOpen`: the handle, and the flags it was opened with.
@@ -314,6 +363,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             true,
             0,
             WritePolicy::Cached,
+            true,
         )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow, false);
         return Ok((h, out_flags));
@@ -386,9 +436,33 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     } else {
         WritePolicy::Through
     };
+    // A journal or WAL reaches its database (open in this process, by the
+    // name SQLite derives it from) to write it back before its own
+    // contents may go (see `file::db_barrier`), and follows its locking
+    // mode.
+    let db = if kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
+        db_of(&path)
+    } else {
+        None
+    };
+    let exclusive = db.as_ref().map_or(settings.exclusive, |d| d.exclusive);
     let inode = inode::open_or_insert(key, || {
-        make_inode(&cache, &path, fd, direct, writable, kind, policy)
+        make_inode(&cache, &path, fd, direct, writable, kind, policy, exclusive)
     })?;
+    if is_db && inode.exclusive != settings.exclusive {
+        api.log(
+            SQLITE_NOTICE,
+            &format!(
+                "kxarray: {} is already open with kx_locking={}; this open shares it",
+                path.display(),
+                if inode.exclusive {
+                    "exclusive"
+                } else {
+                    "shared"
+                }
+            ),
+        );
+    }
     if inode.direct != direct && is_db && writable {
         api.log(
             SQLITE_NOTICE,
@@ -406,16 +480,14 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     if want_write && readonly {
         out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
     }
-    // A journal or WAL reaches its database (open in this process, by the
-    // name SQLite derives it from) to write it back before its own
-    // contents may go (see `file::db_barrier`).
-    let db = if kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
-        db_of(&path)
-    } else {
-        None
-    };
     let mut h = Handle::new(inode, Some(key), cache, settings, psow, readonly);
     h.db = db.map(|d| Arc::downgrade(&d));
+    if is_db {
+        // SAFETY: a main database name from xOpen.
+        h.readonly_shm = unsafe { api.uri_parameter(name, c"readonly_shm") }
+            .and_then(|v| crate::config::parse_bool(&v))
+            .unwrap_or(false);
+    }
     // As the unix VFS (DIRSYNC): every open that may create a journal or
     // WAL syncs its directory at its first xSync, whether or not this open
     // created it: the connection that created it may not be the one whose

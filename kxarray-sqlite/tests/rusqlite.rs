@@ -476,14 +476,15 @@ fn read_only_open() {
     assert!(Path::new(&p).exists());
 }
 
+/// `kx_locking=exclusive`: the one OFD lock over SQLite's lock bytes
+/// conflicts with the unix VFS's POSIX locks (even in the same process),
+/// for as long as kxarray has the file open.
 #[test]
-fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
+fn with_kx_locking_exclusive_the_unix_vfs_is_kept_out() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("excl.db");
-    let db = open(&p, "").unwrap();
+    let db = open(&p, "kx_locking=exclusive").unwrap();
     fill(&db, 5);
-    // the OFD lock conflicts with the unix VFS's POSIX locks, even in
-    // the same process
     let u = Connection::open(&p).unwrap();
     let e = u
         .query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
@@ -494,7 +495,7 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
     assert_eq!(int(&u, "SELECT count(*) FROM t"), 5);
     // and the other way round: kxarray waits for the unix VFS's lock
     u.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let k = open(&p, "").unwrap();
+    let k = open(&p, "kx_locking=exclusive").unwrap();
     let e = k
         .query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0))
         .unwrap_err();
@@ -502,6 +503,41 @@ fn the_unix_vfs_in_this_process_is_kept_out_while_kxarray_has_the_file() {
     u.execute_batch("COMMIT").unwrap();
     drop(u);
     assert_eq!(int(&k, "SELECT count(*) FROM t"), 5);
+}
+
+/// The default (shared) locking mode takes the unix VFS's locks on its
+/// bytes: a unix-VFS connection reads while kxarray has the file open, a
+/// kxarray reader reads beside a unix-VFS writer's RESERVED lock, and a
+/// second writer gets `SQLITE_BUSY` exactly where the unix VFS gives it.
+#[test]
+fn shared_locking_takes_the_unix_vfs_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("shared.db");
+    let db = open(&p, "").unwrap();
+    fill(&db, 5);
+    let u = Connection::open(&p).unwrap();
+    for c in [&db, &u] {
+        c.busy_timeout(Duration::ZERO).unwrap();
+    }
+    assert_eq!(int(&u, "SELECT count(*) FROM t"), 5);
+    u.execute_batch("BEGIN IMMEDIATE; INSERT INTO t(id) VALUES(100);")
+        .unwrap();
+    // a reader beside RESERVED, which does not see the uncommitted row
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 5);
+    // a second writer: busy at RESERVED, as between two unix-VFS connections
+    let e = db.execute("INSERT INTO t(id) VALUES(101)", []).unwrap_err();
+    assert_eq!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy), "{e}");
+    u.execute_batch("COMMIT").unwrap();
+    // the unix VFS's commit is seen by kxarray's next transaction
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 6);
+    // a kxarray reader holds SHARED: the unix writer cannot commit
+    db.execute_batch("BEGIN; SELECT count(*) FROM t;").unwrap();
+    let e = u.execute("INSERT INTO t(id) VALUES(102)", []).unwrap_err();
+    assert_eq!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy), "{e}");
+    db.execute_batch("COMMIT").unwrap();
+    u.execute("INSERT INTO t(id) VALUES(102)", []).unwrap();
+    assert_eq!(int(&db, "SELECT count(*) FROM t"), 7);
+    drop(u);
 }
 
 /// Two connections of one thread in WAL mode with fetch on: a reader in

@@ -3,6 +3,10 @@
 //! path): what stays out of the cache, and that the files it leaves (a WAL
 //! padded with zeros, as after a crash) are ordinary SQLite files.
 //! Its own test binary: it reads the process-wide cache's counters.
+//! The WAL is grown ahead and cached with `kx_locking=exclusive` (one
+//! process owns the database); in the default shared mode it is read and
+//! written with `pread`/`pwrite` like the unix VFS's (other processes
+//! write it too), which `tests/multiprocess_core.rs` covers.
 
 mod common;
 
@@ -58,7 +62,7 @@ fn a_bulk_load_stays_out_of_the_cache_and_leaves_ordinary_files() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bulk.db");
-    let db = open(&p, "kx_direct=0").unwrap();
+    let db = open(&p, "kx_direct=0&kx_locking=exclusive").unwrap();
     let cached_before = stat(&db, "cached_pages");
     load(&db);
     // The frames went to the file from SQLite's buffer: none of the WAL's
@@ -113,7 +117,7 @@ fn a_wal_left_unaligned_by_another_vfs_is_read_and_appended_to() {
         assert_ne!(wal_len(&copy) % 4096, 0);
     }
     let left = dir.path().join("left.db");
-    let db = open(&left, "kx_direct=0").unwrap();
+    let db = open(&left, "kx_direct=0&kx_locking=exclusive").unwrap();
     assert_eq!(int(&db, "SELECT count(*) FROM t"), ROWS);
     db.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
     for i in 0..50 {

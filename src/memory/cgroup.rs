@@ -51,7 +51,7 @@ impl CgroupDir {
     }
 
     /// The ancestor `depth` levels below the mount (0 is the mount).
-    fn ancestor(&self, depth: usize) -> PathBuf {
+    pub(crate) fn ancestor(&self, depth: usize) -> PathBuf {
         let mut p = self.mount.clone();
         p.extend(&self.components[..depth]);
         p

@@ -11,6 +11,10 @@
 //! kernel's source; `monitor`: [`PressureMonitor`], the thread, and
 //! [`Resizable`], what it resizes). Nothing here knows the page cache: a
 //! cache is sized with a number and resized through [`Resizable`].
+//! `budget` ([`SharedBudget`]) shares one budget among the caches of every
+//! process in a cgroup (or on the machine): a registry in `/dev/shm`, a
+//! fair division, growth into headroom and shrinking before the limit
+//! (docs/memory.md).
 //! Invariants: no file content makes the readers panic (every bad file is
 //! a [`LimitsError`] naming it); the monitor is never started by the
 //! library on its own, blocks in `poll` while nothing happens, and stops
@@ -147,6 +151,14 @@ mod shrinker;
 mod trigger;
 pub use shrinker::{Decision, ShrinkPolicy, Shrinker};
 pub use trigger::{Stall, Trigger, TriggerError};
+#[cfg(target_os = "linux")]
+mod budget;
+#[cfg(target_os = "linux")]
+pub use budget::{
+    alive, budget_decide, budget_shares, path_for, start_time, BudgetConfig, BudgetReason,
+    BudgetStats, Marks, Registry, RegistryError, Scope, ScopeKind, SharedBudget, Slot, Table,
+    Usage, View, FILE_BYTES, KEY_BYTES, SLOTS, SLOT_WORDS,
+};
 #[cfg(target_os = "linux")]
 mod monitor;
 #[cfg(target_os = "linux")]

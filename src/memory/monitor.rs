@@ -58,6 +58,14 @@ pub trait Resizable: Send + Sync {
     /// # Errors
     /// The target's reason for refusing.
     fn set_capacity(&self, bytes: u64) -> Result<(), Self::Error>;
+
+    /// The bytes it holds now, if it knows (a shared budget counts the
+    /// capacity it has not filled yet as promised, and lowers the demand
+    /// of a cache that does not fill its capacity). `None` by default:
+    /// taken as full.
+    fn used(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Where a pressure monitor's log lines go.

@@ -1,8 +1,8 @@
 //! Blocking on file descriptors: `poll(2)` with a timeout, and
 //! [`StopSignal`], an `eventfd` another thread sets to wake a poller.
 //!
-//! Owns the crate's `poll` and `eventfd` calls (the only unsafe code of
-//! the memory module). Invariants: a timeout is rounded *up* to whole
+//! Owns the crate's `poll` and `eventfd` calls (with the budget
+//! registry's `fcntl` lock, the only unsafe code of the memory module). Invariants: a timeout is rounded *up* to whole
 //! milliseconds, so a poller woken at a deadline is never early and never
 //! spins through sub-millisecond timeouts; once set, a [`StopSignal`]
 //! stays set (its counter is never read), so no wake-up is lost whether

@@ -1,8 +1,9 @@
 //! A cache's capacity at run time: the typed refusal of a capacity that
 //! cannot be meant ([`CapacityError`]), the change itself (the capacity,
 //! the dirty thresholds scaled with it, the workingset's shadow-node cap,
-//! the frames' retain limit, then reclaim down to the new capacity and the
-//! free frames released), and the estimate of the memory a cache spends
+//! the frames' retain limit, then, whenever the cache is over the
+//! capacity (not only when it shrank), reclaim down to it and the free
+//! frames released), and the estimate of the memory a cache spends
 //! beside its folios' bytes (the metadata in [`CacheStats`](super::CacheStats)).
 //!
 //! Invariants: capacity changes are serialized (`CacheInner::resize`); the
@@ -89,8 +90,9 @@ pub(crate) const FOLIO_META_BYTES: usize =
 
 impl CacheInner {
     /// Set the capacity to `pages` (validated) and follow it: thresholds,
-    /// shadow-node cap and retain limit first, then (when it shrank)
-    /// reclaim down to it and release the free frames beyond the limit.
+    /// shadow-node cap and retain limit first, then (whenever the cache is
+    /// over it) reclaim down to it and release the free frames beyond the
+    /// limit.
     pub(crate) fn resize(&self, pages: u64) {
         let _one_at_a_time = self.resize.lock();
         let old = self.capacity_pages.swap(pages, Ordering::Relaxed);
@@ -103,11 +105,18 @@ impl CacheInner {
         let page = PAGE_SIZE as u64;
         if pages >= old {
             crate::filemap::retain_frames(((pages - old) * page) as usize, true);
+        } else {
+            // The limit is lowered first, so that the frames the evictions
+            // free are released rather than kept.
+            crate::filemap::retain_frames(((old - pages) * page) as usize, false);
+        }
+        // Whenever the cache is over the capacity (this one, or an earlier
+        // one pins, dirty folios or failed writes held it over), evict
+        // down to it: setting the same capacity again, or a larger one
+        // still under what is cached, is not a no-op.
+        if self.nr_cached.load(Ordering::Relaxed) <= pages {
             return;
         }
-        // The limit is lowered first, so that the frames the evictions
-        // free are released rather than kept.
-        crate::filemap::retain_frames(((old - pages) * page) as usize, false);
         self.shrink_to_capacity();
         // Evicted buffers are freed after their grace periods: drive them
         // (this thread's deferred frees, then the light limbo), then
@@ -171,6 +180,10 @@ impl crate::memory::Resizable for super::PageCache {
 
     fn set_capacity(&self, bytes: u64) -> Result<(), CapacityError> {
         super::PageCache::set_capacity(self, bytes)
+    }
+
+    fn used(&self) -> Option<u64> {
+        Some(self.inner.nr_cached.load(Ordering::Relaxed) * PAGE_SIZE as u64)
     }
 }
 

@@ -51,6 +51,14 @@ impl ErrSeq {
         }
     }
 
+    /// The last error recorded, if any, without reporting it (a write
+    /// refused because writeback keeps failing returns it; the next
+    /// `sync` still reports it).
+    pub(crate) fn current(&self) -> Option<io::Error> {
+        let s = self.0.lock();
+        (s.seq > 0).then(|| io::Error::new(s.kind, format!("writeback failed: {}", s.msg)))
+    }
+
     /// Report an error recorded after `*since`, once (`errseq_check_and_advance`).
     pub(crate) fn check_and_advance(&self, since: &mut u64) -> io::Result<()> {
         let mut s = self.0.lock();

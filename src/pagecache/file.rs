@@ -394,6 +394,44 @@ impl CachedFile {
         self.shared.revalidate()
     }
 
+    /// Take the backend's length again because someone else grew or cut
+    /// the file (another process), keeping the cached pages that lie
+    /// wholly before the lower of the old and new ends; the folio holding
+    /// that end and every one after it are dropped (their bytes past the
+    /// old end were zeros the cache made up, or lie past the new end).
+    /// Returns the pages dropped. As [`revalidate`](CachedFile::revalidate)
+    /// without forgetting the rest: for a caller that knows the bytes
+    /// before the ends did not change.
+    ///
+    /// # Errors
+    /// The backend's length error; [`io::ErrorKind::ResourceBusy`] when a
+    /// folio to drop is dirty or under writeback (the size is left as it
+    /// was).
+    ///
+    /// ```
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::os::unix::fs::FileExt;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let tmp = tempfile::tempfile().unwrap();
+    /// tmp.write_all_at(&[7; 8192], 0).unwrap();
+    /// let file = cache.open(FileBackend::from_file(tmp.try_clone().unwrap())).unwrap();
+    /// let mut b = [0u8; 8192];
+    /// file.read_at(&mut b, 0).unwrap(); // two pages cached
+    /// tmp.write_all_at(&[9; 4096], 8192).unwrap(); // grown behind the cache's back
+    /// assert_eq!(file.len(), 8192);
+    /// file.refresh_len().unwrap();
+    /// assert_eq!(file.len(), 12288);
+    /// assert_eq!(file.cached_pages(), 2); // the pages before the old end stay
+    /// let mut c = [0u8; 1];
+    /// file.read_at(&mut c, 8192).unwrap();
+    /// assert_eq!(c, [9]);
+    /// ```
+    pub fn refresh_len(&self) -> io::Result<u64> {
+        self.shared.refresh_len()
+    }
+
     /// A zero-copy reference to the folio holding page `index` (reading it
     /// from the backend on a miss). It pins the folio's bytes: see
     /// [`FolioRef`] for what that keeps and what it never blocks.

@@ -323,9 +323,11 @@ impl FileShared {
         if f.test(FolioFlags::UPTODATE) || f.test(FolioFlags::DETACHED) {
             return Ok(false);
         }
+        // Taken before the removal, which forgets a failed folio's error.
+        let failed = self.fills.take(f);
         self.detach(f, &mut w, None);
         drop(w);
-        match self.fills.take(f) {
+        match failed {
             Some(e) => Err(e),
             None => Ok(true),
         }

@@ -4,7 +4,12 @@
 //!
 //! Owns `FillCtx`, shared by the file's state and every fill in flight
 //! (so a completion needs nothing else of the file). Invariants: an error
-//! is taken at most once, by the reader that removes the failed folio; a
+//! is taken at most once, by the reader that removes the failed folio, and
+//! only for that folio: it is kept with a weak reference to the folio (the
+//! folio's allocation cannot be reused for another folio while the error
+//! is kept, so no later folio at the same address inherits it) and
+//! forgotten when the folio leaves the file otherwise (invalidation,
+//! revalidation, truncation, eviction); a
 //! waker is registered only while its folio's read is in flight (checked
 //! under the waiters' lock, which a completion takes after the read ends),
 //! so no wake-up is lost.
@@ -13,7 +18,7 @@ use crate::filemap::{Folio, FolioFlags};
 use crate::sync::Lock;
 use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::Waker;
 
 /// Failed fills remembered per file, at most (the oldest goes first: a
@@ -22,9 +27,10 @@ const MAX_ERRORS: usize = 256;
 
 /// A file's record of failed fills and the async readers waiting for fills.
 pub(crate) struct FillCtx {
-    /// (folio address, folio index, the read's error) of fills that failed
-    /// and whose folio no reader has removed yet.
-    errors: Lock<VecDeque<(usize, u64, io::Error)>>,
+    /// (the folio, the read's error) of fills that failed and whose folio
+    /// no reader has removed yet. Weak: the folio's allocation outlives
+    /// the entry, so its address names it alone.
+    errors: Lock<VecDeque<(Weak<Folio>, io::Error)>>,
     /// Async readers waiting for a fill of this file: (the folio's
     /// address, the reader's waker).
     waiters: Lock<Vec<(usize, Waker)>>,
@@ -38,20 +44,27 @@ impl FillCtx {
         })
     }
 
-    pub(crate) fn record(&self, f: &Folio, e: io::Error) {
+    pub(crate) fn record(&self, f: &Arc<Folio>, e: io::Error) {
         let mut q = self.errors.lock();
         if q.len() >= MAX_ERRORS {
             q.pop_front();
         }
-        q.push_back((f as *const Folio as usize, f.index(), e));
+        q.push_back((Arc::downgrade(f), e));
     }
 
     /// The error recorded for the failed fill of `f`, taken.
     pub(crate) fn take(&self, f: &Folio) -> Option<io::Error> {
         let mut q = self.errors.lock();
-        let key = (f as *const Folio as usize, f.index());
-        let at = q.iter().position(|(a, i, _)| (*a, *i) == key)?;
-        q.remove(at).map(|(_, _, e)| e)
+        let at = q.iter().position(|(w, _)| core::ptr::eq(w.as_ptr(), f))?;
+        q.remove(at).map(|(_, e)| e)
+    }
+
+    /// `f` left the file without a reader taking its error: drop it.
+    pub(crate) fn forget(&self, f: &Folio) {
+        let mut q = self.errors.lock();
+        if !q.is_empty() {
+            q.retain(|(w, _)| !core::ptr::eq(w.as_ptr(), f));
+        }
     }
 
     /// Register `w` to be woken when the read of `f` ends, if it is still

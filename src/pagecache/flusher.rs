@@ -65,11 +65,13 @@ fn run(cache: Weak<CacheInner>, event: Arc<Event>, period: Duration) {
             // Requests from here on ask for another pass.
             event.take();
             let bg = cache.dirty_background_bytes();
-            let over = cache.counters.dirty_bytes.read() > bg;
+            // The bytes whose last write failed wait for their retry
+            // time (`retry`): they do not keep the flusher going.
+            let over = cache.writable_dirty() > bg;
             let written = cache.counters.backend_written_bytes.load(Ordering::Relaxed);
             pass(&cache, over);
             let progress = cache.counters.backend_written_bytes.load(Ordering::Relaxed) > written;
-            if !progress || cache.counters.dirty_bytes.read() <= bg || event.is_set() {
+            if !progress || cache.writable_dirty() <= bg || event.is_set() {
                 break;
             }
         }

@@ -74,6 +74,9 @@ impl<'f> FolioWrite<'f> {
     ) -> io::Result<Option<FolioWrite<'f>>> {
         let page = PAGE_SIZE as u64;
         let end = end.min((folio.index() + folio.nr_pages()) * page);
+        // As `write_at`: refused while a failing backend holds too much
+        // of the cache unwritten (without `wait`, with no writeback first).
+        file.cache.check_unwritable(file, wait)?;
         if wait {
             file.extend_to(end)?;
         } else if end > file.len() {

@@ -20,6 +20,7 @@ use super::errseq::ErrSeq;
 use super::fill_state::FillCtx;
 use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
+use super::retry::Backoff;
 use super::stats::{bump, drop_gauge};
 use super::CacheInner;
 use crate::backend::Backend;
@@ -45,6 +46,8 @@ pub(crate) struct FileShared {
     /// are copied into (kept from pass to pass).
     pub(crate) wb_lock: Lock<Vec<u8>>,
     pub(crate) errseq: ErrSeq,
+    /// Folios whose last backend write failed, and when to retry them.
+    pub(crate) backoff: Backoff,
     /// When the file first became dirty since its last writeback
     /// ([`CacheInner::now_ms`]), 0 when clean.
     pub(crate) dirtied_at: AtomicU64,
@@ -80,6 +83,7 @@ impl FileShared {
             size_lock: Lock::new(()),
             wb_lock: Lock::new(Vec::new()),
             errseq: ErrSeq::new(),
+            backoff: Backoff::new(),
             dirtied_at: AtomicU64::new(0),
             ra: Readahead::new(ra_max),
             fills: FillCtx::new(),
@@ -160,6 +164,8 @@ impl FileShared {
         }
         f.clear(FolioFlags::DIRTY);
         self.cache.counters.dirty_bytes.sub(self.blocks.forget(f));
+        self.backoff.forget(&self.cache, f.index());
+        self.fills.forget(f);
         w.release();
     }
 }

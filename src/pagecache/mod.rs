@@ -12,7 +12,8 @@
 //! ([`FolioBorrow`]), `writeback`, `throttle`, `reclaim` (the scan and
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
-//! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`)
+//! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`),
+//! `retry` (the writeback backoff of folios and files whose writes failed)
 //! and `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
@@ -24,7 +25,8 @@
 //! Invariants: `nr_cached` is the number of pages in folios present in some
 //! file's address space; the cache holds at most `capacity` bytes of folios
 //! after every miss, except for dirty, pinned or in-use folios reclaim could
-//! not evict yet (it writes dirty ones back and retries once), and except
+//! not evict yet (it writes dirty ones back, those whose last write failed
+//! only at their retry time, and goes on while that makes progress), and except
 //! the bytes that zero-copy references pinned before a writer copied or
 //! truncation dropped the folio (they belong to the reference); lock order
 //! is a file's writeback lock, then its size lock, then a folio's lock,
@@ -49,6 +51,8 @@
 
 mod blocks;
 mod borrow;
+#[cfg(target_os = "linux")]
+mod budget;
 mod capacity;
 mod errseq;
 mod file;
@@ -65,6 +69,7 @@ mod paths;
 mod read_async;
 mod readahead;
 mod reclaim;
+mod retry;
 mod stats;
 mod throttle;
 mod workingset;
@@ -81,8 +86,9 @@ pub use options::{FileOptions, OpenError, MAX_BLOCK_SIZE, MAX_WRITE_FOLIO_SIZE, 
 pub use paths::MAX_FILE_SIZE;
 pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
+pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
 pub use stats::CacheStats;
-pub use throttle::{ThrottleMode, MAX_PAUSE};
+pub use throttle::{ThrottleMode, MAX_PAUSE, STUCK_PAUSES};
 
 use crate::backend::Backend;
 use crate::filemap::PAGE_SIZE;
@@ -125,7 +131,11 @@ pub struct CacheConfig {
     /// most [`MAX_PAUSE`] at a time, until the flusher brings those bytes
     /// back under it (with no flusher thread, a throttled writer writes back
     /// itself). A writer stops waiting when writeback makes no progress (a
-    /// failing backend, whose error the next `sync` reports). The flusher
+    /// failing backend, whose error the next `sync` reports): at most ten
+    /// pauses. Bytes whose write failed do not count here
+    /// ([`CacheStats::unwritable_bytes`]); while they are above this limit,
+    /// writes to a file whose writeback fails return its writeback error
+    /// (`docs/memory.md`, "A failing backend"). The flusher
     /// writes back early only above `dirty_background_bytes`: keep that
     /// below this limit, or a throttled writer pauses for nothing until it
     /// gives up after ten pauses and goes on with the bytes still dirty.
@@ -492,6 +502,7 @@ impl PageCache {
             background_evictions: c.background_evictions.load(Ordering::Relaxed),
             writeback_bytes: c.writeback_bytes.load(Ordering::Relaxed),
             writeback_errors: c.writeback_errors.load(Ordering::Relaxed),
+            unwritable_bytes: c.unwritable_bytes.load(Ordering::Relaxed),
             backend_read_bytes: c.backend_read_bytes.load(Ordering::Relaxed),
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages,
@@ -517,10 +528,13 @@ impl PageCache {
     }
 
     /// Change the capacity at run time (rounded down to whole pages).
-    /// Growing takes effect at once. Shrinking evicts, in the caller,
-    /// until the cache holds at most the new capacity (dirty folios are
-    /// written back first; folios pinned or in use stay until they are
-    /// let go, as at any capacity), then returns the memory the evicted
+    /// Growing takes effect at once. Whenever the cache holds more than
+    /// the capacity set (a shrink, or the same capacity again after pins or
+    /// failed writes held the cache over), this evicts, in the caller,
+    /// until the cache holds at most that capacity (dirty folios are
+    /// written back first, except those whose last write failed before
+    /// their retry time, [`WRITEBACK_RETRY_MIN`]; folios pinned or in use
+    /// stay until they are let go, as at any capacity), then returns the memory the evicted
     /// folios held to the system (free frames beyond the sum of the live
     /// caches' capacities are released). The dirty thresholds scale with
     /// the capacity (10% and 20% of it by default) and so does the

@@ -490,6 +490,9 @@ impl FileShared {
         if buf.is_empty() {
             return Ok(0);
         }
+        // Refused before anything changes while a failing backend holds
+        // too much of the cache unwritten (`throttle`).
+        self.cache.check_unwritable(self, true)?;
         self.extend_to(end)?;
         let mut pos = offset;
         while pos < end {
@@ -734,6 +737,43 @@ impl FileShared {
         Ok(())
     }
 
+    /// The backend's length changed behind the cache: take it again,
+    /// dropping only the clean folios from the page holding the lower of
+    /// the two ends onward (past a shorter end, or holding zeros read past
+    /// the old one). Returns the folios' pages dropped; `Err` with
+    /// `ResourceBusy` (the size unchanged) when a folio there is dirty or
+    /// under writeback.
+    pub(crate) fn refresh_len(&self) -> io::Result<u64> {
+        let _wb = self.wb_lock.lock();
+        let _sz = self.size_lock.lock();
+        let new = self.backend.len()?;
+        let old = self.len();
+        if new == old {
+            return Ok(0);
+        }
+        let (folios, shadows) = self.folios_in(old.min(new) / PAGE, u64::MAX);
+        let mut dropped = 0;
+        for f in folios {
+            let mut w = f.mem().lock();
+            if f.test(FolioFlags::DETACHED) {
+                continue;
+            }
+            if f.test(FolioFlags::DIRTY) || f.test(FolioFlags::WRITEBACK) {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    "dirty pages past the file's end are newer than the backend",
+                ));
+            }
+            dropped += f.nr_pages();
+            self.detach(&f, &mut w, None);
+        }
+        for i in shadows {
+            self.mapping.drop_shadow(i);
+        }
+        self.size.store(new, Ordering::Release);
+        Ok(dropped)
+    }
+
     pub(crate) fn invalidate(&self, range: Range<u64>) -> u64 {
         if range.end <= range.start {
             return 0;
@@ -780,5 +820,7 @@ impl Drop for FileShared {
                 self.detach(&f, &mut w, None);
             }
         }
+        // What this file could not write leaves the cache's gauge.
+        self.backoff.clear(&self.cache);
     }
 }

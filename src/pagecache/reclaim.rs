@@ -63,8 +63,11 @@ impl CacheInner {
         }
         let cached = self.nr_cached.load(Ordering::Relaxed);
         if cached > self.capacity_pages() {
-            // Direct reclaim: the background reclaimer (if any) fell behind.
-            self.reclaim();
+            // Direct reclaim: the background reclaimer (if any) fell
+            // behind, or pins, dirty folios or failed writes held the
+            // cache over its capacity; back down to it, for as long as
+            // reclaim makes progress.
+            self.shrink_to_capacity();
         } else if cached > self.kswapd_wake_mark() {
             self.kick_kswapd();
         }
@@ -80,7 +83,7 @@ impl CacheInner {
             // Write the dirty victims back (`pageout`), then scan again.
             for (file, folio) in dirty {
                 let i = folio.index();
-                let _ = writeback::writeback(&file, i, i + folio.nr_pages() - 1, Mode::Wait);
+                let _ = writeback::writeback(&file, i, i + folio.nr_pages() - 1, Mode::Pageout);
             }
         }
         let dropped = self.workingset.shrink();
@@ -286,6 +289,10 @@ impl CacheInner {
         folio.set(FolioFlags::DETACHED);
         // Clean, so no dirty bytes; drops a partly-uptodate folio's state.
         file.blocks.forget(folio);
+        if !folio.test(FolioFlags::UPTODATE) {
+            // A failed fill's error goes with its folio.
+            file.fills.forget(folio);
+        }
         let nr = folio.nr_pages();
         let shadow = self
             .workingset

@@ -12,7 +12,7 @@
 //! slot and count in it with atomic adds. A snapshot sums the slots, and
 //! is exact once the counting threads' stores are visible.
 //! Invariant: counters only grow, except the gauges (`dirty_bytes`,
-//! `writeback_bytes`), which the cache raises and lowers in pairs.
+//! `writeback_bytes`, `unwritable_bytes`), which the cache raises and lowers in pairs.
 
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::cell::Cell;
@@ -176,6 +176,8 @@ pub(crate) struct Counters {
     pub(crate) dirty_bytes: DirtyGauge,
     pub(crate) writeback_bytes: AtomicU64,
     pub(crate) writeback_errors: AtomicU64,
+    /// Dirty bytes whose folio's last backend write failed (`retry`).
+    pub(crate) unwritable_bytes: AtomicU64,
     pub(crate) backend_read_bytes: AtomicU64,
     pub(crate) backend_written_bytes: AtomicU64,
     pub(crate) readahead_pages: AtomicU64,
@@ -195,6 +197,7 @@ impl Counters {
             dirty_bytes: DirtyGauge::new(),
             writeback_bytes: AtomicU64::new(0),
             writeback_errors: AtomicU64::new(0),
+            unwritable_bytes: AtomicU64::new(0),
             backend_read_bytes: AtomicU64::new(0),
             backend_written_bytes: AtomicU64::new(0),
             readahead_pages: AtomicU64::new(0),
@@ -285,11 +288,18 @@ pub struct CacheStats {
     pub flusher_runs: u64,
     /// Bytes under writeback now (taken from dirty blocks, not yet
     /// written to the backend). Dirty throttling counts `dirty_bytes +
-    /// writeback_bytes`.
+    /// writeback_bytes - unwritable_bytes`.
     pub writeback_bytes: u64,
     /// Backend writes that failed during writeback (the blocks stayed
     /// dirty; the error went to each file's error sequence).
     pub writeback_errors: u64,
+    /// Dirty bytes the cache could not write now: their folio's last
+    /// backend write failed, and the cache's own writeback waits before it
+    /// tries them again ([`WRITEBACK_RETRY_MIN`](super::WRITEBACK_RETRY_MIN)).
+    /// Throttling leaves them out; while they are above the dirty limit a
+    /// write to a file whose writeback fails returns the file's writeback
+    /// error (see `docs/memory.md`).
+    pub unwritable_bytes: u64,
     /// Bytes read from backends.
     pub backend_read_bytes: u64,
     /// Bytes written to backends.

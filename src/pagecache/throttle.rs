@@ -20,9 +20,18 @@
 //! the gauge is at or below the limit again. With no flusher thread, a
 //! throttled writer writes back itself instead. A writer stops waiting
 //! when writeback fails ([`STUCK_PAUSES`] pauses without a byte reaching
-//! the backend while writes failed or nothing was in flight, or one failed
-//! pass of its own): a failing backend must not hang writers, and its
+//! the backend while writes failed or nothing was in flight, so at most
+//! `STUCK_PAUSES × MAX_PAUSE` = 2 s per episode, or one pass of its own
+//! that lowered nothing): a failing backend must not hang writers, and its
 //! error reaches the next `sync`; a slow one makes them wait.
+//!
+//! A failing backend's bytes are left out: the bytes whose folio's last
+//! write failed (`unwritable`, kept by `retry`) are not counted against
+//! the dirty limit nor the background threshold, so they hold no writer
+//! (of their file or another); instead, while they are above the dirty
+//! limit, a write to a file whose writeback fails is refused with the
+//! file's writeback error ([`CacheInner::check_unwritable`]), which bounds
+//! the memory a failing backend holds (`docs/memory.md`).
 //!
 //! Invariants: the gauge's shards sum (wrapping) to the dirty bytes, since
 //! every dirtying and cleaning is booked exactly once, and writeback books
@@ -33,11 +42,13 @@
 //! the limit) while writeback works; no single pause exceeds [`MAX_PAUSE`].
 //! The per-thread count is shared by all caches a thread writes to.
 
+use super::inode::FileShared;
 use super::writeback::{self, Mode};
 use super::CacheInner;
 use crate::filemap::PAGE_SIZE;
 use crate::sync::{AtomicU64, Ordering};
 use std::cell::Cell;
+use std::io;
 use std::time::{Duration, Instant};
 
 /// The longest single pause of a throttled writer (the kernel's
@@ -63,9 +74,17 @@ pub const MAX_PAUSE: Duration = Duration::from_millis(200);
 const MIN_PAUSE: Duration = Duration::from_millis(1);
 /// Pages between checks while the limit is exceeded.
 const EXCEEDED_RATELIMIT: u64 = 8;
-/// Consecutive pauses without the dirty bytes falling after which a
-/// writer gives up waiting (writeback is failing; `sync` reports why).
-const STUCK_PAUSES: u32 = 10;
+/// Consecutive pauses without a byte reaching the backend (while writes
+/// failed or none was in flight) after which a throttled writer gives up
+/// waiting (writeback is failing; `sync` reports why): a failing backend
+/// holds a writer at most `STUCK_PAUSES` pauses of at most [`MAX_PAUSE`]
+/// each per throttle episode (2 s).
+///
+/// ```
+/// use kxarray::pagecache::{MAX_PAUSE, STUCK_PAUSES};
+/// assert_eq!(MAX_PAUSE * STUCK_PAUSES, std::time::Duration::from_secs(2));
+/// ```
+pub const STUCK_PAUSES: u32 = 10;
 
 /// How writers learn the cache's dirty bytes.
 ///
@@ -155,9 +174,62 @@ impl Throttle {
 }
 
 impl CacheInner {
-    /// Bytes not yet on the backend: dirty, and under writeback.
+    /// Bytes not yet on the backend that writeback can write: dirty and
+    /// under writeback, less those whose folio's last write failed (a
+    /// failing backend's bytes do not hold writers; the bound on them is
+    /// [`check_unwritable`](CacheInner::check_unwritable)). The gauges are
+    /// read one after the other, not at one moment: a pass moving bytes
+    /// between them meanwhile makes the sum jump up or down by those bytes,
+    /// so progress is never judged from it (see the pause loop).
     fn unwritten(&self) -> u64 {
-        self.counters.dirty_bytes.read() + self.counters.writeback_bytes.load(Ordering::Relaxed)
+        let c = &self.counters;
+        (c.dirty_bytes.read() + c.writeback_bytes.load(Ordering::Relaxed))
+            .saturating_sub(self.unwritable_bytes())
+    }
+
+    /// Dirty bytes writeback can write (the background threshold's
+    /// measure): dirty, less those whose folio's last write failed.
+    pub(crate) fn writable_dirty(&self) -> u64 {
+        self.counters
+            .dirty_bytes
+            .read()
+            .saturating_sub(self.unwritable_bytes())
+    }
+
+    /// The bound on what a failing backend leaves in memory: a write to
+    /// `file` while some of its folios' last writes failed is refused,
+    /// with the file's last writeback error, when the bytes the cache
+    /// could not write (over every file) are above the dirty limit. So
+    /// the bytes not on the backend stay below twice the dirty limit plus
+    /// the writers' slack (the throttle's, for the bytes still thought
+    /// writable, and this one's, for the bytes that turned out not to be).
+    /// Once a failed folio's retry time has come, the file is written back
+    /// (its folios due) before the write is refused, when the caller
+    /// `may_wait`: a recovered backend takes writes again without a `sync`.
+    ///
+    /// # Errors
+    /// The file's last writeback error (its kind and message), when the
+    /// write is refused.
+    pub(crate) fn check_unwritable(&self, file: &FileShared, may_wait: bool) -> io::Result<()> {
+        let over =
+            || file.backoff.is_failing() && self.unwritable_bytes() > self.dirty_bytes_limit();
+        if !over() {
+            return Ok(());
+        }
+        if may_wait && file.backoff.poke(self.now_ms()) {
+            // A folio's retry time came: try again before refusing (with
+            // no flusher and no reclaim, nothing else would, and a
+            // recovered backend would refuse writes until a `sync`).
+            let _ = writeback::writeback(file, 0, u64::MAX, Mode::Background);
+            file.backoff.refresh();
+        }
+        if over() {
+            return Err(file
+                .errseq
+                .current()
+                .unwrap_or_else(|| io::Error::other("writeback of this file keeps failing")));
+        }
+        Ok(())
     }
 
     /// `balance_dirty_pages_ratelimited`: book that this thread dirtied
@@ -207,7 +279,7 @@ impl CacheInner {
                 self.unwritten()
             }
         };
-        if self.counters.dirty_bytes.read() > self.dirty_background_bytes() {
+        if self.writable_dirty() > self.dirty_background_bytes() {
             self.throttle
                 .background_kicks
                 .fetch_add(1, Ordering::Relaxed);
@@ -253,14 +325,14 @@ impl CacheInner {
             t.max_pause_asked_ns
                 .fetch_max(pause.as_nanos() as u64, Ordering::Relaxed);
             let now = self.unwritten();
+            // Progress is bytes reaching the backend, never a lower sum
+            // (`unwritten` reads its gauges at different moments, and a
+            // failed run's bytes moving back to dirty made the sum dip,
+            // so the count of stuck pauses kept starting over).
             let progress = c.backend_written_bytes.load(Ordering::Relaxed) > written;
             let failing = c.writeback_errors.load(Ordering::Relaxed) > errors
                 || c.writeback_bytes.load(Ordering::Relaxed) == 0;
-            stuck = if now < dirty || progress || !failing {
-                0
-            } else {
-                stuck + 1
-            };
+            stuck = if progress || !failing { 0 } else { stuck + 1 };
             if stuck >= STUCK_PAUSES {
                 return; // writeback fails (or nothing moves): errors go to `sync`
             }

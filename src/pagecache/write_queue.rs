@@ -18,6 +18,8 @@
 //!   and the error goes to the file's error sequence; a short or
 //!   interrupted write is finished synchronously (what `write_all_at`
 //!   does);
+//! - a folio a failed run carried is backed off when the pass ends
+//!   (`retry`), and one whose every share was written is forgotten there;
 //! - [`WriteQueue::finish`] (or dropping the queue, if the pass unwinds)
 //!   returns only when every write it submitted has completed and been
 //!   settled: a pass never leaves a write in flight behind it, so `sync`'s
@@ -92,6 +94,11 @@ pub(crate) struct WriteQueue<'f> {
     spare: Vec<Vec<u8>>,
     /// When the last completion was settled (throughput samples).
     last_settled: Instant,
+    /// Folios (by index) a failed run of this pass carried, with the
+    /// bytes it left dirty: backed off when the pass ends.
+    failed: Vec<(u64, u64)>,
+    /// Whether a run of this pass was written.
+    wrote: bool,
     result: io::Result<()>,
 }
 
@@ -107,6 +114,8 @@ impl<'f> WriteQueue<'f> {
             bytes: 0,
             spare: vec![buf],
             last_settled: Instant::now(),
+            failed: Vec::new(),
+            wrote: false,
             result: Ok(()),
         }
     }
@@ -218,6 +227,27 @@ impl<'f> WriteQueue<'f> {
         while !self.sent.is_empty() {
             self.settle_oldest();
         }
+        // Back off every folio a failed run carried (once per pass, with
+        // all the bytes its failed shares left dirty).
+        let mut failed = core::mem::take(&mut self.failed);
+        failed.sort_unstable_by_key(|&(i, _)| i);
+        failed.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 += b.1;
+            }
+            same
+        });
+        let any_failed = !failed.is_empty();
+        for (index, bytes) in failed {
+            self.file.backoff.failed(&self.file.cache, index, bytes);
+        }
+        let wrote = core::mem::take(&mut self.wrote);
+        if any_failed || wrote {
+            self.file
+                .backoff
+                .pass_ended(&self.file.cache, any_failed, wrote);
+        }
     }
 
     /// End a run: count it, and on an error make its blocks dirty again
@@ -234,6 +264,7 @@ impl<'f> WriteQueue<'f> {
         let c = &file.cache.counters;
         match &res {
             Ok(()) => {
+                self.wrote = true;
                 file.cache.throttle.note_writeback(len as u64, took);
                 bump(&c.backend_written_bytes, len as u64);
             }
@@ -253,8 +284,15 @@ impl<'f> WriteQueue<'f> {
                 }
             }
             drop_gauge(&c.writeback_bytes, p.bytes);
+            let index = p.folio.index();
+            if res.is_err() {
+                self.failed.push((index, p.bytes));
+            } else if p.last && !self.failed.iter().any(|&(i, _)| i == index) {
+                // Written: no longer backed off.
+                file.backoff.forget(&file.cache, index);
+            }
             if p.last {
-                file.mapping.end_writeback(p.folio.index());
+                file.mapping.end_writeback(index);
             }
         }
         if let Err(e) = res {

@@ -22,6 +22,9 @@
 //!   again before their folios' `WRITEBACK` clears (reclaim never sees them
 //!   clean), and the error is recorded in the file's error sequence
 //!   (`mapping_set_error`);
+//! - a folio whose last write failed is left alone until its retry time
+//!   by every pass but an asked-for one ([`Mode::Wait`]): the backoff
+//!   (`retry`) is kept by the settling of the runs;
 //! - the runs go to the backend's submission side, many in flight
 //!   ([`WriteQueue`](super::write_queue)), and the pass returns (and lets
 //!   go of the writeback lock) only once every one of them completed and
@@ -40,12 +43,19 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Largest merged backend write.
 pub(crate) const MAX_RUN: usize = 1 << 20;
 
-/// Whether to wait for the file's writeback lock.
+/// Whether to wait for the file's writeback lock, and whether to leave
+/// alone the folios whose last write failed until their retry time
+/// ([`Backoff`](super::retry)).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// `WB_SYNC_ALL`: wait.
+    /// `WB_SYNC_ALL`, asked for (`sync`, `writeback_all`): wait, and try
+    /// every dirty folio.
     Wait,
-    /// Background: skip a file whose writeback is already running.
+    /// Reclaim's `pageout` and a shrink: wait, but leave backed-off
+    /// folios alone.
+    Pageout,
+    /// Background (the flusher, a throttled writer): skip a file whose
+    /// writeback is already running, and backed-off folios.
     Background,
 }
 
@@ -55,7 +65,7 @@ pub(crate) enum Mode {
 /// The first backend error (also recorded in the file's error sequence).
 pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> io::Result<()> {
     let mut wb = match mode {
-        Mode::Wait => file.wb_lock.lock(),
+        Mode::Wait | Mode::Pageout => file.wb_lock.lock(),
         Mode::Background => match file.wb_lock.try_lock() {
             Some(g) => g,
             None => return Ok(()),
@@ -78,10 +88,18 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
         parts: Vec::new(),
     };
     let bs = file.blocks.block_size();
+    let now = file.cache.now_ms();
+    let mut skipped = false;
     for folio in file.mapping.folios_tagged(start, end, Tag::Towrite) {
         let w = folio.mem().lock();
         let data = w.bytes();
         if folio.test(FolioFlags::DETACHED) || !folio.test(FolioFlags::DIRTY) {
+            continue;
+        }
+        if mode != Mode::Wait && !file.backoff.ready(folio.index(), now) {
+            // Its last write failed: not before its retry time (a
+            // failing backend is not stormed); `sync` still tries it.
+            skipped = true;
             continue;
         }
         file.mapping.start_writeback(folio.index());
@@ -146,7 +164,8 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     // Every write of the pass completed and settled.
     let (result, buf) = queue.finish();
     *scratch = buf;
-    if result.is_err() {
+    if result.is_err() || skipped {
+        // Still dirty: the flusher comes back to the file.
         let _ = file.dirtied_at.compare_exchange(
             0,
             file.cache.now_ms(),

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The shared memory budget (issue 37), side by side, interleaved:
+#
+# 1. Five stock sqlite3 shells in one memory cgroup limited to LIMIT_MB
+#    (default 1024), each scanning its own DB_MB database (default 820)
+#    three times: kxarray with default settings (the budget on), kxarray
+#    with kx_budget=0 (each cache sized alone, as before the budget), and
+#    the unix VFS. Prints each run's wall time and the processes killed
+#    (exit 137, and the cgroup's oom_kill count).
+# 2. One shell alone, no cgroup limit, scanning one database three times
+#    in a fresh process: kxarray (budget on) against kx_budget=0 (today's
+#    fixed sizing) and unix: the first pass must not lose to a small start.
+#
+#   sudo bash kxarray-sqlite/scripts/budget-bench.sh
+#   ROUNDS=5 LIMIT_MB=512 DB_MB=300 bash kxarray-sqlite/scripts/budget-bench.sh
+#
+# Needs root and the cgroup v1 memory controller (/sys/fs/cgroup/memory)
+# or cgroup v2 with memory delegated at the root; part 1 is skipped
+# otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-3}
+LIMIT_MB=${LIMIT_MB:-1024}
+DB_MB=${DB_MB:-820}
+CONFIGS=${CONFIGS:-"kx kx-nobudget unix"}
+PARTS=${PARTS:-"1 2"}           # which parts to run
+DIR=${DIR:-target/budget-bench}
+EXT=$PWD/target/release/libkxarray_sqlite
+mkdir -p "$DIR"
+command -v sqlite3 >/dev/null || { echo "sqlite3 not installed (apt-get install -y sqlite3)" >&2; exit 1; }
+echo "building the extension (release)..." >&2
+cargo build --release -p kxarray-sqlite --lib >/dev/null 2>&1
+
+ROWS=$((DB_MB * 1000))
+DB0=$DIR/db-$DB_MB-0.db
+if [ ! -s "$DB0" ]; then
+  echo "making a $DB_MB MB database..." >&2
+  sqlite3 "$DB0" > /dev/null <<EOF
+PRAGMA page_size=4096; PRAGMA journal_mode=off; PRAGMA synchronous=off;
+CREATE TABLE t(a INTEGER PRIMARY KEY, b BLOB);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<$ROWS)
+INSERT INTO t SELECT x, randomblob(1000) FROM c;
+EOF
+fi
+for i in 1 2 3 4; do [ -s "$DIR/db-$DB_MB-$i.db" ] || cp "$DB0" "$DIR/db-$DB_MB-$i.db"; done
+EXPECT="$ROWS|$((ROWS * 1000))|$((ROWS * (ROWS + 1) / 2))"
+
+script() { # config db -> the shell's input
+  local c=$1 db=$2
+  case "$c" in
+    unix) echo ".open '$db'" ;;
+    kx) printf ".load %s\n.open 'file:%s?vfs=kxarray'\n" "$EXT" "$db" ;;
+    kx-nobudget) printf ".load %s\n.open 'file:%s?vfs=kxarray&kx_budget=0'\n" "$EXT" "$db" ;;
+    *) echo "unknown config $c" >&2; exit 2 ;;
+  esac
+  for _ in 1 2 3; do echo "SELECT count(*), sum(length(b)), sum(a) FROM t;"; done
+}
+
+rotate() { local r=$1; shift; local a=("$@") n=$#; for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + r) % n))]}"; done; }
+
+# --- 1. five processes in a memory cgroup ---
+CG=""
+own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+if [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then
+  parent=/sys/fs/cgroup/memory$own; [ -d "$parent" ] || parent=/sys/fs/cgroup/memory
+  CG=$parent/kxarray-budget-bench-$$
+  mkdir "$CG" && echo $((LIMIT_MB << 20)) > "$CG/memory.limit_in_bytes" && KILLS_FILE=memory.oom_control || CG=""
+elif grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+  CG=/sys/fs/cgroup/kxarray-budget-bench-$$
+  mkdir "$CG" && echo $((LIMIT_MB << 20)) > "$CG/memory.max" && KILLS_FILE=memory.events || CG=""
+fi
+cleanup() { [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; }
+trap cleanup EXIT
+
+oom_kills() { awk '$1 == "oom_kill" {print $2}' "$CG/$KILLS_FILE"; }
+
+if [[ " $PARTS " != *" 1 "* ]]; then
+  :
+elif [ -z "$CG" ]; then
+  echo "part 1 skipped: no memory cgroup could be made" >&2
+else
+  echo "# five processes, $DB_MB MB each, 3 scans, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+  printf '%-12s %5s %8s %6s %s\n' config round wall_s killed answers
+  for ((r = 0; r < ROUNDS; r++)); do
+    for c in $(rotate "$r" $CONFIGS); do
+      before=$(oom_kills)
+      start=$(date +%s.%N)
+      pids=()
+      for i in 0 1 2 3 4; do
+        script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"
+        sh -c 'echo $$ > "$1/cgroup.procs" && exec sqlite3 < "$2" > "$3" 2>&1' sh "$CG" "$DIR/in-$i.sql" "$DIR/out-$i.txt" &
+        pids+=($!)
+      done
+      killed=0
+      for p in "${pids[@]}"; do wait "$p" 2>/dev/null || killed=$((killed + 1)); done
+      end=$(date +%s.%N)
+      right=0
+      for i in 0 1 2 3 4; do [ "$(grep -c "^$EXPECT\$" "$DIR/out-$i.txt" || true)" = 3 ] && right=$((right + 1)); done
+      printf '%-12s %5d %8.2f %6s %s\n' "$c" "$r" "$(echo "$end - $start" | bc)" "$killed/$(( $(oom_kills) - before ))" "$right/5 right"
+    done
+  done
+fi
+
+# --- 2. one process alone, no limit ---
+[[ " $PARTS " == *" 2 "* ]] || exit 0
+echo "# one process, $DB_MB MB, 3 scans, no cgroup limit (fresh process, the database in the kernel's page cache); $(date -u +%FT%TZ)"
+cat "$DB0" > /dev/null
+printf '%-12s %5s %8s %s\n' config round wall_s answers
+for ((r = 0; r < ROUNDS; r++)); do
+  for c in $(rotate "$r" $CONFIGS); do
+    script "$c" "$DB0" > "$DIR/in-alone.sql"
+    start=$(date +%s.%N)
+    sqlite3 < "$DIR/in-alone.sql" > "$DIR/out-alone.txt" 2>&1
+    end=$(date +%s.%N)
+    printf '%-12s %5d %8.2f %s\n' "$c" "$r" "$(echo "$end - $start" | bc)" "$(grep -c "^$EXPECT\$" "$DIR/out-alone.txt")/3 right"
+  done
+done

@@ -1,0 +1,493 @@
+//! Whether the pages a process cached of a database still hold what the
+//! file holds, while other processes write it: [`Coherence`], one per
+//! database inode.
+//!
+//! A cached page is trusted only while the process knows no other process
+//! changed it. Two moments decide:
+//! - **a lock gap** (rollback journal, and any mode's first lock): when
+//!   the process goes from no lock to SHARED, [`Coherence::after_gap`]
+//!   reads the header's change counter (offset 24) and version-valid-for
+//!   (92), the file's size and its modification time from the file itself
+//!   (`pread`, `fstat`: never the cache), and drops every cached page of
+//!   the file when any of them differs from what the process recorded when
+//!   it last held a lock ([`Coherence::after_write`] records the file as a
+//!   writer leaves it). A hot journal rolled back by another process
+//!   rewrites the file, which moves its modification time;
+//! - **a WAL read transaction**: in WAL mode the database file changes only
+//!   when a checkpoint copies frames back. At every read lock (and when
+//!   this process takes the checkpoint lock or restarts the WAL),
+//!   [`Coherence::wal_check`] reads the WAL index this process maps: the
+//!   salts of both header copies and `nBackfill`. Same salts and
+//!   `nBackfill` grown from `b0` to `b1`: the pages of frames `b0+1..=b1`,
+//!   read from the index's page-number arrays, are dropped, nothing else
+//!   (a one-row commit elsewhere costs the pages it changed). Same salts
+//!   and same `nBackfill`: nothing to do, no system call. Anything else
+//!   (new salts: the WAL restarted since, so the index no longer shows
+//!   which frames were copied; `nBackfill` went back: the index was
+//!   rebuilt; a page-number region this process cannot map): every cached
+//!   page of the database is dropped. A checkpoint that grew or cut the
+//!   file also costs the pages from the lower end on
+//!   (`CachedFile::refresh_len`).
+//!   Frames copied by this process's own checkpoint (between taking and
+//!   releasing the checkpoint lock, which keeps every other checkpointer
+//!   out) were written through this cache and are recorded without a drop,
+//!   and so is this process's own WAL restart (under the WAL write lock and
+//!   exclusive read locks 1-4, which keep every other writer and
+//!   checkpointer out).
+//!
+//! Invariants:
+//! - `sig` is the file as this process last saw it under a lock, or
+//!   `None` (unknown: the next gap drops everything);
+//! - `wal`, when `Some`, is a WAL-index state such that every cached page
+//!   of the database holds the file's bytes as of a moment when the index
+//!   showed that state or later; `None` after every lock gap (the next WAL
+//!   check drops everything);
+//! - the WAL itself and the rollback journal are never cached in shared
+//!   mode (`Inode::uncached`), so a restarted WAL or a new journal cannot
+//!   be served stale, and nothing is read ahead past the WAL's last valid
+//!   frame.
+
+use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
+use crate::process::vfs_stats;
+use crate::shm::Shm;
+use kxarray::pagecache::CachedFile;
+use std::fs::File;
+use std::io;
+use std::os::raw::c_int;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+
+/// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
+/// `WALINDEX_HDR_SIZE`.
+const INDEX_HDR_BYTES: u32 = 136;
+/// The cache's page size.
+const CACHE_PAGE: u64 = kxarray::filemap::PAGE_SIZE as u64;
+/// Page numbers in an index region (`HASHTABLE_NPAGE`).
+const NPAGE: u32 = 4096;
+/// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
+const NPAGE_ONE: u32 = NPAGE - INDEX_HDR_BYTES / 4;
+
+/// What the checks need of a database (its `Inode`'s parts).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Db<'a> {
+    /// A descriptor of the file (read with `pread` and `fstat`).
+    pub(crate) fd: &'a File,
+    /// Its cached pages.
+    pub(crate) file: &'a CachedFile,
+    /// Its name (for messages, and the WAL's name).
+    pub(crate) path: &'a Path,
+}
+
+/// What the header and the size of a database file say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sig {
+    counter: [u8; 4],
+    valid_for: [u8; 4],
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Sig {
+    fn read(fd: &File) -> io::Result<Sig> {
+        let mut h = [0u8; 100];
+        crate::fdio::pread_full(fd, &mut h, 0)?;
+        let m = fd.metadata()?;
+        let four = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3]];
+        Ok(Sig {
+            counter: four(24),
+            valid_for: four(92),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        })
+    }
+}
+
+/// The WAL-index state the cache is valid against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WalSeen {
+    /// `aSalt` (the WAL generation).
+    salts: [u32; 2],
+    /// `nBackfill`: frames copied to the database.
+    backfill: u32,
+    /// `iChange`: commits ever written to the index (a restart keeps it).
+    change: u32,
+    /// `mxFrame`: the last valid frame.
+    mx: u32,
+}
+
+impl WalSeen {
+    /// Whether the database file may differ from `self`'s time to
+    /// `other`'s (salts or backfill moved).
+    fn same_file(&self, other: &WalSeen) -> bool {
+        self.salts == other.salts && self.backfill == other.backfill
+    }
+}
+
+/// The index's salts, `iChange` and `mxFrame` (both header copies
+/// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
+/// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
+/// or the copies keep disagreeing.
+fn read_seen(shm: &Shm) -> Option<WalSeen> {
+    let w = |i| shm.word(0, i);
+    for _ in 0..100 {
+        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
+        let a = [w(2)?, w(4)?, w(8)?, w(9)?];
+        fence(Ordering::Acquire);
+        let b = [w(12 + 2)?, w(12 + 4)?, w(12 + 8)?, w(12 + 9)?];
+        if a == b {
+            return Some(WalSeen {
+                salts: [a[2], a[3]],
+                backfill: w(24)?,
+                change: a[0],
+                mx: a[1],
+            });
+        }
+        std::thread::yield_now();
+    }
+    None
+}
+
+/// The most frames of a new WAL generation [`commits_in`] reads.
+const MAX_COUNTED_FRAMES: u32 = 256;
+
+/// The commit frames among frames `1..=mx` of the WAL beside `inode`'s
+/// database whose salts are `salts` (raw, as the index holds them), read
+/// from the WAL file's frame headers; `None` when it cannot tell (no such
+/// file, a frame of another generation, too many frames).
+fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
+    if mx > MAX_COUNTED_FRAMES {
+        return None;
+    }
+    let mut name = inode.path.as_os_str().to_os_string();
+    name.push("-wal");
+    let wal = File::open(name).ok()?;
+    let mut commits = 0;
+    for f in 1..=u64::from(mx) {
+        let mut h = [0u8; 24];
+        wal.read_exact_at(&mut h, 32 + (f - 1) * (24 + page)).ok()?;
+        let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        if [salt(8), salt(12)] != salts {
+            return None;
+        }
+        commits += u32::from(h[4..8] != [0; 4]);
+    }
+    Some(commits)
+}
+
+/// The database page size the index header records (`szPage`; 1 means
+/// 65536), or `None` when it is not a page size.
+fn page_size(shm: &Shm) -> Option<u64> {
+    let b = shm.word(0, 3)?.to_ne_bytes();
+    let sz = u16::from_ne_bytes([b[2], b[3]]);
+    let sz = if sz == 1 { 65536 } else { u64::from(sz) };
+    (sz >= 512 && sz.is_power_of_two()).then_some(sz)
+}
+
+/// The page number of WAL frame `frame` (1-based) in the index
+/// (`walFramePgno`).
+fn frame_pgno(shm: &Shm, frame: u32) -> Option<u32> {
+    let hash = (frame + NPAGE - NPAGE_ONE - 1) / NPAGE;
+    if hash == 0 {
+        shm.word(0, (INDEX_HDR_BYTES / 4 + frame - 1) as usize)
+    } else {
+        shm.word(hash as usize, ((frame - 1 - NPAGE_ONE) % NPAGE) as usize)
+    }
+}
+
+/// The coherence state of one database's cache (see the module notes).
+#[derive(Debug, Default)]
+pub(crate) struct Coherence {
+    sig: Option<Sig>,
+    wal: Option<WalSeen>,
+    /// This process holds the checkpoint lock (after its check).
+    own_ckpt: bool,
+    /// This process holds the exclusive read locks 1-4 of a WAL restart;
+    /// the state it checked when it took them.
+    restart_from: Option<WalSeen>,
+}
+
+/// Drop every cached page of the database and take its length again; a
+/// dirty page (this process's own, newer than the file) is written back
+/// first.
+fn drop_all(inode: &Db<'_>) -> Result<(), String> {
+    let before = inode.file.cached_pages();
+    let r = match inode.file.revalidate() {
+        Err(e) if e.kind() == io::ErrorKind::ResourceBusy => inode
+            .file
+            .write_back(0..u64::MAX)
+            .and_then(|()| inode.file.revalidate()),
+        r => r,
+    };
+    let v = vfs_stats();
+    v.coherence_full_drops.fetch_add(1, Ordering::Relaxed);
+    v.coherence_pages_dropped.fetch_add(
+        before.saturating_sub(inode.file.cached_pages()),
+        Ordering::Relaxed,
+    );
+    r.map_err(|e| {
+        format!(
+            "kxarray: dropping the cache of {} (another process changed it): {e}",
+            inode.path.display()
+        )
+    })
+}
+
+impl Coherence {
+    /// The process took SHARED from no lock (see the module notes).
+    ///
+    /// # Errors
+    /// A message when the file cannot be read or the cache not dropped.
+    pub(crate) fn after_gap(&mut self, inode: &Db<'_>) -> Result<(), String> {
+        vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
+        self.wal = None;
+        let now = Sig::read(inode.fd).map_err(|e| {
+            format!(
+                "kxarray: reading the header of {}: {e}",
+                inode.path.display()
+            )
+        });
+        let now = match now {
+            Ok(n) => n,
+            Err(e) => {
+                self.sig = None;
+                return Err(e);
+            }
+        };
+        if self.sig != Some(now) {
+            self.sig = None;
+            drop_all(inode)?;
+        }
+        self.sig = Some(now);
+        Ok(())
+    }
+
+    /// A handle of this process leaves EXCLUSIVE: record the file as it
+    /// leaves it (its writes are in the file by now).
+    pub(crate) fn after_write(&mut self, inode: &Db<'_>) {
+        self.sig = Sig::read(inode.fd).ok();
+    }
+
+    /// The WAL check at a read lock, at the checkpoint lock and at a WAL
+    /// restart's locks (see the module notes). A dropped page takes the
+    /// whole folio holding it.
+    ///
+    /// # Errors
+    /// A message when the cache could not be dropped (the state is then
+    /// unknown, and the next check drops everything).
+    pub(crate) fn wal_check(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
+        vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
+        let now = read_seen(shm);
+        let (Some(mut seen), Some(now)) = (self.wal, now) else {
+            return self.full(inode, now);
+        };
+        if seen.same_file(&now) {
+            self.wal = Some(now);
+            return Ok(());
+        }
+        if seen.salts != now.salts && self.new_generation_only(inode, shm, &seen, &now) {
+            // Nothing was copied from the old generation since `seen`:
+            // count the new one's frames from its first.
+            seen = WalSeen {
+                salts: now.salts,
+                backfill: 0,
+                ..now
+            };
+        }
+        if seen.salts != now.salts || now.backfill < seen.backfill {
+            return self.full(inode, Some(now));
+        }
+        if self.own_ckpt {
+            // Our own checkpoint's frames, written through this cache.
+            self.wal = Some(now);
+            return Ok(());
+        }
+        let mut pages = Vec::with_capacity((now.backfill - seen.backfill) as usize);
+        for f in seen.backfill + 1..=now.backfill {
+            match frame_pgno(shm, f) {
+                Some(p) if p > 0 => pages.push(p),
+                _ => return self.full(inode, Some(now)),
+            }
+        }
+        // The page numbers were read before the salts again: a restart
+        // writes its salts before any new frame's page number.
+        fence(Ordering::Acquire);
+        let (Some(size), Some(again)) = (page_size(shm), read_seen(shm)) else {
+            return self.full(inode, Some(now));
+        };
+        if again.salts != now.salts {
+            return self.full(inode, Some(now));
+        }
+        // A checkpoint that grew or cut the file: its length again (the
+        // pages past the lower end go; the others are the frames' own).
+        let grown = match inode.fd.metadata() {
+            Ok(m) if m.len() == inode.file.len() => 0,
+            Ok(_) => match inode.file.refresh_len() {
+                Ok(n) => n,
+                Err(_) => return self.full(inode, Some(now)),
+            },
+            Err(_) => return self.full(inode, Some(now)),
+        };
+        pages.sort_unstable();
+        pages.dedup();
+        let mut dropped = grown;
+        let mut next = 0; // the first cache page not yet handled
+        for p in pages {
+            let at = (u64::from(p) - 1) * size;
+            let first = (at / CACHE_PAGE).max(next);
+            let end = (at + size).div_ceil(CACHE_PAGE);
+            let mut i = first;
+            while i < end {
+                // The folio holding cache page `i`, whatever its size
+                // (a read now, no I/O); else the page alone (not cached,
+                // or an order-0 folio being filled or written).
+                let (from, to) = match inode.file.try_read_folio(i) {
+                    Some(r) => (r.index(), r.index() + (1u64 << r.order())),
+                    None => (i, i + 1),
+                };
+                dropped += inode
+                    .file
+                    .invalidate(from * CACHE_PAGE..to * CACHE_PAGE)
+                    .unwrap_or(0);
+                i = to.max(i + 1);
+            }
+            next = next.max(i);
+        }
+        let v = vfs_stats();
+        v.coherence_partial_drops.fetch_add(1, Ordering::Relaxed);
+        v.coherence_pages_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
+        self.wal = Some(now);
+        Ok(())
+    }
+
+    /// Whether the WAL index went from `seen` to a new generation (new
+    /// salts) with nothing copied from the old one since `seen`: the old
+    /// one was wholly copied and known at `seen` (`backfill == mx`), and
+    /// every commit counted since (`iChange`) is one of the new
+    /// generation's (so the old one got no frame after `seen` that a
+    /// checkpoint could have copied). This is a WAL rewritten from its
+    /// first frame after a checkpoint emptied it (`TRUNCATE`, a restart,
+    /// or the random salts of a writer's first frame), which must not cost
+    /// the whole cache.
+    fn new_generation_only(
+        &self,
+        inode: &Db<'_>,
+        shm: &Shm,
+        seen: &WalSeen,
+        now: &WalSeen,
+    ) -> bool {
+        if seen.backfill != seen.mx {
+            return false;
+        }
+        let Some(page) = page_size(shm) else {
+            return false;
+        };
+        let Some(commits) = commits_in(inode, now.salts, now.mx, page) else {
+            return false;
+        };
+        fence(Ordering::Acquire);
+        now.change.wrapping_sub(seen.change) == commits
+            && read_seen(shm).is_some_and(|again| again.salts == now.salts)
+    }
+
+    /// Drop everything and record `now` (read before the drop: a later
+    /// change shows at the next check).
+    fn full(&mut self, inode: &Db<'_>, now: Option<WalSeen>) -> Result<(), String> {
+        self.wal = None;
+        drop_all(inode)?;
+        self.wal = now;
+        Ok(())
+    }
+
+    /// This process took the checkpoint lock (after its check): the
+    /// frames copied until it releases it are its own.
+    pub(crate) fn ckpt_begin(&mut self) {
+        self.own_ckpt = true;
+    }
+
+    /// This process released the checkpoint lock: record what its own
+    /// checkpoint copied.
+    pub(crate) fn ckpt_end(&mut self, shm: &Shm) {
+        if !std::mem::take(&mut self.own_ckpt) {
+            return;
+        }
+        if let (Some(seen), Some(now)) = (self.wal, read_seen(shm)) {
+            if seen.salts == now.salts && now.backfill >= seen.backfill {
+                // Our own checkpoint: the frames it copied are in the
+                // cache as copied.
+                self.wal = Some(now);
+            }
+        }
+    }
+
+    /// This process took the exclusive read locks 1-4 (a WAL restart
+    /// follows, under the write lock), after its check.
+    pub(crate) fn restart_begin(&mut self) {
+        self.restart_from = self.wal;
+    }
+
+    /// This process released the exclusive read locks 1-4: record its own
+    /// restart (new salts, nothing copied) when nothing else happened.
+    pub(crate) fn restart_end(&mut self, shm: &Shm) {
+        let Some(from) = self.restart_from.take() else {
+            return;
+        };
+        if self.wal != Some(from) {
+            return;
+        }
+        if let Some(now) = read_seen(shm) {
+            if now.salts != from.salts && now.backfill == 0 && now.mx == 0 {
+                self.wal = Some(now);
+            }
+        }
+    }
+}
+
+/// `xShmLock`'s checkpoint lock slot (`WAL_CKPT_LOCK`, `wal.c`).
+pub(crate) const WAL_CKPT_LOCK: c_int = 1;
+/// The first reader slot, `WAL_READ_LOCK(0)`.
+const WAL_READ_LOCK0: c_int = 3;
+
+/// After a successful `xShmLock(offset, n, flags)` of a database in shared
+/// mode: a read lock (any of the five) and the checkpoint lock run
+/// [`Coherence::wal_check`] first; the release of the checkpoint lock by
+/// its holder (`held_ckpt`) records the frames this process's checkpoint
+/// copied; the exclusive read locks 1-4 (taken only to restart the WAL)
+/// check, and their release records the restart.
+///
+/// # Errors
+/// The failed check's message: the caller releases the lock and fails.
+pub(crate) fn on_shm_lock(
+    coh: &mut Coherence,
+    inode: &Db<'_>,
+    shm: &Shm,
+    (offset, n, flags): (c_int, c_int, c_int),
+    held_ckpt: bool,
+) -> Result<(), String> {
+    let locking = flags & SQLITE_SHM_LOCK != 0;
+    let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
+    let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
+    match (locking, excl) {
+        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm),
+        (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
+            coh.wal_check(inode, shm)?;
+            coh.ckpt_begin();
+            Ok(())
+        }
+        (true, true) if restart => {
+            coh.wal_check(inode, shm)?;
+            coh.restart_begin();
+            Ok(())
+        }
+        (false, true) if offset <= WAL_CKPT_LOCK && offset + n > WAL_CKPT_LOCK && held_ckpt => {
+            coh.ckpt_end(shm);
+            Ok(())
+        }
+        (false, true) if restart => {
+            coh.restart_end(shm);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
