@@ -459,9 +459,13 @@ fn dropping_an_engine_waits_for_its_requests() {
     }
 }
 
+/// The line saying which engine runs is one `info` record of the `log`
+/// facade (a child process with a logger printing records on its standard
+/// output), never written to standard error by the library itself.
 #[test]
 fn the_environment_variable_forces_the_global_engine() {
     if let Ok(want) = std::env::var("KX_AIO_CHILD_EXPECT") {
+        aio_common::log_to_stdout();
         let kind = IoEngine::global().kind();
         assert_eq!(format!("{kind:?}"), want);
         return;
@@ -481,14 +485,25 @@ fn the_environment_variable_forces_the_global_engine() {
             .env("KX_AIO_CHILD_EXPECT", want)
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (so, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
         assert!(out.status.success(), "{value}: {err}");
-        // One line says which engine runs and that it was forced.
-        let lines: Vec<&str> = err.lines().filter(|l| l.contains("I/O engine")).collect();
-        assert_eq!(lines.len(), 1, "{err}");
+        // One record says which engine runs and that it was forced.
+        let lines: Vec<&str> = so.lines().filter(|l| l.contains("I/O engine")).collect();
+        assert_eq!(lines.len(), 1, "{so}");
+        assert!(
+            lines[0].starts_with("LOG INFO kxarray: I/O engine: "),
+            "{so}"
+        );
         assert!(
             lines[0].contains(&format!("forced by KXARRAY_IO_ENGINE={value}")),
-            "{err}"
+            "{so}"
+        );
+        assert!(
+            !err.contains("kxarray"),
+            "the library wrote to stderr: {err}"
         );
     }
 }

@@ -147,6 +147,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // `init` also installs tracing-log's `LogTracer` (tracing-subscriber's
+    // default `tracing-log` feature): kxarray's `log` records (the I/O
+    // engine's line, the pressure monitor's) reach this subscriber.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -178,6 +181,8 @@ fn run(args: Args) -> Result<(), String> {
         BackendKind::Xarray => Arc::new(RamDisk::new(args.size)),
         BackendKind::Hashmap => Arc::new(HashMapDisk::new(args.size)),
         BackendKind::File | BackendKind::Cached => {
+            // Which I/O engine serves the file: one record, at startup.
+            kxarray::aio::IoEngine::global();
             let path = args
                 .file
                 .as_ref()

@@ -83,6 +83,7 @@ mod fetch;
 mod ffi;
 mod file;
 mod inode;
+mod logger;
 mod oslock;
 mod pathname;
 mod pattern;

@@ -216,9 +216,9 @@ impl std::error::Error for RegisterError {}
 /// Register the VFS with the SQLite `api` belongs to.
 pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), RegisterError> {
     let api = *crate::process::set_api(api);
-    // The I/O engine's line goes to SQLite's log, not to the standard
-    // error of the program that loaded the VFS (the shell's output).
-    kxarray::aio::set_engine_log(|line| crate::process::api().log(SQLITE_NOTICE, line));
+    // kxarray's log records (the I/O engine's line...) go to SQLite's log,
+    // not to the standard error of the program that loaded the VFS.
+    crate::logger::install();
     // SAFETY: the VFS object is leaked, so it lives for ever and never
     // moves.
     let rc = unsafe { api.vfs_register(vfs_object(), make_default) };

@@ -16,7 +16,13 @@
 //! - a thread that belongs to the engine (a ring's reaper, a pool worker)
 //!   never parks waiting for the engine: it makes progress itself
 //!   ([`Progress::block`]), so a waker that waits on another request from
-//!   inside a completion cannot deadlock the engine.
+//!   inside a completion cannot deadlock the engine;
+//! - a caller's thread never completes another caller's request: waiting
+//!   ([`Completion::wait`], [`Completion::is_done`], a poll) reaps nothing
+//!   there, so a waker or an [`on_complete`](Completion::on_complete)
+//!   callback runs on an engine thread (or, for a request performed
+//!   synchronously, on its own submitter's thread), never inside an
+//!   unrelated caller's wait.
 
 use crate::sync::Lock;
 use std::future::Future;
@@ -32,7 +38,9 @@ pub type BufResult<B> = (io::Result<usize>, B);
 /// How a waiter helps the engine along (implemented by a ring and by the
 /// pool).
 pub(crate) trait Progress: Send + Sync {
-    /// Reap whatever has completed, without blocking.
+    /// Reap whatever has completed, without blocking, when called on one
+    /// of the engine's threads; on a caller's thread, only what concerns
+    /// no other caller (see the module notes).
     fn poll_once(&self);
     /// Block until something completes and reap it. Called only on the
     /// engine's own threads (see the module notes).
@@ -51,7 +59,8 @@ pub(crate) fn mark_engine_thread() {
     ENGINE_THREAD.with(|c| c.set(true));
 }
 
-fn on_engine_thread() -> bool {
+/// Whether the calling thread is one of an engine's own.
+pub(crate) fn on_engine_thread() -> bool {
     ENGINE_THREAD.with(|c| c.get())
 }
 
@@ -261,9 +270,12 @@ impl<B: Send + 'static> Completion<B> {
 impl<B: Send + 'static> Completion<B> {
     /// Hand the outcome to `f` instead of waiting for it: `f` runs once,
     /// with the result and the buffer, on the thread that completes the
-    /// request (an engine's reaper or pool thread), or at once on the
+    /// request (an engine's reaper or pool thread; the submitter's own
+    /// thread for a request it performed itself, over the engine's
+    /// in-flight bound or after io_uring was refused), or at once on the
     /// caller's thread when the request is already finished (a backend
-    /// without an engine). Nothing waits: this is how a submitter that
+    /// without an engine). Never on the thread of another caller waiting
+    /// for its own request. Nothing waits: this is how a submitter that
     /// does not want the outcome itself (the page cache's readahead)
     /// finishes its requests.
     ///

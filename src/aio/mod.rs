@@ -13,9 +13,35 @@
 //!   kernels) or forced.
 //!
 //! [`IoEngine::global`] picks io_uring when it can be set up and the pool
-//! otherwise, and says which on one line of standard error; the
-//! [`ENGINE_ENV`] variable (`KXARRAY_IO_ENGINE=uring|threads|auto`) or
-//! [`IoSettings::engine`] forces either.
+//! otherwise, and says which in one `info` record of the [`log`] facade
+//! (the library never prints: an application sees the line once it
+//! installs a logger); the [`ENGINE_ENV`] variable
+//! (`KXARRAY_IO_ENGINE=uring|threads|auto`) or [`IoSettings::engine`]
+//! forces either.
+//!
+//! **Hostile conditions** (docs/readahead.md has the details):
+//! - *`fork`*: an engine belongs to the process that made it. A forked
+//!   child never touches the parent's rings or pool (their queues are the
+//!   parent's pages, their threads do not exist in the child): its first
+//!   request through an inherited engine makes the child an engine of its
+//!   own (same kind, same settings), lazily. A request the parent
+//!   submitted before the fork completes in the parent only; the child's
+//!   copy fails with an error if the child waits for it. A completion the
+//!   parent's reaper does not know is counted and logged, never applied.
+//! - *io_uring refused*: setup probes `io_uring_enter` too, so `Auto`
+//!   falls back to the pool (logging why) when a filter allows setting a
+//!   ring up but not entering it. A ring refused later (a filter
+//!   installed after setup) fails the requests the kernel had not taken
+//!   with the error, lets those it had complete, and the engine runs
+//!   everything after on its thread pool; no caller hangs.
+//! - *bounds*: a ring holds at most half its completion queue in flight,
+//!   the pool at most [`IoSettings::pool_depth`] requests queued or
+//!   running; above either, the submitter performs its request itself.
+//! - *drop*: dropping the last handle waits up to a second for what is in
+//!   flight, cancels what is left (io_uring) and waits a second more; a
+//!   request that still has not finished (an uncancellable read, a pool
+//!   thread blocked on a pipe) is left to its thread, which owns its
+//!   buffer until the kernel is done. Dropping never waits longer.
 //!
 //! **Buffers are owned by the engine while in flight.** A request takes its
 //! buffer by value (an [`IoBufMut`] for reads, an [`IoBuf`] for writes: an
@@ -30,8 +56,9 @@
 //!
 //! Module structure (one concept each, no cycles): `buf` (the buffer
 //! traits), `completion` (the handle and its slot), `op` (an in-flight
-//! record), `uring` and `pool` (the two engines); this file is the facade
-//! and the choice between them.
+//! record), `fork` (which process an engine belongs to), `uring` and
+//! `pool` (the two engines); this file is the facade and the choice
+//! between them.
 //!
 //! Invariants (see each file's notes for its own):
 //! - every submitted request completes exactly once, through its slot, and
@@ -39,8 +66,10 @@
 //!   pool thread is finished with it;
 //! - no thread spins: an idle reaper blocks in the kernel, an idle worker
 //!   parks, a waiting caller parks;
-//! - dropping the last handle on an engine waits for everything in flight,
-//!   then stops its threads.
+//! - dropping the last handle on an engine waits for everything in flight
+//!   (for a bounded time, see above), then stops its threads;
+//! - completions run on the engine's threads, never on the thread of a
+//!   caller waiting for another request.
 //!
 //! ```
 //! use kxarray::aio::{AlignedBuf, IoEngine};
@@ -62,6 +91,7 @@
 
 mod buf;
 mod completion;
+mod fork;
 mod op;
 mod pool;
 #[cfg(target_os = "linux")]
@@ -71,6 +101,7 @@ pub use buf::{downcast_buf, AlignedBuf, IoBuf, IoBufMut};
 pub use completion::{BufResult, Completer, Completion};
 pub use op::{CURRENT_POSITION, MAX_RW};
 
+use crate::sync::Lock;
 use completion::{Progress, Slot};
 use op::{check_offset, BounceReadOp, BounceWriteOp, Op, ReadOp, WriteOp};
 use std::fs::File;
@@ -80,31 +111,6 @@ use std::sync::{Arc, OnceLock};
 /// The environment variable [`IoEngine::global`] reads: `uring` (or
 /// `io_uring`), `threads` (or `pool`), or `auto` (the default).
 pub const ENGINE_ENV: &str = "KXARRAY_IO_ENGINE";
-
-/// Where [`IoEngine::global`] writes its line (standard error when unset).
-type LogFn = Box<dyn Fn(&str) + Send + Sync>;
-static ENGINE_LOG: OnceLock<LogFn> = OnceLock::new();
-
-/// Send the line [`IoEngine::global`] writes when it makes the process's
-/// engine ("kxarray: I/O engine: io_uring, ...") to `f` instead of standard
-/// error: a library embedding kxarray in a program whose standard error is
-/// not its own (the SQLite VFS in the `sqlite3` shell sends it to SQLite's
-/// log) calls it once, before the engine's first use.
-///
-/// Returns `false`, changing nothing, when a function was already set.
-///
-/// ```
-/// use std::sync::{Arc, Mutex};
-/// let seen = Arc::new(Mutex::new(String::new()));
-/// let s = Arc::clone(&seen);
-/// assert!(kxarray::aio::set_engine_log(move |line| *s.lock().unwrap() = line.to_string()));
-/// assert!(!kxarray::aio::set_engine_log(|_| {}), "set once");
-/// kxarray::aio::IoEngine::global();
-/// assert!(seen.lock().unwrap().starts_with("kxarray: I/O engine: "));
-/// ```
-pub fn set_engine_log(f: impl Fn(&str) + Send + Sync + 'static) -> bool {
-    ENGINE_LOG.set(Box::new(f)).is_ok()
-}
 
 /// An aligned bounce buffer of `len` bytes, or the error a request with a
 /// bad `align` completes with.
@@ -175,11 +181,13 @@ pub struct IoSettings {
     rings: usize,
     ring_entries: u32,
     threads: usize,
+    pool_depth: usize,
 }
 
 impl Default for IoSettings {
     /// Auto; one ring per CPU (at most 8) of 256 entries; a pool of four
-    /// threads per CPU (4 to 32).
+    /// threads per CPU (4 to 32) holding at most 512 requests (what a
+    /// ring of 256 entries holds in flight).
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         IoSettings {
@@ -187,6 +195,7 @@ impl Default for IoSettings {
             rings: cpus.min(8),
             ring_entries: 256,
             threads: (4 * cpus).clamp(4, 32),
+            pool_depth: 512,
         }
     }
 }
@@ -218,9 +227,11 @@ impl IoSettings {
         self
     }
 
-    /// Submission entries per ring (a power of two is used; the completion
-    /// queue is four times as large, and above half of it a submitter
-    /// performs its request itself).
+    /// Submission entries per ring: rounded up to a power of two, at most
+    /// 32,768 (the kernel's limit). The completion queue is four times as
+    /// large, at most 65,536 (the kernel's limit, so from 16,385 entries
+    /// on it is twice as large); above half of it a submitter performs its
+    /// request itself. [`IoEngine::describe`] reports the sizes made.
     pub fn ring_entries(mut self, n: u32) -> Self {
         self.ring_entries = n.max(1);
         self
@@ -232,6 +243,16 @@ impl IoSettings {
         self.threads = n;
         self
     }
+
+    /// The pool's bound: at most `n` requests (at least 1) queued or
+    /// running on its threads; above it a submitter performs its request
+    /// on its own thread, as it does above a ring's in-flight cap, so
+    /// stalled threads cannot make the queue (and the buffers it holds)
+    /// grow without limit.
+    pub fn pool_depth(mut self, n: usize) -> Self {
+        self.pool_depth = n.max(1);
+        self
+    }
 }
 
 enum Imp {
@@ -240,15 +261,112 @@ enum Imp {
     Threads(pool::Pool),
 }
 
+/// One process's engine (see [`IoEngine`]).
 struct Inner {
     imp: Imp,
+    settings: IoSettings,
     /// Why io_uring is not the engine, when `Auto` fell back.
     fallback: Option<String>,
+    /// The fork generation of the process that made it.
+    generation: u64,
+    /// The pool that runs everything once io_uring is refused after setup.
+    after_refusal: OnceLock<pool::Pool>,
+    /// In a forked child: the child's own engine, made on first use.
+    child: Lock<Option<Arc<Inner>>>,
+}
+
+impl Inner {
+    fn new(settings: &IoSettings) -> io::Result<Inner> {
+        let threads = || Imp::Threads(pool::Pool::new(settings.threads, settings.pool_depth));
+        let (imp, fallback) = match settings.engine {
+            EngineChoice::Threads => (threads(), None),
+            EngineChoice::Uring => (Self::uring(settings)?, None),
+            EngineChoice::Auto => match Self::uring(settings) {
+                Ok(imp) => (imp, None),
+                Err(e) => {
+                    log::warn!("kxarray: io_uring unavailable ({e}); using the thread pool");
+                    (threads(), Some(format!("io_uring unavailable: {e}")))
+                }
+            },
+        };
+        Ok(Inner {
+            imp,
+            settings: settings.clone(),
+            fallback,
+            generation: fork::watch(),
+            after_refusal: OnceLock::new(),
+            child: Lock::new(None),
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn uring(s: &IoSettings) -> io::Result<Imp> {
+        Ok(Imp::Uring(uring::Rings::new(s.rings, s.ring_entries)?))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn uring(_: &IoSettings) -> io::Result<Imp> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "io_uring is Linux-only",
+        ))
+    }
+
+    /// The pool that replaces refused rings.
+    fn after_refusal(&self) -> &pool::Pool {
+        self.after_refusal
+            .get_or_init(|| pool::Pool::new(self.settings.threads, self.settings.pool_depth))
+    }
+
+    /// Submit ops together; the progress handle their completions use.
+    fn submit(&self, ops: Vec<Box<dyn Op>>) -> Option<Arc<dyn Progress>> {
+        match &self.imp {
+            #[cfg(target_os = "linux")]
+            Imp::Uring(r) if r.refused().is_none() => {
+                let ring = Arc::clone(r.ring());
+                ring.submit(ops);
+                Some(ring)
+            }
+            #[cfg(target_os = "linux")]
+            Imp::Uring(_) => {
+                let p = self.after_refusal();
+                p.submit(ops);
+                Some(p.progress())
+            }
+            Imp::Threads(p) => {
+                p.submit(ops);
+                Some(p.progress())
+            }
+        }
+    }
+}
+
+/// The engine of the calling process: the engine itself, or in a forked
+/// child the child's own.
+enum Here<'a> {
+    Own(&'a Inner),
+    Child(Arc<Inner>),
+}
+
+impl std::ops::Deref for Here<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        match self {
+            Here::Own(i) => i,
+            Here::Child(i) => i,
+        }
+    }
 }
 
 /// Reads and writes in flight: the facade over the io_uring rings or the
 /// thread pool. Cloning is cheap (a reference count); the engine stops
-/// when the last clone is dropped, after everything in flight completes.
+/// when the last clone is dropped, after everything in flight completes
+/// (or, for a request that does not, after a bounded wait: see the module
+/// notes).
+///
+/// An engine belongs to the process that made it: used in a forked child,
+/// it makes the child an engine of its own on the first request (see the
+/// module notes).
 ///
 /// ```
 /// use kxarray::aio::IoEngine;
@@ -272,47 +390,55 @@ impl std::fmt::Debug for IoEngine {
 }
 
 impl IoEngine {
-    /// An engine with these settings.
+    /// An engine with these settings. When `Auto` falls back to the pool,
+    /// a `warn` record of the [`log`] facade says why.
     ///
     /// # Errors
     /// With [`EngineChoice::Uring`], why io_uring cannot be set up (`EPERM`
-    /// under seccomp or `kernel.io_uring_disabled`, `ENOSYS` before Linux
-    /// 5.1, [`io::ErrorKind::Unsupported`] elsewhere or without the read
-    /// and write operations). Never with `Auto` or `Threads`: a pool whose
+    /// under seccomp or `kernel.io_uring_disabled`, or when a filter
+    /// refuses `io_uring_enter`; `ENOSYS` before Linux 5.1,
+    /// [`io::ErrorKind::Unsupported`] elsewhere or without the read and
+    /// write operations). Never with `Auto` or `Threads`: a pool whose
     /// threads cannot be started runs requests on the caller's thread.
     pub fn new(settings: &IoSettings) -> io::Result<IoEngine> {
-        let threads = || Imp::Threads(pool::Pool::new(settings.threads));
-        let (imp, fallback) = match settings.engine {
-            EngineChoice::Threads => (threads(), None),
-            EngineChoice::Uring => (Self::uring(settings)?, None),
-            EngineChoice::Auto => match Self::uring(settings) {
-                Ok(imp) => (imp, None),
-                Err(e) => (threads(), Some(format!("io_uring unavailable: {e}"))),
-            },
-        };
         Ok(IoEngine {
-            inner: Arc::new(Inner { imp, fallback }),
+            inner: Arc::new(Inner::new(settings)?),
         })
     }
 
-    #[cfg(target_os = "linux")]
-    fn uring(s: &IoSettings) -> io::Result<Imp> {
-        Ok(Imp::Uring(uring::Rings::new(s.rings, s.ring_entries)?))
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn uring(_: &IoSettings) -> io::Result<Imp> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "io_uring is Linux-only",
-        ))
+    /// This process's engine: `self`'s, or in a forked child the child's
+    /// own (made now, with the same settings and the same kind where it
+    /// can be set up, on the first call in that child).
+    fn here(&self) -> Here<'_> {
+        let now = fork::generation();
+        if self.inner.generation == now {
+            return Here::Own(&self.inner);
+        }
+        let mut child = self.inner.child.lock();
+        if let Some(c) = child.as_ref().filter(|c| c.generation == now) {
+            return Here::Child(Arc::clone(c));
+        }
+        let mut s = self.inner.settings.clone();
+        if s.engine == EngineChoice::Uring {
+            s.engine = EngineChoice::Auto;
+        }
+        let fresh = Inner::new(&s).or_else(|_| Inner::new(&s.engine(EngineChoice::Threads)));
+        let fresh = Arc::new(fresh.expect("the pool cannot fail"));
+        log::info!(
+            "kxarray: I/O engine: a forked child gets its own: {}",
+            describe(&fresh)
+        );
+        // An older one is a grandparent's child engine, inherited: its drop
+        // touches nothing of that process's (the engines check the fork
+        // generation).
+        *child = Some(Arc::clone(&fresh));
+        Here::Child(fresh)
     }
 
     /// The process's engine, made on first use from [`ENGINE_ENV`] and the
-    /// default settings, with one line saying which engine runs and why
-    /// (on standard error, or to the function given to
-    /// [`set_engine_log`]). Forcing `uring` where io_uring cannot be set
-    /// up falls back to the pool, and the line says so.
+    /// default settings, with one `info` record of the [`log`] facade
+    /// saying which engine runs and why. Forcing `uring` where io_uring
+    /// cannot be set up falls back to the pool, and the line says so.
     pub fn global() -> &'static IoEngine {
         static GLOBAL: OnceLock<IoEngine> = OnceLock::new();
         GLOBAL.get_or_init(|| {
@@ -336,20 +462,33 @@ impl IoEngine {
             if let Some(n) = note {
                 line += &format!("; {n}");
             }
-            match ENGINE_LOG.get() {
-                Some(f) => f(&line),
-                None => eprintln!("{line}"),
-            }
+            log::info!("{line}");
             engine
         })
     }
 
-    /// Which engine runs.
+    /// Which engine runs (in this process; [`EngineKind::Threads`] once
+    /// io_uring was refused after setup).
     pub fn kind(&self) -> EngineKind {
+        let here = self.here();
+        match &here.imp {
+            #[cfg(target_os = "linux")]
+            Imp::Uring(r) if r.refused().is_none() => EngineKind::Uring,
+            #[cfg(target_os = "linux")]
+            Imp::Uring(_) => EngineKind::Threads,
+            Imp::Threads(_) => EngineKind::Threads,
+        }
+    }
+
+    /// How many completions reached this engine's rings for no request it
+    /// had in flight (say, a forked child's that submitted to an inherited
+    /// ring behind the engine's back): counted, logged once, never applied
+    /// to another request. 0 with the thread pool.
+    pub fn stray_completions(&self) -> usize {
         match &self.inner.imp {
             #[cfg(target_os = "linux")]
-            Imp::Uring(_) => EngineKind::Uring,
-            Imp::Threads(_) => EngineKind::Threads,
+            Imp::Uring(r) => r.strays(),
+            Imp::Threads(_) => 0,
         }
     }
 
@@ -358,42 +497,20 @@ impl IoEngine {
         self.inner.fallback.as_deref()
     }
 
-    /// One line saying which engine runs, with its size.
+    /// One line saying which engine runs (in this process), with its size
+    /// as made (the ring sizes the kernel rounded, the pool's bound).
     ///
     /// ```
     /// let line = kxarray::aio::IoEngine::global().describe();
     /// assert!(line.starts_with("io_uring") || line.starts_with("threads"), "{line}");
     /// ```
     pub fn describe(&self) -> String {
-        let mut s = match &self.inner.imp {
-            #[cfg(target_os = "linux")]
-            Imp::Uring(r) => format!(
-                "io_uring, {} ring(s) of {} entries, one reaper thread each",
-                r.count(),
-                r.entries()
-            ),
-            Imp::Threads(p) => format!("threads, a pool of {} pread/pwrite threads", p.threads()),
-        };
-        if let Some(f) = &self.inner.fallback {
-            s += &format!(" ({f})");
-        }
-        s
+        describe(&self.here())
     }
 
     /// Submit ops together; the progress handle their completions use.
     fn submit(&self, ops: Vec<Box<dyn Op>>) -> Option<Arc<dyn Progress>> {
-        match &self.inner.imp {
-            #[cfg(target_os = "linux")]
-            Imp::Uring(r) => {
-                let ring = Arc::clone(r.ring());
-                ring.submit(ops);
-                Some(ring)
-            }
-            Imp::Threads(p) => {
-                p.submit(ops);
-                Some(p.progress())
-            }
-        }
+        self.here().submit(ops)
     }
 
     /// Read up to `buf.len()` bytes of `file` at `offset` into `buf`
@@ -553,4 +670,36 @@ impl IoEngine {
             .map(|c| c.expect("every request has its completion"))
             .collect()
     }
+}
+
+fn describe_pool(p: &pool::Pool) -> String {
+    format!(
+        "threads, a pool of {} pread/pwrite threads, at most {} requests queued",
+        p.threads(),
+        p.depth()
+    )
+}
+
+/// [`IoEngine::describe`] of one process's engine.
+fn describe(inner: &Inner) -> String {
+    let mut s = match &inner.imp {
+        #[cfg(target_os = "linux")]
+        Imp::Uring(r) => match r.refused() {
+            None => format!(
+                "io_uring, {} ring(s) of {} entries ({} completions), one reaper thread each",
+                r.count(),
+                r.entries(),
+                r.cq_entries()
+            ),
+            Some(e) => format!(
+                "{} (io_uring_enter refused after setup: {e})",
+                describe_pool(inner.after_refusal())
+            ),
+        },
+        Imp::Threads(p) => describe_pool(p),
+    };
+    if let Some(f) = &inner.fallback {
+        s += &format!(" ({f})");
+    }
+    s
 }

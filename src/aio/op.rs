@@ -58,7 +58,7 @@ pub(crate) trait Op: Send {
 pub(crate) fn finish_guarded(op: Box<dyn Op>, res: io::Result<usize>) {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.finish(res)));
     if r.is_err() {
-        eprintln!("kxarray: a completion's waker or buffer destructor panicked; ignored");
+        log::error!("kxarray: a completion's waker or buffer destructor panicked; ignored");
     }
 }
 

@@ -1,26 +1,39 @@
 //! The fallback engine: a small pool of threads running `pread`/`pwrite`,
 //! for when io_uring is unavailable (seccomp, `kernel.io_uring_disabled`,
-//! old kernels, other systems) or not wanted.
+//! old kernels, other systems), refused after setup, or not wanted.
 //!
 //! Owns the job queue and the worker threads. Invariants:
 //! - a queued or running op owns its buffer and file; a worker performs it
 //!   through the op's own safe methods and hands the buffer back through
 //!   its slot, so no raw pointer to a buffer is used at all;
+//! - at most `depth` ops are queued or running (the pool's bound, as a
+//!   ring caps what it has in flight): above it a submitter performs its
+//!   own op on its thread, so memory held by queued buffers stays bounded
+//!   even with every worker stalled;
 //! - an idle worker parks (no spinning) after putting itself on the idle
 //!   list, under the queue lock; a submitter that queues a job takes one
 //!   idle worker off the list and unparks it, so no job waits while a
 //!   worker sleeps;
 //! - workers run every queued job before they exit; the pool's `Drop`
-//!   joins them (except the calling thread, when a waker run by a worker
-//!   dropped the last engine handle);
+//!   waits for them up to [`DROP_GRACE`] and joins those that returned;
+//!   one still blocked (a read of an empty pipe) is left to finish alone,
+//!   owning its op, so the drop returns in bounded time;
+//! - a pool belongs to the process that made it ([`super::fork`]): a
+//!   forked child has none of its threads, so the engine makes the child
+//!   a pool of its own, and the child's copies of queued jobs fail there;
 //! - no op is finished under the queue lock.
 
-use super::completion::{mark_engine_thread, Progress};
+use super::completion::{mark_engine_thread, on_engine_thread, Progress};
+use super::fork;
 use super::op::{finish_guarded, Op};
-use crate::sync::Lock;
+use crate::sync::{AtomicUsize, Lock, Ordering};
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+/// How long dropping a pool waits for its workers.
+pub(crate) const DROP_GRACE: Duration = Duration::from_secs(1);
 
 struct Queue {
     jobs: VecDeque<Box<dyn Op>>,
@@ -31,6 +44,13 @@ struct Queue {
 /// The state the workers and the submitters share.
 pub(crate) struct Shared {
     queue: Lock<Queue>,
+    /// Ops queued or running.
+    in_flight: AtomicUsize,
+    /// How many workers have returned, for a bounded drop.
+    exited: Mutex<usize>,
+    exited_cv: Condvar,
+    /// The fork generation of the process that made the pool.
+    generation: u64,
 }
 
 impl Shared {
@@ -60,28 +80,76 @@ impl Shared {
         }
     }
 
+    fn run(&self, mut op: Box<dyn Op>) {
+        let res = op.run_sync();
+        finish_guarded(op, res);
+        self.in_flight.fetch_sub(1, Ordering::Release);
+    }
+
     fn run_one(&self) -> bool {
         let op = self.queue.lock().jobs.pop_front();
         match op {
-            Some(mut op) => {
-                let res = op.run_sync();
-                finish_guarded(op, res);
+            Some(op) => {
+                self.run(op);
                 true
             }
             None => false,
         }
     }
+
+    fn worker_exited(&self) {
+        *self.exited.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.exited_cv.notify_all();
+    }
+
+    /// Wait until `n` workers have returned (`true`) or `deadline`
+    /// passed (`false`).
+    fn wait_exited(&self, n: usize, deadline: Instant) -> bool {
+        let mut done = self.exited.lock().unwrap_or_else(|e| e.into_inner());
+        while *done < n {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            done = match self.exited_cv.wait_timeout(done, deadline - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        true
+    }
+
+    fn foreign(&self) -> bool {
+        fork::generation() != self.generation
+    }
 }
 
 impl Progress for Shared {
-    /// A caller's thread does not run other callers' requests: nothing.
-    fn poll_once(&self) {}
+    /// A caller's thread does not run other callers' requests: nothing,
+    /// except in a forked child, where the child's copies of the parent's
+    /// queued jobs fail (no worker of this pool exists there).
+    fn poll_once(&self) {
+        if !self.foreign() {
+            return;
+        }
+        let jobs = match self.queue.try_lock() {
+            Some(mut q) => std::mem::take(&mut q.jobs),
+            None => return,
+        };
+        for op in jobs {
+            let e = std::io::Error::other(
+                "the request was submitted by the parent process before fork(); \
+                 it completes in the parent only",
+            );
+            finish_guarded(op, Err(e));
+        }
+    }
 
     /// On a worker waiting inside a waker: run a queued job, or park until
     /// another worker finishes one.
     fn block(&self) {
-        if !self.run_one() {
-            std::thread::park_timeout(std::time::Duration::from_millis(1));
+        if !(on_engine_thread() && self.run_one()) {
+            std::thread::park_timeout(Duration::from_millis(1));
         }
     }
 }
@@ -90,19 +158,25 @@ impl Progress for Shared {
 pub(crate) struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    depth: usize,
 }
 
 impl Pool {
-    /// A pool of `n` workers. Should a thread fail to start, the pool
-    /// runs with those that did; with none, requests run on the
-    /// submitter's thread.
-    pub(crate) fn new(n: usize) -> Pool {
+    /// A pool of `n` workers holding at most `depth` ops (at least 1)
+    /// queued or running. Should a thread fail to start, the pool runs
+    /// with those that did; with none, requests run on the submitter's
+    /// thread.
+    pub(crate) fn new(n: usize, depth: usize) -> Pool {
         let shared = Arc::new(Shared {
             queue: Lock::new(Queue {
                 jobs: VecDeque::new(),
                 idle: Vec::new(),
                 stop: false,
             }),
+            in_flight: AtomicUsize::new(0),
+            exited: Mutex::new(0),
+            exited_cv: Condvar::new(),
+            generation: fork::watch(),
         });
         let mut workers = Vec::new();
         for i in 0..n {
@@ -111,43 +185,63 @@ impl Pool {
                 .name(format!("kx-aio-pool-{i}"))
                 .spawn(move || {
                     mark_engine_thread();
-                    while let Some(mut op) = s.next() {
-                        let res = op.run_sync();
-                        finish_guarded(op, res);
+                    struct Exit<'a>(&'a Shared);
+                    impl Drop for Exit<'_> {
+                        fn drop(&mut self) {
+                            self.0.worker_exited();
+                        }
+                    }
+                    let _exit = Exit(&s);
+                    while let Some(op) = s.next() {
+                        s.run(op);
                     }
                 });
             match h {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    eprintln!("kxarray: I/O pool: thread {i} of {n} failed to start: {e}");
+                    log::warn!(
+                        "kxarray: I/O pool: thread {i} of {n} failed to start: {e}; \
+                         running with {i}"
+                    );
                     break;
                 }
             }
         }
-        Pool { shared, workers }
+        Pool {
+            shared,
+            workers,
+            depth: depth.max(1),
+        }
     }
 
     pub(crate) fn threads(&self) -> usize {
         self.workers.len()
     }
 
+    /// The most ops queued or running.
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
+    }
+
     pub(crate) fn progress(&self) -> Arc<Shared> {
         Arc::clone(&self.shared)
     }
 
-    /// Queue ops and wake as many idle workers.
+    /// Queue ops and wake as many idle workers; an op over the bound (or
+    /// every op, without workers) runs on the calling thread.
     pub(crate) fn submit(&self, ops: impl IntoIterator<Item = Box<dyn Op>>) {
-        if self.workers.is_empty() {
-            for mut op in ops {
-                let res = op.run_sync();
-                finish_guarded(op, res);
-            }
-            return;
-        }
         let mut wake = Vec::new();
+        let mut inline = Vec::new();
         {
             let mut q = self.shared.queue.lock();
             for op in ops {
+                if self.workers.is_empty()
+                    || self.shared.in_flight.load(Ordering::Relaxed) >= self.depth
+                {
+                    inline.push(op);
+                    continue;
+                }
+                self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
                 q.jobs.push_back(op);
                 if let Some(t) = q.idle.pop() {
                     wake.push(t);
@@ -157,11 +251,20 @@ impl Pool {
         for t in wake {
             t.unpark();
         }
+        for mut op in inline {
+            let res = op.run_sync();
+            finish_guarded(op, res);
+        }
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        if self.shared.foreign() {
+            // The parent's workers do not exist here.
+            std::mem::forget(std::mem::take(&mut self.workers));
+            return;
+        }
         let idle = {
             let mut q = self.shared.queue.lock();
             q.stop = true;
@@ -173,11 +276,33 @@ impl Drop for Pool {
         for h in &self.workers {
             h.thread().unpark();
         }
+        // A waker run by a worker may drop the last engine handle: that
+        // worker returns by itself, it cannot wait for itself.
         let me = std::thread::current().id();
+        let others = self
+            .workers
+            .iter()
+            .filter(|h| h.thread().id() != me)
+            .count();
+        let all = self.shared.wait_exited(others, Instant::now() + DROP_GRACE);
+        let mut stuck = 0;
         for h in self.workers.drain(..) {
-            if h.thread().id() != me {
-                let _ = h.join();
+            if h.thread().id() == me {
+                continue;
             }
+            if all || h.is_finished() {
+                let _ = h.join();
+            } else {
+                // Blocked in a read that has not returned: it owns its op
+                // and returns when the read does.
+                stuck += 1;
+            }
+        }
+        if stuck > 0 {
+            log::warn!(
+                "kxarray: I/O pool: {stuck} thread(s) still blocked in a request; \
+                 left to finish alone"
+            );
         }
     }
 }

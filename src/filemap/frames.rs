@@ -672,7 +672,20 @@ mod pool {
             // SAFETY: from `take`, given back once, unused.
             unsafe { give(g) };
             assert!(stats().bytes_free >= len);
-            let released = trim_frames();
+            // Trimming spills this thread's magazine to the shared lists
+            // and releases them; a test on another thread may take (or
+            // trim) the spilled frame in between. So a few tries, one of
+            // which must release at least our frame.
+            let mut released = trim_frames();
+            for _ in 0..8 {
+                if released >= len {
+                    break;
+                }
+                let (g, _) = take(len).unwrap();
+                // SAFETY: from `take`, given back once, unused.
+                unsafe { give(g) };
+                released = trim_frames();
+            }
             assert!(released >= len, "released {released}");
         }
 

@@ -68,7 +68,7 @@
 //! eighth of its capacity, down to a floor (an eighth of the configured
 //! capacity, at least 16 MiB); after 10 s without a stall it grows back
 //! by an eighth of the configured capacity every 2 s ([`ShrinkPolicy`]).
-//! Each change is one log line ([`LogSink`]: standard error, a callback,
+//! Each change is one log line ([`LogSink`]: the `log` facade, a callback,
 //! or off). Where PSI is unavailable, `start` logs `PSI unavailable:
 //! <reason>; running without it` and returns the error, which the caller
 //! may ignore: nothing runs then. Off by default: the library never

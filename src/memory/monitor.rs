@@ -71,9 +71,12 @@ pub trait Resizable: Send + Sync {
 /// Where a pressure monitor's log lines go.
 #[derive(Clone, Default)]
 pub enum LogSink {
-    /// Standard error, each line prefixed with `kxarray: ` (the default).
+    /// An `info` record of the [`log`] facade, prefixed with `kxarray: `
+    /// (the default): silent until the application installs a logger
+    /// (the SQLite VFS forwards it to `sqlite3_log`, the NBD server to its
+    /// `tracing` subscriber).
     #[default]
-    Stderr,
+    Log,
     /// Nowhere.
     Off,
     /// A function of the line (without a prefix or a newline): to a
@@ -84,7 +87,7 @@ pub enum LogSink {
 impl fmt::Debug for LogSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LogSink::Stderr => "Stderr",
+            LogSink::Log => "Log",
             LogSink::Off => "Off",
             LogSink::Callback(_) => "Callback(..)",
         })
@@ -95,7 +98,7 @@ impl LogSink {
     /// Log `line`.
     pub fn log(&self, line: &str) {
         match self {
-            LogSink::Stderr => eprintln!("kxarray: {line}"),
+            LogSink::Log => log::info!("kxarray: {line}"),
             LogSink::Off => {}
             LogSink::Callback(f) => f(line),
         }
@@ -122,7 +125,7 @@ pub struct PressureConfig {
     pub trigger: Trigger,
     /// How it shrinks and grows.
     pub policy: ShrinkPolicy,
-    /// Where its log lines go (default standard error).
+    /// Where its log lines go (default the [`log`] facade).
     pub log: LogSink,
 }
 

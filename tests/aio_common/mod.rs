@@ -108,3 +108,178 @@ pub(crate) fn my_tid() -> String {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }.to_string()
 }
+
+/// A pipe: a read end the engine can keep in flight as long as the test
+/// wants (until it writes the write end).
+pub(crate) fn pipe() -> (Arc<File>, File) {
+    use std::os::unix::io::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors, owned by nothing else.
+    let r = unsafe { File::from_raw_fd(fds[0]) };
+    // SAFETY: as above.
+    let w = unsafe { File::from_raw_fd(fds[1]) };
+    (Arc::new(r), w)
+}
+
+/// `c`'s outcome, waited for on another thread, or `None` when it has not
+/// come within `limit` (a hang guard, not a speed check: the limit is
+/// far above what the request needs).
+pub(crate) fn wait_within<B: Send + 'static>(
+    c: kxarray::aio::Completion<B>,
+    limit: std::time::Duration,
+) -> Option<kxarray::aio::BufResult<B>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.wait());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// Run `f` on another thread; whether it returned within `limit` (a hang
+/// guard, as above).
+pub(crate) fn returns_within(
+    f: impl FnOnce() + Send + 'static,
+    limit: std::time::Duration,
+) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(limit).is_ok()
+}
+
+/// Fork; the child runs `f` and `_exit`s with its result (101 when it
+/// panics), without printing. Returns the child's pid.
+pub(crate) fn fork_child(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the child runs only `f` and then `_exit`s, never returning
+    // into the test harness; `f` uses the allocator (safe after fork in
+    // glibc) and the library under test.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        std::panic::set_hook(Box::new(|_| {}));
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) }
+    }
+    pid
+}
+
+/// The exit status of child `pid`, or `None` (the child killed) when it
+/// has not exited within `limit` (a hang guard).
+pub(crate) fn wait_child(pid: libc::pid_t, limit: std::time::Duration) -> Option<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        assert!(r == 0, "waitpid: {}", std::io::Error::last_os_error());
+        if start.elapsed() > limit {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: as above; reaps it.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Make `io_uring_enter` (system call 426 on every Linux architecture)
+/// fail with `EPERM` for every thread of this process, as a container's
+/// seccomp profile may: a classic BPF program installed with seccomp(2)
+/// and `SECCOMP_FILTER_FLAG_TSYNC`. For a forked child only (a filter
+/// cannot be removed).
+pub(crate) fn refuse_io_uring_enter() -> std::io::Result<()> {
+    #[repr(C)]
+    struct SockFilter {
+        code: u16,
+        jt: u8,
+        jf: u8,
+        k: u32,
+    }
+    #[repr(C)]
+    struct SockFprog {
+        len: u16,
+        filter: *const SockFilter,
+    }
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JEQ | BPF_K, BPF_RET | BPF_K
+    // (BPF_LD, BPF_W and BPF_K are 0).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const BPF_RET_K: u16 = 0x06;
+    const IO_URING_ENTER: u32 = 426;
+    let prog = [
+        // A = seccomp_data.nr
+        SockFilter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        SockFilter {
+            code: BPF_JMP_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: IO_URING_ENTER,
+        },
+        SockFilter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        SockFilter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let fprog = SockFprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fprog` points at `prog`, both alive across the call; the
+    // kernel copies the program.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            &fprog as *const SockFprog,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A logger printing each record on standard output as `LOG <LEVEL>
+/// <message>`, for a child process whose output a test reads.
+pub(crate) fn log_to_stdout() {
+    struct Stdout;
+    impl log::Log for Stdout {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            println!("LOG {} {}", r.level(), r.args());
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stdout = Stdout;
+    log::set_logger(&LOGGER).expect("no logger yet");
+    log::set_max_level(log::LevelFilter::Trace);
+}
