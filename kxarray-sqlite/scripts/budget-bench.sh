@@ -5,8 +5,9 @@
 #    (default 1024), each scanning its own DB_MB database (default 820)
 #    three times: kxarray with default settings (the budget on), kxarray
 #    with kx_budget=0 (each cache sized alone, as before the budget), and
-#    the unix VFS. Prints each run's wall time and the processes killed
-#    (exit 137, and the cgroup's oom_kill count).
+#    the unix VFS. Prints each run's wall time, the five's CPU time (user
+#    + system), the processes killed (exit 137, and the cgroup's oom_kill
+#    count); then each configuration's median wall time and OOM kills.
 # 2. One shell alone, no cgroup limit, scanning one database three times
 #    in a fresh process: kxarray (budget on) against kx_budget=0 (today's
 #    fixed sizing) and unix: the first pass must not lose to a small start.
@@ -14,7 +15,8 @@
 #    the same cgroup (issue 38's shared locking), each scanning it three
 #    times with a one-row commit after each scan (`.timeout 60000`: the
 #    writers take turns), the same three configurations. Prints each
-#    run's wall time, the processes killed, and those whose three scans
+#    run's wall time, the eight's CPU time (user + system), the processes
+#    that failed / the cgroup's OOM kills, and those whose three scans
 #    and own three rows were right; then each configuration's median wall
 #    time and its kills over all rounds.
 #
@@ -103,6 +105,9 @@ cleanup() { [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; }
 trap cleanup EXIT
 
 oom_kills() { awk '$1 == "oom_kill" {print $2}' "$CG/$KILLS_FILE"; }
+# CPU seconds (user + system) of this script's waited-for children so far.
+TICK=$(getconf CLK_TCK)
+children_cpu() { awk -v t="$TICK" '{printf "%.2f", ($16 + $17) / t}' /proc/$$/stat; }
 
 if [[ " $PARTS " != *" 1 "* ]]; then
   :
@@ -110,14 +115,16 @@ elif [ -z "$CG" ]; then
   echo "part 1 skipped: no memory cgroup could be made" >&2
 else
   echo "# five processes, $DB_MB MB each, 3 scans, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '%-12s %5s %8s %6s %s\n' config round wall_s killed answers
+  RESULTS=$DIR/results-1.txt; : > "$RESULTS"
+  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s killed answers
   for ((r = 0; r < ROUNDS; r++)); do
     for c in $(rotate "$r" $CONFIGS); do
+      for i in 0 1 2 3 4; do script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"; done
       before=$(oom_kills)
+      cpu0=$(children_cpu)
       start=$(date +%s.%N)
       pids=()
       for i in 0 1 2 3 4; do
-        script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"
         sh -c 'echo $$ > "$1/cgroup.procs" && exec sqlite3 < "$2" > "$3" 2>&1' sh "$CG" "$DIR/in-$i.sql" "$DIR/out-$i.txt" &
         pids+=($!)
       done
@@ -126,9 +133,14 @@ else
       end=$(date +%s.%N)
       right=0
       for i in 0 1 2 3 4; do [ "$(grep -c "^$EXPECT\$" "$DIR/out-$i.txt" || true)" = 3 ] && right=$((right + 1)); done
-      printf '%-12s %5d %8.2f %6s %s\n' "$c" "$r" "$(echo "$end - $start" | bc)" "$killed/$(( $(oom_kills) - before ))" "$right/5 right"
+      wall=$(echo "$end - $start" | bc)
+      oom=$(( $(oom_kills) - before ))
+      cpu=$(echo "$(children_cpu) - $cpu0" | bc)
+      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/5 right"
+      echo "$c $wall $oom" >> "$RESULTS"
     done
   done
+  summary "$RESULTS"
 fi
 
 # --- 2. one process alone, no limit ---
@@ -161,12 +173,13 @@ else
   cat "$SHARED" > /dev/null
   RESULTS=$DIR/results-3.txt; : > "$RESULTS"
   echo "# eight processes sharing one $DB_MB MB database (WAL), 3 scans and 3 commits each, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '%-12s %5s %8s %6s %s\n' config round wall_s failed/oom answers
+  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s failed/oom answers
   for ((r = 0; r < ROUNDS; r++)); do
     for c in $(rotate "$r" $CONFIGS); do
       sqlite3 "$SHARED" "DELETE FROM w;" > /dev/null
       for i in 0 1 2 3 4 5 6 7; do shared_script "$c" "$SHARED" "$i" > "$DIR/in-shared-$i.sql"; done
       before=$(oom_kills)
+      cpu0=$(children_cpu)
       start=$(date +%s.%N)
       pids=()
       for i in 0 1 2 3 4 5 6 7; do
@@ -182,7 +195,8 @@ else
       done
       wall=$(echo "$end - $start" | bc)
       oom=$(( $(oom_kills) - before ))
-      printf '%-12s %5d %8.2f %6s %s\n' "$c" "$r" "$wall" "$killed/$oom" "$right/8 right"
+      cpu=$(echo "$(children_cpu) - $cpu0" | bc)
+      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/8 right"
       echo "$c $wall $oom" >> "$RESULTS"
     done
   done
