@@ -34,6 +34,7 @@ LIMIT_MB=${LIMIT_MB:-1024}
 DB_MB=${DB_MB:-820}
 CONFIGS=${CONFIGS:-"kx kx-nobudget unix"}
 PARTS=${PARTS:-"1 2 3"}         # which parts to run
+WRITES=${WRITES:-1}             # part 3: WRITES=0 scans only (no commits, no lock waits)
 DIR=${DIR:-target/budget-bench}
 EXT=$PWD/target/release/libkxarray_sqlite
 mkdir -p "$DIR"
@@ -76,9 +77,9 @@ shared_script() { # config db process -> the input of one of the eight
   echo ".timeout 60000"
   for r in 1 2 3; do
     echo "SELECT count(*), sum(length(b)), sum(a) FROM t;"
-    echo "INSERT INTO w VALUES($3, $r);"
+    [ "$WRITES" = 0 ] || echo "INSERT INTO w VALUES($3, $r);"
   done
-  echo "SELECT 'own', count(*) FROM w WHERE p = $3;"
+  if [ "$WRITES" = 0 ]; then echo "SELECT 'own', 3;"; else echo "SELECT 'own', count(*) FROM w WHERE p = $3;"; fi
 }
 
 summary() { # results file (config wall killed per line) -> median wall and kills per config
