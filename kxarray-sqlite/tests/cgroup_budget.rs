@@ -363,6 +363,7 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
         format!("own|{SCANS}"),
     ];
     let mut failures = Vec::new();
+    let mut keys = Vec::new();
     for (i, out) in outputs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -381,6 +382,12 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
             field(stats, "budget_share"),
             field(stats, "budget_members")
         );
+        keys.push(
+            stats
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("budget_key="))
+                .map(str::to_owned),
+        );
         if !out.status.success() || !stderr.is_empty() {
             failures.push(format!("process {i}: {:?}, stderr {stderr:?}", out.status));
         } else if answers != want {
@@ -395,6 +402,15 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
     );
     assert_eq!(kills, 0, "the cgroup counted OOM kills; {failures:?}");
     assert!(failures.is_empty(), "{failures:#?}");
+    // One budget: every cache registered under the test's cgroup (the
+    // limited one), none sized alone.
+    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap();
+    assert!(
+        keys.iter().all(|k| k.as_deref() == keys[0].as_deref()
+            && k.as_deref()
+                .is_some_and(|k| k.starts_with("cgroup-") && k.ends_with(cg_name))),
+        "{keys:?}"
+    );
     // Every commit is in the file, whole (read with the unix VFS).
     let (ok, out, err) = common::run_shell(
         &[db.to_str().unwrap()],
