@@ -5,25 +5,36 @@
 #    (default 1024), each scanning its own DB_MB database (default 820)
 #    three times: kxarray with default settings (the budget on), kxarray
 #    with kx_budget=0 (each cache sized alone, as before the budget), and
-#    the unix VFS. Prints each run's wall time and the processes killed
-#    (exit 137, and the cgroup's oom_kill count).
+#    the unix VFS. Prints each run's wall time, the five's CPU time (user
+#    + system), the processes killed (exit 137, and the cgroup's oom_kill
+#    count); then each configuration's median wall time and OOM kills.
 # 2. One shell alone, no cgroup limit, scanning one database three times
 #    in a fresh process: kxarray (budget on) against kx_budget=0 (today's
 #    fixed sizing) and unix: the first pass must not lose to a small start.
+# 3. Eight stock sqlite3 shells sharing ONE DB_MB database in WAL mode in
+#    the same cgroup (issue 38's shared locking), each scanning it three
+#    times with a one-row commit after each scan (`.timeout 60000`: the
+#    writers take turns), the same three configurations. Prints each
+#    run's wall time, the eight's CPU time (user + system), the processes
+#    that failed / the cgroup's OOM kills, and those whose three scans
+#    and own three rows were right; then each configuration's median wall
+#    time and its kills over all rounds.
 #
 #   sudo bash kxarray-sqlite/scripts/budget-bench.sh
 #   ROUNDS=5 LIMIT_MB=512 DB_MB=300 bash kxarray-sqlite/scripts/budget-bench.sh
+#   PARTS=3 ROUNDS=5 bash kxarray-sqlite/scripts/budget-bench.sh   # the eight only
 #
 # Needs root and the cgroup v1 memory controller (/sys/fs/cgroup/memory)
-# or cgroup v2 with memory delegated at the root; part 1 is skipped
-# otherwise.
+# or cgroup v2 with memory delegated at the root; parts 1 and 3 are
+# skipped otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 LIMIT_MB=${LIMIT_MB:-1024}
 DB_MB=${DB_MB:-820}
 CONFIGS=${CONFIGS:-"kx kx-nobudget unix"}
-PARTS=${PARTS:-"1 2"}           # which parts to run
+PARTS=${PARTS:-"1 2 3"}         # which parts to run
+WRITES=${WRITES:-1}             # part 3: WRITES=0 scans only (no commits, no lock waits)
 DIR=${DIR:-target/budget-bench}
 EXT=$PWD/target/release/libkxarray_sqlite
 mkdir -p "$DIR"
@@ -45,7 +56,7 @@ fi
 for i in 1 2 3 4; do [ -s "$DIR/db-$DB_MB-$i.db" ] || cp "$DB0" "$DIR/db-$DB_MB-$i.db"; done
 EXPECT="$ROWS|$((ROWS * 1000))|$((ROWS * (ROWS + 1) / 2))"
 
-script() { # config db -> the shell's input
+open_db() { # config db -> the shell's lines that open db
   local c=$1 db=$2
   case "$c" in
     unix) echo ".open '$db'" ;;
@@ -53,7 +64,29 @@ script() { # config db -> the shell's input
     kx-nobudget) printf ".load %s\n.open 'file:%s?vfs=kxarray&kx_budget=0'\n" "$EXT" "$db" ;;
     *) echo "unknown config $c" >&2; exit 2 ;;
   esac
+}
+
+script() { # config db -> the shell's input
+  open_db "$1" "$2"
   for _ in 1 2 3; do echo "SELECT count(*), sum(length(b)), sum(a) FROM t;"; done
+}
+
+shared_script() { # config db process -> the input of one of the eight
+  local r
+  open_db "$1" "$2"
+  echo ".timeout 60000"
+  for r in 1 2 3; do
+    echo "SELECT count(*), sum(length(b)), sum(a) FROM t;"
+    [ "$WRITES" = 0 ] || echo "INSERT INTO w VALUES($3, $r);"
+  done
+  if [ "$WRITES" = 0 ]; then echo "SELECT 'own', 3;"; else echo "SELECT 'own', count(*) FROM w WHERE p = $3;"; fi
+}
+
+summary() { # results file (config wall killed per line) -> median wall and kills per config
+  for c in $CONFIGS; do
+    awk -v c="$c" '$1 == c {print $2}' "$1" | sort -n | awk -v c="$c" -v k="$(awk -v c="$c" '$1 == c {k += $3} END {print k + 0}' "$1")" \
+      '{w[NR] = $1} END {if (NR) printf "%-12s median %6.2f s over %d runs, %s OOM kills in all\n", c, (NR % 2 ? w[(NR + 1) / 2] : (w[NR / 2] + w[NR / 2 + 1]) / 2), NR, k}'
+  done
 }
 
 rotate() { local r=$1; shift; local a=("$@") n=$#; for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + r) % n))]}"; done; }
@@ -73,6 +106,9 @@ cleanup() { [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; }
 trap cleanup EXIT
 
 oom_kills() { awk '$1 == "oom_kill" {print $2}' "$CG/$KILLS_FILE"; }
+# CPU seconds (user + system) of this script's waited-for children so far.
+TICK=$(getconf CLK_TCK)
+children_cpu() { awk -v t="$TICK" '{printf "%.2f", ($16 + $17) / t}' /proc/$$/stat; }
 
 if [[ " $PARTS " != *" 1 "* ]]; then
   :
@@ -80,14 +116,16 @@ elif [ -z "$CG" ]; then
   echo "part 1 skipped: no memory cgroup could be made" >&2
 else
   echo "# five processes, $DB_MB MB each, 3 scans, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '%-12s %5s %8s %6s %s\n' config round wall_s killed answers
+  RESULTS=$DIR/results-1.txt; : > "$RESULTS"
+  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s killed answers
   for ((r = 0; r < ROUNDS; r++)); do
     for c in $(rotate "$r" $CONFIGS); do
+      for i in 0 1 2 3 4; do script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"; done
       before=$(oom_kills)
+      cpu0=$(children_cpu)
       start=$(date +%s.%N)
       pids=()
       for i in 0 1 2 3 4; do
-        script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"
         sh -c 'echo $$ > "$1/cgroup.procs" && exec sqlite3 < "$2" > "$3" 2>&1' sh "$CG" "$DIR/in-$i.sql" "$DIR/out-$i.txt" &
         pids+=($!)
       done
@@ -96,13 +134,18 @@ else
       end=$(date +%s.%N)
       right=0
       for i in 0 1 2 3 4; do [ "$(grep -c "^$EXPECT\$" "$DIR/out-$i.txt" || true)" = 3 ] && right=$((right + 1)); done
-      printf '%-12s %5d %8.2f %6s %s\n' "$c" "$r" "$(echo "$end - $start" | bc)" "$killed/$(( $(oom_kills) - before ))" "$right/5 right"
+      wall=$(echo "$end - $start" | bc)
+      oom=$(( $(oom_kills) - before ))
+      cpu=$(echo "$(children_cpu) - $cpu0" | bc)
+      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/5 right"
+      echo "$c $wall $oom" >> "$RESULTS"
     done
   done
+  summary "$RESULTS"
 fi
 
 # --- 2. one process alone, no limit ---
-[[ " $PARTS " == *" 2 "* ]] || exit 0
+if [[ " $PARTS " == *" 2 "* ]]; then
 echo "# one process, $DB_MB MB, 3 scans, no cgroup limit (fresh process, the database in the kernel's page cache); $(date -u +%FT%TZ)"
 cat "$DB0" > /dev/null
 printf '%-12s %5s %8s %s\n' config round wall_s answers
@@ -115,3 +158,48 @@ for ((r = 0; r < ROUNDS; r++)); do
     printf '%-12s %5d %8.2f %s\n' "$c" "$r" "$(echo "$end - $start" | bc)" "$(grep -c "^$EXPECT\$" "$DIR/out-alone.txt")/3 right"
   done
 done
+fi
+
+# --- 3. eight processes sharing one database in the cgroup ---
+if [[ " $PARTS " != *" 3 "* ]]; then
+  :
+elif [ -z "$CG" ]; then
+  echo "part 3 skipped: no memory cgroup could be made" >&2
+else
+  SHARED=$DIR/shared-$DB_MB.db
+  if [ ! -s "$SHARED" ]; then
+    cp "$DB0" "$SHARED"
+    sqlite3 "$SHARED" "CREATE TABLE w(p INTEGER, r INTEGER); PRAGMA journal_mode=wal;" > /dev/null
+  fi
+  cat "$SHARED" > /dev/null
+  RESULTS=$DIR/results-3.txt; : > "$RESULTS"
+  echo "# eight processes sharing one $DB_MB MB database (WAL), 3 scans and 3 commits each, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s failed/oom answers
+  for ((r = 0; r < ROUNDS; r++)); do
+    for c in $(rotate "$r" $CONFIGS); do
+      sqlite3 "$SHARED" "DELETE FROM w;" > /dev/null
+      for i in 0 1 2 3 4 5 6 7; do shared_script "$c" "$SHARED" "$i" > "$DIR/in-shared-$i.sql"; done
+      before=$(oom_kills)
+      cpu0=$(children_cpu)
+      start=$(date +%s.%N)
+      pids=()
+      for i in 0 1 2 3 4 5 6 7; do
+        sh -c 'echo $$ > "$1/cgroup.procs" && exec sqlite3 < "$2" > "$3" 2>&1' sh "$CG" "$DIR/in-shared-$i.sql" "$DIR/out-shared-$i.txt" &
+        pids+=($!)
+      done
+      killed=0
+      for p in "${pids[@]}"; do wait "$p" 2>/dev/null || killed=$((killed + 1)); done
+      end=$(date +%s.%N)
+      right=0
+      for i in 0 1 2 3 4 5 6 7; do
+        [ "$(grep -c "^$EXPECT\$" "$DIR/out-shared-$i.txt" || true)" = 3 ] && grep -qx 'own|3' "$DIR/out-shared-$i.txt" && right=$((right + 1))
+      done
+      wall=$(echo "$end - $start" | bc)
+      oom=$(( $(oom_kills) - before ))
+      cpu=$(echo "$(children_cpu) - $cpu0" | bc)
+      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/8 right"
+      echo "$c $wall $oom" >> "$RESULTS"
+    done
+  done
+  summary "$RESULTS"
+fi

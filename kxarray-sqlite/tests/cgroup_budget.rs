@@ -1,17 +1,23 @@
-//! Five stock `sqlite3` shells in one memory cgroup, each scanning its own
-//! database three times through the VFS with default settings (issue 37).
+//! Stock `sqlite3` shells in one memory cgroup through the VFS with
+//! default settings (issue 37): five each scanning its own database three
+//! times, and eight sharing one database in WAL mode (issue 38's shared
+//! locking), each scanning it three times and writing a few rows.
 //!
 //! Before the shared budget each process sized its cache from the cgroup
 //! alone: 256 MiB each (a quarter of 512 MiB raised to the 256 MiB floor),
-//! five of them in a 512 MiB cgroup, and the OOM killer took some. The
-//! test passes when no process is killed (none exits on a signal, the
-//! cgroup counts no OOM kill) and every answer is right.
+//! five or eight of them in a 512 MiB cgroup, and the OOM killer took
+//! some. The tests pass when no process is killed (none exits on a
+//! signal, the cgroup counts no OOM kill) and every answer is right.
 //!
-//! It needs root and a memory cgroup it can make: a child of the test's
+//! They need root and a memory cgroup they can make: a child of the test's
 //! own cgroup v1 memory directory (`/sys/fs/cgroup/memory/...`), or on
 //! cgroup v2 a child of the root with the memory controller enabled;
-//! elsewhere (and without the `sqlite3` shell) it prints SKIPPED.
-//! `KX_BUDGET_TEST_MB` changes the size of each database (default 300 MB).
+//! elsewhere (and without the `sqlite3` shell) they print SKIPPED.
+//! `KX_BUDGET_TEST_MB` changes the size of each of the five databases
+//! (default 300 MB), `KX_BUDGET_TEST_SHARED_MB` the eight's one database
+//! (default 150 MB), and `KX_BUDGET_TEST_PARAMS` adds URI parameters to
+//! every open: `KX_BUDGET_TEST_PARAMS=kx_budget=0` shows what the tests
+//! guard against (processes killed, the tests fail).
 
 mod common;
 
@@ -22,6 +28,8 @@ use std::process::{Command, Stdio};
 
 const LIMIT: u64 = 512 << 20;
 const PROCESSES: usize = 5;
+/// Processes sharing one database.
+const SHARING: usize = 8;
 const SCANS: usize = 3;
 /// Bytes of each row's blob (four rows to a 4 KiB page).
 const BLOB: u64 = 1000;
@@ -30,11 +38,17 @@ const BLOB: u64 = 1000;
 struct Cgroup {
     dir: PathBuf,
     v1: bool,
+    /// One test's cgroup at a time: each test has the machine to itself
+    /// (and its own cgroup name).
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cgroup {
     /// A cgroup limited to `limit` bytes, or why none could be made.
     fn make(limit: u64) -> Result<Cgroup, String> {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let name = format!("kxarray-budget-test-{}", std::process::id());
         let cgroup = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
         // cgroup v1: a child of this process's memory cgroup.
@@ -56,7 +70,11 @@ impl Cgroup {
             }
             let dir = parent.join(&name);
             std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let c = Cgroup { dir, v1: true };
+            let c = Cgroup {
+                dir,
+                v1: true,
+                _serial: serial,
+            };
             c.write("memory.limit_in_bytes", &limit.to_string())?;
             return Ok(c);
         }
@@ -69,7 +87,11 @@ impl Cgroup {
         }
         let dir = v2_root.join(&name);
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let c = Cgroup { dir, v1: false };
+        let c = Cgroup {
+            dir,
+            v1: false,
+            _serial: serial,
+        };
         c.write("memory.max", &limit.to_string())?;
         c.write("memory.swap.max", "0").ok();
         Ok(c)
@@ -109,14 +131,21 @@ impl Drop for Cgroup {
     }
 }
 
-/// A database of `rows` rows of a `BLOB`-byte blob, made with the default
-/// VFS outside the cgroup.
-fn make_database(path: &Path, rows: u64) {
+/// A database of `rows` rows of a `BLOB`-byte blob in table `t` and an
+/// empty table `w(p, r)` for writes, made with the default VFS outside the
+/// cgroup; in WAL mode if `wal`.
+fn make_database(path: &Path, rows: u64, wal: bool) {
     let script = format!(
         "PRAGMA page_size=4096; PRAGMA journal_mode=off; PRAGMA synchronous=off;\n\
          CREATE TABLE t(a INTEGER PRIMARY KEY, b BLOB);\n\
          WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x<{rows})\n\
-         INSERT INTO t SELECT x, randomblob({BLOB}) FROM c;\n"
+         INSERT INTO t SELECT x, randomblob({BLOB}) FROM c;\n\
+         CREATE TABLE w(p INTEGER, r INTEGER);\n{}",
+        if wal {
+            "PRAGMA journal_mode=wal;\n"
+        } else {
+            ""
+        }
     );
     let mut child = Command::new("sqlite3")
         .arg(path)
@@ -133,27 +162,71 @@ fn make_database(path: &Path, rows: u64) {
     assert!(child.wait().unwrap().success());
 }
 
-#[test]
-fn five_shells_in_a_small_cgroup_are_not_killed() {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return;
-    }
-    let cg = match Cgroup::make(LIMIT) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED: no memory cgroup could be made ({why})");
-            return;
-        }
-    };
-    let mb: u64 = std::env::var("KX_BUDGET_TEST_MB")
+/// An environment variable's number, or `default`.
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(default)
+}
+
+/// The shell's lines that load the extension and open `db` through the
+/// VFS (with `KX_BUDGET_TEST_PARAMS`, if set).
+fn open_lines(db: &Path) -> String {
+    let extra = std::env::var("KX_BUDGET_TEST_PARAMS")
+        .map(|p| format!("&{p}"))
+        .unwrap_or_default();
+    format!(
+        ".load {}\n.open 'file:{}?vfs=kxarray{extra}'\n",
+        load_arg(),
+        db.display()
+    )
+}
+
+/// A stock shell that joins `cg` before it execs `sqlite3`; stdin, stdout
+/// and stderr piped.
+fn spawn_in(cg: &Cgroup) -> std::process::Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg("echo $$ > \"$1/cgroup.procs\" && exec sqlite3")
+        .arg("sh")
+        .arg(&cg.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The value of `name=` in a `kx_stats` line, if there.
+fn field(text: &str, name: &str) -> Option<u64> {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+/// The SKIPPED reason, or the cgroup the test runs in.
+fn cgroup_or_skip() -> Option<Cgroup> {
+    if shell().is_none() {
+        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
+        return None;
+    }
+    match Cgroup::make(LIMIT) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            eprintln!("SKIPPED: no memory cgroup could be made ({why})");
+            None
+        }
+    }
+}
+
+#[test]
+fn five_shells_in_a_small_cgroup_are_not_killed() {
+    let Some(cg) = cgroup_or_skip() else { return };
+    let mb = env_number("KX_BUDGET_TEST_MB", 300);
     let rows = mb * 1_000_000 / BLOB;
     let dir = tempfile::tempdir().unwrap();
     let first = dir.path().join("db0.db");
-    make_database(&first, rows);
+    make_database(&first, rows, false);
     let dbs: Vec<PathBuf> = (0..PROCESSES)
         .map(|i| {
             let p = dir.path().join(format!("db{i}.db"));
@@ -169,26 +242,12 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     let children: Vec<_> = dbs
         .iter()
         .map(|db| {
-            let mut script = format!(
-                ".load {}\n.open 'file:{}?vfs=kxarray'\n",
-                load_arg(),
-                db.display()
-            );
+            let mut script = open_lines(db);
             for _ in 0..SCANS {
                 script.push_str("SELECT count(*), sum(length(b)), sum(a) FROM t;\n");
             }
             script.push_str("PRAGMA kx_stats;\n");
-            // The shell joins the cgroup before it execs sqlite3.
-            let mut child = Command::new("sh")
-                .arg("-c")
-                .arg("echo $$ > \"$1/cgroup.procs\" && exec sqlite3")
-                .arg("sh")
-                .arg(&cg.dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let mut child = spawn_in(&cg);
             child
                 .stdin
                 .take()
@@ -224,6 +283,144 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// Eight shells on ONE database in WAL mode (issue 38's shared locking: a
+/// real `-shm`, SQLite's locks, each process's cache kept coherent), in
+/// the 512 MiB cgroup. The database (150 MB) is sized so that eight
+/// caches at the un-budgeted default (256 MiB each, each holding the
+/// whole database after a scan: 1.2 GB) exceed the limit; with
+/// `KX_BUDGET_TEST_PARAMS=kx_budget=0` the kernel kills some.
+///
+/// Each process scans once and commits a row, then waits at a barrier
+/// (it touches a file; the test sends the rest of its input once all
+/// eight have, or died), so all eight have the database open and their
+/// caches filled at once. Then each must see all eight first rows (the
+/// others' commits through its own cache), scans twice more with a
+/// commit after each, and sees its own three rows. Afterwards the
+/// database holds 24 rows and passes `PRAGMA integrity_check`.
+#[test]
+fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
+    let Some(cg) = cgroup_or_skip() else { return };
+    let mb = env_number("KX_BUDGET_TEST_SHARED_MB", 150);
+    let rows = mb * 1_000_000 / BLOB;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    make_database(&db, rows, true);
+    let scan = "SELECT 'scan', count(*), sum(length(b)), sum(a) FROM t;\n";
+    let expected = format!("scan|{rows}|{}|{}", rows * BLOB, rows * (rows + 1) / 2);
+    let ready = |i: usize| dir.path().join(format!("ready-{i}"));
+
+    let started = std::time::Instant::now();
+    let mut children: Vec<_> = (0..SHARING)
+        .map(|i| {
+            // `.timeout` after `.open`: it sets the open connection's busy
+            // timeout (the writers take turns).
+            let script = format!(
+                "{}.timeout 60000\n{scan}INSERT INTO w VALUES({i}, 1);\n.shell touch '{}'\n",
+                open_lines(&db),
+                ready(i).display()
+            );
+            let mut child = spawn_in(&cg);
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(script.as_bytes()).unwrap();
+            (child, Some(stdin))
+        })
+        .collect();
+    // The barrier: every process has scanned and committed, or has exited
+    // (killed: the assertions below say so). A bound against a hang only.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        let mut waiting = 0;
+        for (i, (c, _)) in children.iter_mut().enumerate() {
+            if !ready(i).exists() && c.try_wait().unwrap().is_none() {
+                waiting += 1;
+            }
+        }
+        if waiting == 0 || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for (i, (_, stdin)) in children.iter_mut().enumerate() {
+        let rest = format!(
+            "SELECT 'seen', count(DISTINCT p) FROM w WHERE r = 1;\nPRAGMA kx_stats;\n\
+             {scan}INSERT INTO w VALUES({i}, 2);\n{scan}INSERT INTO w VALUES({i}, 3);\n\
+             SELECT 'own', count(*) FROM w WHERE p = {i};\n"
+        );
+        // A killed process's pipe is closed: its failure is counted below.
+        let _ = stdin.take().unwrap().write_all(rest.as_bytes());
+    }
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|(c, _)| c.wait_with_output().unwrap())
+        .collect();
+    let wall = started.elapsed();
+    let kills = cg.oom_kills();
+    let want: Vec<String> = vec![
+        expected.clone(),
+        format!("seen|{SHARING}"),
+        expected.clone(),
+        expected.clone(),
+        format!("own|{SCANS}"),
+    ];
+    let mut failures = Vec::new();
+    let mut keys = Vec::new();
+    for (i, out) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let answers: Vec<&str> = stdout
+            .lines()
+            .filter(|l| !l.starts_with("capacity="))
+            .collect();
+        let stats = stdout
+            .lines()
+            .find(|l| l.starts_with("capacity="))
+            .unwrap_or("");
+        eprintln!(
+            "process {i}: {:?}; after the barrier capacity={:?} budget_share={:?} budget_members={:?}",
+            out.status,
+            field(stats, "capacity"),
+            field(stats, "budget_share"),
+            field(stats, "budget_members")
+        );
+        keys.push(
+            stats
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("budget_key="))
+                .map(str::to_owned),
+        );
+        if !out.status.success() || !stderr.is_empty() {
+            failures.push(format!("process {i}: {:?}, stderr {stderr:?}", out.status));
+        } else if answers != want {
+            failures.push(format!(
+                "process {i}: answers {answers:?}, expected {want:?}"
+            ));
+        }
+    }
+    eprintln!(
+        "eight processes, one {mb} MB database, {SCANS} scans and commits each: {wall:?}, \
+         OOM kills {kills}"
+    );
+    assert_eq!(kills, 0, "the cgroup counted OOM kills; {failures:?}");
+    assert!(failures.is_empty(), "{failures:#?}");
+    // One budget: every cache registered under the test's cgroup (the
+    // limited one), none sized alone.
+    let cg_name = cg.dir.file_name().unwrap().to_str().unwrap();
+    assert!(
+        keys.iter().all(|k| k.as_deref() == keys[0].as_deref()
+            && k.as_deref()
+                .is_some_and(|k| k.starts_with("cgroup-") && k.ends_with(cg_name))),
+        "{keys:?}"
+    );
+    // Every commit is in the file, whole (read with the unix VFS).
+    let (ok, out, err) = common::run_shell(
+        &[db.to_str().unwrap()],
+        "SELECT count(*), count(DISTINCT p) FROM w;\nPRAGMA integrity_check;\n",
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{}|{SHARING}\nok\n", SHARING * SCANS));
+}
+
 /// The VFS joins the budget by default (`kx_settings` says `budget=1`,
 /// `kx_stats` has the `budget_*` fields, the cache's capacity is its
 /// share); `kx_budget=0` opts out (a fixed capacity, no fields).
@@ -245,10 +442,6 @@ fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
         let (ok, out, err) = common::run_shell(&[], &script, &[]);
         assert!(ok, "{err}");
         out
-    };
-    let field = |text: &str, name: &str| -> Option<u64> {
-        text.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
     };
     let on = run("&kx_cache=64m");
     assert!(on.contains(" budget=1"), "{on}");
