@@ -29,6 +29,9 @@
 //! `commit-wal` (single-row commits, WAL, synchronous=NORMAL), `bulk` (one
 //! transaction loading 200,000 rows).
 
+#[path = "bench_support/mp.rs"]
+mod mp;
+
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 use rand::{RngExt, SeedableRng};
@@ -86,6 +89,54 @@ enum Cmd {
         /// the unix VFS on the same footing.
         #[arg(long)]
         idle_thread: bool,
+    },
+    /// Multi-process, WAL: one writer process and `--readers` reader
+    /// processes on a prepared database; prints one line (config, mp-wal,
+    /// readers, kx_cache, commits/s, reads/s).
+    Mp {
+        #[arg(long)]
+        db: PathBuf,
+        /// unix or kx.
+        #[arg(long)]
+        config: String,
+        #[arg(long, default_value_t = 3)]
+        readers: usize,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Each kxarray process's cache (`kx_cache`).
+        #[arg(long, default_value = "64m")]
+        kx_cache: String,
+    },
+    /// A child process of `mp` and `coherence` (not for direct use).
+    #[command(hide = true)]
+    MpChild {
+        #[arg(long)]
+        db: PathBuf,
+        #[arg(long)]
+        config: String,
+        /// writer, reader or committer.
+        #[arg(long)]
+        role: String,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        #[arg(long, default_value = "64m")]
+        kx_cache: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// The coherence cost: a kxarray reader's dropped pages, misses and
+    /// pages read per one-row commit of another process; prints markdown
+    /// rows.
+    Coherence {
+        #[arg(long)]
+        db: PathBuf,
+        /// wal or delete.
+        #[arg(long, default_value = "wal")]
+        journal: String,
+        #[arg(long, default_value_t = 20_000)]
+        rows: u64,
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
     },
 }
 
@@ -355,6 +406,33 @@ fn main() {
                 t0.elapsed().as_secs_f64()
             );
         }
+        Cmd::Mp {
+            db,
+            config,
+            readers,
+            seconds,
+            kx_cache,
+        } => println!("{}", mp::mp(&db, &config, readers, seconds, &kx_cache)),
+        Cmd::MpChild {
+            db,
+            config,
+            role,
+            seconds,
+            kx_cache,
+            seed,
+        } => {
+            if role == "committer" {
+                mp::committer(&db);
+            } else {
+                mp::mp_child(&db, &config, &role, seconds, &kx_cache, seed);
+            }
+        }
+        Cmd::Coherence {
+            db,
+            journal,
+            rows,
+            rounds,
+        } => println!("{}", mp::coherence(&db, &journal, rows, rounds)),
         Cmd::Run {
             db,
             config,

@@ -17,6 +17,14 @@
 //! shell as the writer (loading the extension) for WAL/NORMAL and
 //! DELETE/FULL when the shell and `stdbuf` are installed.
 //!
+//! Multi-process modes (WAL/NORMAL and DELETE/FULL): `-unix-writer`, the
+//! writer on the unix VFS and kxarray the first to reopen; `-beside`, a
+//! second process on the other VFS holds the database open all along,
+//! checking the bookkeeping in every read transaction while the writer
+//! runs, and once the writer is killed it commits the next transaction
+//! itself (recovering the hot journal, or writing after the dead writer's
+//! frames) before the verifiers run.
+//!
 //! The same code runs from `tests/crash.rs` (a few kills per mode); the
 //! child processes are this program (or the test binary) again, told their
 //! role through the environment.
@@ -45,6 +53,11 @@ pub(crate) struct Mode {
     pub direct: bool,
     /// The stock shell writes (else rusqlite).
     pub shell: bool,
+    /// The writer's VFS: kxarray or unix.
+    pub writer_vfs: &'static str,
+    /// A process on the other VFS reads beside the writer and commits
+    /// after the kill.
+    pub beside: bool,
 }
 
 impl Mode {
@@ -57,7 +70,39 @@ impl Mode {
         if self.shell {
             s.push_str("-shell");
         }
+        if self.writer_vfs == "unix" {
+            s.push_str("-unix-writer");
+        }
+        if self.beside {
+            s.push_str("-beside");
+        }
         s
+    }
+
+    /// The VFS that is not the writer's.
+    pub(crate) fn other_vfs(&self) -> &'static str {
+        if self.writer_vfs == "unix" {
+            "kxarray"
+        } else {
+            "unix"
+        }
+    }
+
+    /// The single-process kxarray writer of the original modes.
+    pub(crate) fn plain(
+        journal: &'static str,
+        sync: &'static str,
+        direct: bool,
+        shell: bool,
+    ) -> Mode {
+        Mode {
+            journal,
+            sync,
+            direct,
+            shell,
+            writer_vfs: "kxarray",
+            beside: false,
+        }
     }
 }
 
@@ -67,12 +112,7 @@ pub(crate) fn all_modes() -> Vec<Mode> {
     for direct in [false, true] {
         for journal in ["delete", "truncate", "persist", "wal"] {
             for sync in ["off", "normal", "full"] {
-                v.push(Mode {
-                    journal,
-                    sync,
-                    direct,
-                    shell: false,
-                });
+                v.push(Mode::plain(journal, sync, direct, false));
             }
         }
     }
@@ -81,12 +121,16 @@ pub(crate) fn all_modes() -> Vec<Mode> {
         ("delete", "full", false),
         ("wal", "normal", true),
     ] {
-        v.push(Mode {
-            journal,
-            sync,
-            direct,
-            shell: true,
-        });
+        v.push(Mode::plain(journal, sync, direct, true));
+    }
+    for (journal, sync) in [("wal", "normal"), ("delete", "full")] {
+        for (writer_vfs, beside) in [("unix", false), ("kxarray", true), ("unix", true)] {
+            v.push(Mode {
+                writer_vfs,
+                beside,
+                ..Mode::plain(journal, sync, false, false)
+            });
+        }
     }
     v
 }
@@ -166,8 +210,13 @@ const SCHEMA: &str = "BEGIN IMMEDIATE;
 
 /// The SQL of transaction `n` (the same for rusqlite and the shell).
 fn txn_sql(n: u64) -> String {
+    format!("BEGIN IMMEDIATE;\n{}COMMIT;\n", txn_body(n))
+}
+
+/// Transaction `n`'s statements, without BEGIN and COMMIT.
+fn txn_body(n: u64) -> String {
     let mut s = format!(
-        "BEGIN IMMEDIATE;\nINSERT INTO t VALUES ({n}, randomblob({}));\n",
+        "INSERT INTO t VALUES ({n}, randomblob({}));\n",
         100 + (n * 7919) % 3900
     );
     if n > 10 {
@@ -190,7 +239,7 @@ fn txn_sql(n: u64) -> String {
         ));
     }
     s.push_str(&format!(
-        "UPDATE meta SET total = total + {n}, count = count + 1 WHERE id = 1;\nCOMMIT;\n"
+        "UPDATE meta SET total = total + {n}, count = count + 1 WHERE id = 1;\n"
     ));
     s
 }
@@ -232,6 +281,141 @@ fn writer(db: &Path, vfs: &str, m: &Mode, log: &Path) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(1));
         }
         n += 1;
+    }
+}
+
+/// The process beside the writer (on the other VFS): read transactions
+/// checking the bookkeeping until a line (or the end) on stdin, then, the
+/// writer dead, one transaction of its own, the next number, logged.
+fn beside(db: &Path, vfs: &str, log: &Path) -> Result<String, String> {
+    let c = open_db(db, vfs, false).map_err(|e| format!("open on {vfs}: {e}"))?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = std::sync::Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        stop2.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let has_tables = |c: &Connection| -> rusqlite::Result<bool> {
+        c.query_row(
+            "SELECT count(*) = 2 FROM sqlite_schema WHERE name IN ('t', 'meta')",
+            [],
+            |r| r.get(0),
+        )
+    };
+    let (mut reads, mut seen, mut first) = (0u64, 0i64, None);
+    println!("@@ready");
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        c.execute_batch("BEGIN").map_err(|e| e.to_string())?;
+        let r = (|| -> rusqlite::Result<Option<(i64, i64, i64, i64)>> {
+            if !has_tables(&c)? {
+                return Ok(None);
+            }
+            let (count, total): (i64, i64) =
+                c.query_row("SELECT count(*), coalesce(sum(n), 0) FROM t", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            let (mt, mc): (i64, i64) =
+                c.query_row("SELECT total, count FROM meta WHERE id = 1", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            Ok(Some((count, total, mc, mt)))
+        })();
+        let _ = c.execute_batch("COMMIT");
+        match r {
+            Ok(Some((count, total, mc, mt))) => {
+                if (count, total) != (mc, mt) || count < seen {
+                    return Err(format!(
+                        "on {vfs} beside the writer: rows {count} total {total}, meta {mc} {mt}, {seen} rows seen before"
+                    ));
+                }
+                seen = count;
+                reads += 1;
+                // the first commit of the live writer seen here
+                if *first.get_or_insert(count) < count {
+                    first = Some(i64::MAX);
+                    println!("@@advance");
+                }
+            }
+            Ok(None) => {
+                first.get_or_insert(0);
+            }
+            Err(e) => return Err(format!("a read on {vfs} beside the writer: {e}")),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // the writer is dead: this process recovers its crash and commits
+    c.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| format!("BEGIN after the kill on {vfs}: {e}"))?;
+    if !has_tables(&c).map_err(|e| e.to_string())? {
+        c.execute_batch("ROLLBACK").map_err(|e| e.to_string())?;
+        return Ok(format!("{reads} 0"));
+    }
+    let n = c
+        .query_row("SELECT coalesce(max(n), 0) + 1 FROM t", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(|e| e.to_string())? as u64;
+    c.execute_batch(&format!("{}COMMIT;", txn_body(n)))
+        .map_err(|e| format!("transaction {n} on {vfs} after the kill: {e}"))?;
+    let mut logf = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| e.to_string())?;
+    logf.write_all(format!("committed {n}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{reads} {n}"))
+}
+
+/// Start the process beside the writer and wait until it has read.
+fn start_beside(
+    cmd: &ChildCmd,
+    args: &str,
+) -> Result<(std::process::Child, std::sync::mpsc::Receiver<String>), String> {
+    let mut child = cmd
+        .command("beside", args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+            if let Some((_, r)) = l.split_once("@@") {
+                let _ = tx.send(r.to_string());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(l) if l == "ready" => Ok((child, rx)),
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("the process beside did not start: {other:?}"))
+        }
+    }
+}
+
+/// Tell the process beside that the writer is dead; what it reported.
+fn finish_beside(
+    mut child: std::process::Child,
+    rx: &std::sync::mpsc::Receiver<String>,
+) -> Result<String, String> {
+    drop(child.stdin.take());
+    let r = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l == "advance" => continue,
+            r => break r,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    match r {
+        Ok(l) => l.strip_prefix("beside ").map(str::to_string).ok_or(l),
+        Err(e) => Err(format!("the process beside said nothing: {e}")),
     }
 }
 
@@ -322,12 +506,12 @@ fn mode_from(kv: &[(String, String)]) -> (PathBuf, Mode, String, u64, PathBuf) {
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     (
         PathBuf::from(get("db")),
-        Mode {
-            journal: leak(get("journal")),
-            sync: leak(get("sync")),
-            direct: get("direct") == "1",
-            shell: false,
-        },
+        Mode::plain(
+            leak(get("journal")),
+            leak(get("sync")),
+            get("direct") == "1",
+            false,
+        ),
         get("vfs"),
         get("last").parse().unwrap_or(0),
         PathBuf::from(get("log")),
@@ -350,6 +534,16 @@ pub(crate) fn child_main_from_env() -> Option<i32> {
         "verify" => match verify(&db, &vfs, m.direct, last) {
             Ok(f) => {
                 println!("@@found {} {}", f.max_n, u8::from(f.present));
+                0
+            }
+            Err(e) => {
+                println!("@@error {e}");
+                1
+            }
+        },
+        "beside" => match beside(&db, &vfs, &log) {
+            Ok(r) => {
+                println!("@@beside {r}");
                 0
             }
             Err(e) => {
@@ -484,14 +678,28 @@ pub(crate) fn run_mode(
             found_max = 0;
         }
         let before = last_logged(&log);
-        let args = format!(
-            "db={};journal={};sync={};direct={};vfs=kxarray;log={}",
-            db.display(),
-            m.journal,
-            m.sync,
-            u8::from(m.direct),
-            log.display()
-        );
+        let args_on = |vfs: &str| {
+            format!(
+                "db={};journal={};sync={};direct={};vfs={vfs};log={}",
+                db.display(),
+                m.journal,
+                m.sync,
+                u8::from(m.direct),
+                log.display()
+            )
+        };
+        let args = args_on(m.writer_vfs);
+        let beside = if m.beside {
+            match start_beside(cmd, &args_on(m.other_vfs())) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    out.failures.push(format!("kill {k}: {e}"));
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
         let script_path = dir.join(format!("{}.sql", m.name()));
         let mut child = if m.shell {
             let lib = lib.expect("checked above");
@@ -521,13 +729,33 @@ pub(crate) fn run_mode(
         };
         // Kill at a random moment: sometimes during start-up and
         // recovery, mostly mid-stream.
+        // With a process beside, not before that process has seen one of
+        // the writer's commits (they run side by side).
         let delay = rng.random_range(5..=max_delay_ms.max(6));
         let t0 = Instant::now();
         let mut exited = None;
-        while t0.elapsed() < Duration::from_millis(delay) {
+        let mut waiting_beside = beside.is_some();
+        while t0.elapsed() < Duration::from_millis(delay) || waiting_beside {
             if let Ok(Some(st)) = child.try_wait() {
                 exited = Some(st);
                 break;
+            }
+            if let Some((_, rx)) = &beside {
+                match rx.try_recv() {
+                    Ok(l) if l == "advance" => waiting_beside = false,
+                    Ok(l) => {
+                        out.failures
+                            .push(format!("kill {k}: beside the writer: {l}"));
+                        waiting_beside = false;
+                    }
+                    Err(_) if t0.elapsed() > Duration::from_secs(30) => {
+                        out.failures.push(format!(
+                            "kill {k}: in 30 s the process beside saw no commit of the writer"
+                        ));
+                        waiting_beside = false;
+                    }
+                    Err(_) => {}
+                }
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -539,15 +767,29 @@ pub(crate) fn run_mode(
             out.failures.push(format!(
                 "kill {k}: the writer exited by itself ({st}): {err}"
             ));
+            if let Some((b, _)) = beside {
+                let mut b = b;
+                let _ = b.kill();
+                let _ = b.wait();
+            }
             continue;
         }
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         out.kills += 1;
+        if let Some((b, rx)) = beside {
+            // the process beside recovers the crash and commits first
+            if let Err(e) = finish_beside(b, &rx) {
+                out.failures.push(format!("kill {k}: {e}"));
+            }
+        }
         let last = last_logged(&log);
         out.logged += last.saturating_sub(before);
-        // Alternate which VFS recovers the crash first.
-        let order: [&str; 2] = if k % 2 == 0 {
+        // Alternate which VFS recovers the crash first (the multi-process
+        // modes: always the one the writer did not use).
+        let order: [&str; 2] = if m.writer_vfs == "unix" || m.beside {
+            [m.other_vfs(), m.writer_vfs]
+        } else if k % 2 == 0 {
             ["kxarray", "unix"]
         } else {
             ["unix", "kxarray"]

@@ -20,6 +20,16 @@
 # 4. speedtest1 (scripts/speedtest1.sh) when SPEEDTEST=1 (default).
 # 5. redb on kxarray against redb's file backend, redb's cache 4 MiB
 #    (examples/redb_kxarray.rs), when REDB=1 (default).
+# 6. Multi-process rows (issue 38), when MP=1 (default): WAL mode, one
+#    writer process (single-row commits) and 3 reader processes (point
+#    selects), all on the unix VFS or all on kxarray, interleaved over
+#    ROUNDS, each kxarray process with a cache of MP_SMALL_CACHE (smaller
+#    than the 180 MB database) and of MP_BIG_CACHE (larger); aggregate
+#    commits/s and reads/s with ratios against unix. Then the coherence
+#    cost: a kxarray reader's dropped pages, misses and pages read after a
+#    unix-VFS process commits a one-row update (WAL: with and without a
+#    checkpoint of it; DELETE).
+#    Only these rows: BIG=0 CRASH_KILLS=0 SPEEDTEST=0 REDB=0 READS= WRITES= bash ...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
@@ -30,9 +40,12 @@ BIG_ROWS=${BIG_ROWS:-2400000}   # about 1.1 GB
 CRASH_KILLS=${CRASH_KILLS:-200}
 SPEEDTEST=${SPEEDTEST:-1}
 REDB=${REDB:-1}
+MP=${MP:-1}
+MP_SMALL_CACHE=${MP_SMALL_CACHE:-64m}
+MP_BIG_CACHE=${MP_BIG_CACHE:-512m}
 CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-direct kx-fetch floor"}
-READS=${READS:-"point-uniform point-zipf range scan mix"}
-WRITES=${WRITES:-"commit-full commit-wal bulk"}
+READS=${READS-"point-uniform point-zipf range scan mix"}
+WRITES=${WRITES-"commit-full commit-wal bulk"}
 DIR=${DIR:-target/sqlite-bench}
 mkdir -p "$DIR"
 OUT=$DIR/results.tsv
@@ -145,6 +158,47 @@ if command -v fincore >/dev/null; then
   echo '```'
   fincore "$DB"
   echo '```'
+fi
+
+if [ "$MP" = 1 ]; then
+  MPOUT=$DIR/mp.tsv
+  : > "$MPOUT"
+  for r in $(seq 1 "$ROUNDS"); do
+    for cache in "$MP_SMALL_CACHE" "$MP_BIG_CACHE"; do
+      for c in $(rotate "$r" unix kx); do
+        if line=$(timeout 300 "$B" mp --db "$DB" --config "$c" --readers 3 --seconds "$SECS" --kx-cache "$cache" 2>/dev/null); then
+          echo "$line" >> "$MPOUT"
+        else
+          echo "FAILED (or timed out): mp $c $cache" >&2
+        fi
+      done
+    done
+  done
+  echo
+  python3 - "$MPOUT" "$ROUNDS" "$SECS" "$(du -m "$DB" | cut -f1)" <<'PY'
+import collections, statistics, sys
+path, rounds, secs, mb = sys.argv[1:5]
+runs = collections.defaultdict(list)
+for line in open(path):
+    c, _, readers, cache, commits, reads = line.split('\t')[:6]
+    runs[(cache, c)].append((float(commits), float(reads)))
+print(f'Multi-process, WAL, 1 writer + 3 reader processes on a {mb} MB database, '
+      f'median of {rounds} interleaved rounds of {secs} s (ratio kx / unix):\n')
+print('| kxarray cache per process | unix commits/s | unix reads/s | kx commits/s | kx reads/s |')
+print('|---|---|---|---|---|')
+for cache in sorted({k[0] for k in runs}, key=lambda s: (len(s), s)):
+    u, k = runs.get((cache, 'unix')), runs.get((cache, 'kx'))
+    if not u or not k:
+        continue
+    uc, ur = statistics.median(x[0] for x in u), statistics.median(x[1] for x in u)
+    kc, kr = statistics.median(x[0] for x in k), statistics.median(x[1] for x in k)
+    print(f'| {cache} | {uc:,.0f} | {ur:,.0f} | {kc:,.0f} ({kc / uc:.2f}) | {kr:,.0f} ({kr / ur:.2f}) |')
+PY
+  echo
+  echo '| journal | another process commits | rounds | pages cached | pages dropped (median / max) | misses | pages read |'
+  echo '|---|---|---|---|---|---|---|'
+  "$B" coherence --db "$DIR/coherence.db" --journal wal --rows 20000 --rounds 20
+  "$B" coherence --db "$DIR/coherence.db" --journal delete --rows 20000 --rounds 20
 fi
 
 if [ "$CRASH_KILLS" -gt 0 ]; then

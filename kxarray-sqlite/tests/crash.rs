@@ -87,12 +87,7 @@ fn the_crash_test_catches_a_cache_that_loses_commits() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let cmd = child_cmd(vec![("KXARRAY_SQLITE_WRITE_BACK".into(), "1".into())]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let m = Mode {
-        journal: "wal",
-        sync: "normal",
-        direct: false,
-        shell: false,
-    };
+    let m = Mode::plain("wal", "normal", false, false);
     // A kill lands before the first commit on a loaded machine now and
     // then: try a few rounds; one must log commits and catch their loss.
     let mut rounds = Vec::new();

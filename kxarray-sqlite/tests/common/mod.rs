@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod bank;
+pub(crate) mod procs;
+
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::process::Command;

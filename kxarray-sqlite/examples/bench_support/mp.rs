@@ -1,0 +1,288 @@
+//! The multi-process rows of `sqlite_bench` (issue 38), included by it:
+//!
+//! - `mp`: WAL mode, one writer process (single-row UPDATE commits,
+//!   synchronous=NORMAL) and `--readers` reader processes (uniform point
+//!   selects), all on one VFS (`unix` or `kx`, kxarray with a per-process
+//!   cache of `--kx-cache`), started together and measured for the same
+//!   seconds; prints `config mp-wal readers kx_cache commits/s reads/s`
+//!   and the readers' kxarray counters over the run (misses, full drops,
+//!   pages dropped by coherence checks).
+//! - `coherence`: the cost of another process's commit to a kxarray
+//!   reader whose cache holds the whole database: rounds of (a unix-VFS
+//!   process commits a one-row update, and in WAL mode checkpoints it;
+//!   the reader scans the table again), with the reader's cache misses
+//!   and the pages its coherence checks dropped per round (`kx_stats`).
+//!
+//! The children are this program again (`mp-child`), told their role on
+//! the command line and started with "go" on stdin.
+
+use rand::{RngExt, SeedableRng};
+use rusqlite::{Connection, OpenFlags};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn open_mp(db: &Path, config: &str, kx_cache: &str) -> Connection {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let c = match config {
+        "unix" => Connection::open_with_flags(db, flags),
+        "kx" => {
+            kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).expect("register");
+            Connection::open_with_flags(
+                format!("file:{}?vfs=kxarray&kx_cache={kx_cache}", db.display()),
+                flags,
+            )
+        }
+        other => panic!("unknown config {other}"),
+    }
+    .expect("open");
+    c.busy_timeout(Duration::from_secs(30)).unwrap();
+    c.execute_batch("PRAGMA synchronous=NORMAL;").unwrap();
+    c
+}
+
+/// A child of `mp`: open, warm, say "ready", wait for "go", run `seconds`,
+/// say "done <ops> <secs>".
+pub(crate) fn mp_child(
+    db: &Path,
+    config: &str,
+    role: &str,
+    seconds: f64,
+    kx_cache: &str,
+    seed: u64,
+) {
+    let c = open_mp(db, config, kx_cache);
+    let rows: i64 = c
+        .query_row("SELECT max(id) FROM t", [], |r| r.get(0))
+        .unwrap();
+    let _: i64 = c
+        .query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0))
+        .unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut point = c.prepare("SELECT length(v) FROM t WHERE id = ?1").unwrap();
+    let mut update = c
+        .prepare("UPDATE t SET v = randomblob(400) WHERE id = ?1")
+        .unwrap();
+    let t0 = Instant::now();
+    let deadline = Duration::from_secs_f64(seconds);
+    let mut ops = 0u64;
+    let mut sink = 0i64;
+    while t0.elapsed() < deadline {
+        for _ in 0..16 {
+            let id = rng.random_range(1..=rows);
+            if role == "writer" {
+                update.execute([id]).unwrap();
+            } else {
+                sink += point.query_row([id], |r| r.get::<_, i64>(0)).unwrap();
+            }
+            ops += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(role == "writer" || sink > 0);
+    // kxarray's counters over the run's process (0 on the unix VFS)
+    let k = |name: &str| if config == "kx" { stat(&c, name) } else { 0 };
+    println!(
+        "done {ops} {secs:.4} {} {} {}",
+        k("misses"),
+        k("coherence_full_drops"),
+        k("coherence_pages_dropped")
+    );
+}
+
+fn spawn_child(args: &[String]) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .arg("mp-child")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn a child");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+fn read_line(out: &mut BufReader<std::process::ChildStdout>) -> String {
+    let mut s = String::new();
+    out.read_line(&mut s).unwrap();
+    s.trim_end().to_string()
+}
+
+/// `mp`: one writer and `readers` reader processes; the result line.
+pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache: &str) -> String {
+    let mut kids = Vec::new();
+    for i in 0..=readers {
+        let role = if i == 0 { "writer" } else { "reader" };
+        kids.push(spawn_child(&[
+            "--db".into(),
+            db.display().to_string(),
+            "--config".into(),
+            config.into(),
+            "--role".into(),
+            role.into(),
+            "--seconds".into(),
+            seconds.to_string(),
+            "--kx-cache".into(),
+            kx_cache.into(),
+            "--seed".into(),
+            (i as u64 + 11).to_string(),
+        ]));
+    }
+    for (_, out) in &mut kids {
+        assert_eq!(read_line(out), "ready");
+    }
+    for (c, _) in &mut kids {
+        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+    let (mut commits, mut reads) = (0.0, 0.0);
+    let mut counters = [0.0; 3];
+    for (i, (mut c, mut out)) in kids.into_iter().enumerate() {
+        let line = read_line(&mut out);
+        let v: Vec<f64> = line
+            .strip_prefix("done ")
+            .unwrap_or_else(|| panic!("child {i}: {line}"))
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let rate = v[0] / v[1];
+        if i > 0 {
+            for (c, x) in counters.iter_mut().zip(&v[2..]) {
+                *c += x;
+            }
+        }
+        if i == 0 {
+            commits += rate;
+        } else {
+            reads += rate;
+        }
+        assert!(c.wait().unwrap().success());
+    }
+    // the readers' kxarray counters: misses, full drops, pages dropped
+    format!(
+        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}",
+        counters[0], counters[1], counters[2]
+    )
+}
+
+fn stat(c: &Connection, name: &str) -> u64 {
+    let s: String = c.query_row("PRAGMA kx_stats", [], |r| r.get(0)).unwrap();
+    s.split(' ')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("{name} not in {s}"))
+        .parse()
+        .unwrap()
+}
+
+/// `coherence`: per round, the pages the reader's coherence checks
+/// dropped, its cache misses and the 4 KiB pages it read from the file
+/// (median / largest over the rounds), as table rows: journal, event,
+/// rounds, cached pages, dropped, misses, pages read.
+pub(crate) fn coherence(db: &Path, journal: &str, rows: u64, rounds: u32) -> String {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(std::path::PathBuf::from(p));
+    }
+    {
+        let c = Connection::open(db).unwrap();
+        c.execute_batch(&format!(
+            "PRAGMA journal_mode={journal}; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB NOT NULL);
+             WITH RECURSIVE g(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM g WHERE i < {rows})
+             INSERT INTO t SELECT i, randomblob(400) FROM g;"
+        ))
+        .unwrap();
+    }
+    // the writer: a unix-VFS connection in a process of its own (the
+    // sqlite3 shell would do; this program is at hand)
+    let mut writer = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "mp-child",
+            "--role",
+            "committer",
+            "--config",
+            "unix",
+            "--db",
+        ])
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut wout = BufReader::new(writer.stdout.take().unwrap());
+    let r = open_mp(db, "kx", "256m");
+    let scan = |r: &Connection| -> i64 {
+        r.query_row("SELECT sum(length(v)) FROM t", [], |x| x.get(0))
+            .unwrap()
+    };
+    scan(&r);
+    scan(&r);
+    let pages = stat(&r, "cached_pages");
+    let mut rows_out = Vec::new();
+    let events: &[&str] = if journal == "wal" {
+        &["commit", "commit+checkpoint"]
+    } else {
+        &["commit"]
+    };
+    for ev in events {
+        let (mut misses, mut read, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..rounds {
+            let m0 = stat(&r, "misses");
+            let b0 = stat(&r, "backend_read_bytes");
+            let d0 = stat(&r, "coherence_pages_dropped");
+            let cmd = format!("{ev} {}\n", 1 + (u64::from(k) * 7919) % rows);
+            writer
+                .stdin
+                .as_mut()
+                .unwrap()
+                .write_all(cmd.as_bytes())
+                .unwrap();
+            assert_eq!(read_line(&mut wout), "ok");
+            scan(&r);
+            misses.push(stat(&r, "misses") - m0);
+            read.push((stat(&r, "backend_read_bytes") - b0) / 4096);
+            dropped.push(stat(&r, "coherence_pages_dropped") - d0);
+        }
+        // median and largest of the rounds
+        let mm = |v: &mut Vec<u64>| {
+            v.sort_unstable();
+            format!("{} / {}", v[v.len() / 2], v[v.len() - 1])
+        };
+        rows_out.push(format!(
+            "| {journal} | {ev} | {rounds} | {pages} | {} | {} | {} |",
+            mm(&mut dropped),
+            mm(&mut misses),
+            mm(&mut read),
+        ));
+    }
+    drop(writer.stdin.take());
+    let _ = writer.wait();
+    rows_out.join("\n")
+}
+
+/// The committer child of `coherence`: per line "<event> <id>", a one-row
+/// update of row `id` (and a PASSIVE checkpoint after "commit+checkpoint");
+/// answers "ok".
+pub(crate) fn committer(db: &Path) {
+    let c = open_mp(db, "unix", "");
+    c.execute_batch("PRAGMA wal_autocheckpoint=0;").unwrap();
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line.unwrap();
+        let (ev, id) = line.split_once(' ').unwrap();
+        let id: i64 = id.parse().unwrap();
+        c.execute("UPDATE t SET v = randomblob(400) WHERE id = ?1", [id])
+            .unwrap();
+        if ev == "commit+checkpoint" {
+            c.execute_batch("PRAGMA wal_checkpoint(PASSIVE);").unwrap();
+        }
+        println!("ok");
+        std::io::stdout().flush().unwrap();
+    }
+}
