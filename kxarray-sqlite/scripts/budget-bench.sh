@@ -23,6 +23,12 @@
 #   sudo bash kxarray-sqlite/scripts/budget-bench.sh
 #   ROUNDS=5 LIMIT_MB=512 DB_MB=300 bash kxarray-sqlite/scripts/budget-bench.sh
 #   PARTS=3 ROUNDS=5 bash kxarray-sqlite/scripts/budget-bench.sh   # the eight only
+#   KX_BEFORE=/path/to/other/libkxarray_sqlite.so CONFIGS="kx kx-before unix" ...
+#       # a fourth configuration: another build of the extension (say,
+#       # main's) with default settings, side by side with this one
+#
+# Parts 1 and 3 also print the page faults the cgroup counted during each
+# run (memory.stat's pgfault, minor and major, of all its processes).
 #
 # Needs root and the cgroup v1 memory controller (/sys/fs/cgroup/memory)
 # or cgroup v2 with memory delegated at the root; parts 1 and 3 are
@@ -61,6 +67,7 @@ open_db() { # config db -> the shell's lines that open db
   case "$c" in
     unix) echo ".open '$db'" ;;
     kx) printf ".load %s\n.open 'file:%s?vfs=kxarray'\n" "$EXT" "$db" ;;
+    kx-before) printf ".load %s\n.open 'file:%s?vfs=kxarray'\n" "${KX_BEFORE:?set KX_BEFORE to the other extension}" "$db" ;;
     kx-nobudget) printf ".load %s\n.open 'file:%s?vfs=kxarray&kx_budget=0'\n" "$EXT" "$db" ;;
     *) echo "unknown config $c" >&2; exit 2 ;;
   esac
@@ -106,6 +113,8 @@ cleanup() { [ -n "$CG" ] && rmdir "$CG" 2>/dev/null || true; }
 trap cleanup EXIT
 
 oom_kills() { awk '$1 == "oom_kill" {print $2}' "$CG/$KILLS_FILE"; }
+# Page faults the cgroup's processes took so far (v1 and v2: memory.stat's pgfault).
+cg_faults() { awk '$1 == "pgfault" {print $2}' "$CG/memory.stat"; }
 # CPU seconds (user + system) of this script's waited-for children so far.
 TICK=$(getconf CLK_TCK)
 children_cpu() { awk -v t="$TICK" '{printf "%.2f", ($16 + $17) / t}' /proc/$$/stat; }
@@ -117,11 +126,12 @@ elif [ -z "$CG" ]; then
 else
   echo "# five processes, $DB_MB MB each, 3 scans, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
   RESULTS=$DIR/results-1.txt; : > "$RESULTS"
-  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s killed answers
+  printf '%-12s %5s %8s %7s %9s %6s %s\n' config round wall_s cpu_s faults killed answers
   for ((r = 0; r < ROUNDS; r++)); do
     for c in $(rotate "$r" $CONFIGS); do
       for i in 0 1 2 3 4; do script "$c" "$DIR/db-$DB_MB-$i.db" > "$DIR/in-$i.sql"; done
       before=$(oom_kills)
+      faults0=$(cg_faults)
       cpu0=$(children_cpu)
       start=$(date +%s.%N)
       pids=()
@@ -137,7 +147,8 @@ else
       wall=$(echo "$end - $start" | bc)
       oom=$(( $(oom_kills) - before ))
       cpu=$(echo "$(children_cpu) - $cpu0" | bc)
-      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/5 right"
+      faults=$(( $(cg_faults) - faults0 ))
+      printf '%-12s %5d %8.2f %7.2f %9d %6s %s\n' "$c" "$r" "$wall" "$cpu" "$faults" "$killed/$oom" "$right/5 right"
       echo "$c $wall $oom" >> "$RESULTS"
     done
   done
@@ -174,12 +185,13 @@ else
   cat "$SHARED" > /dev/null
   RESULTS=$DIR/results-3.txt; : > "$RESULTS"
   echo "# eight processes sharing one $DB_MB MB database (WAL), 3 scans and 3 commits each, in a $LIMIT_MB MiB cgroup ($CG); $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
-  printf '%-12s %5s %8s %7s %6s %s\n' config round wall_s cpu_s failed/oom answers
+  printf '%-12s %5s %8s %7s %9s %6s %s\n' config round wall_s cpu_s faults failed/oom answers
   for ((r = 0; r < ROUNDS; r++)); do
     for c in $(rotate "$r" $CONFIGS); do
       sqlite3 "$SHARED" "DELETE FROM w;" > /dev/null
       for i in 0 1 2 3 4 5 6 7; do shared_script "$c" "$SHARED" "$i" > "$DIR/in-shared-$i.sql"; done
       before=$(oom_kills)
+      faults0=$(cg_faults)
       cpu0=$(children_cpu)
       start=$(date +%s.%N)
       pids=()
@@ -197,7 +209,8 @@ else
       wall=$(echo "$end - $start" | bc)
       oom=$(( $(oom_kills) - before ))
       cpu=$(echo "$(children_cpu) - $cpu0" | bc)
-      printf '%-12s %5d %8.2f %7.2f %6s %s\n' "$c" "$r" "$wall" "$cpu" "$killed/$oom" "$right/8 right"
+      faults=$(( $(cg_faults) - faults0 ))
+      printf '%-12s %5d %8.2f %7.2f %9d %6s %s\n' "$c" "$r" "$wall" "$cpu" "$faults" "$killed/$oom" "$right/8 right"
       echo "$c $wall $oom" >> "$RESULTS"
     done
   done

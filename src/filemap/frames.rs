@@ -16,9 +16,18 @@
 //! - per class, a shared list of free frames behind one lock, which
 //!   magazines refill from and spill into half a magazine at a time;
 //! - the retain limit: the sum of the live caches' capacities
-//!   ([`retain`]). Free frames are kept only while every frame held (in
-//!   use or free) stays within the limit plus [`SLACK`]; beyond it, free
-//!   frames are released in batches of at least [`RELEASE_BATCH`]:
+//!   ([`retain`]). Free frames are kept while every frame held (in use or
+//!   free) stays within the limit plus its [`headroom`] (an eighth of the
+//!   limit, from [`SLACK`] to [`HEADROOM_MAX`]), and never fewer than
+//!   [`SLACK`] of them: a cache missing at its capacity holds more than
+//!   its capacity in use for a moment (its readahead in flight, evicted
+//!   folios waiting for their grace period, the background reclaimer's
+//!   gap: 3 MiB over 64 MiB when reading sequentially), and the frames
+//!   that come back when it falls under again are the ones its next
+//!   misses take, so releasing them there made every miss after the first
+//!   pass fault its memory in again (issue 37: 40 minor faults per MiB
+//!   read at 64 MiB). Beyond that, free frames are released in batches
+//!   of at least [`RELEASE_BATCH`]:
 //!   `MADV_DONTNEED` over runs of adjacent frames (their memory goes back
 //!   to the system at once and reads as zero next time), then their blocks
 //!   go back to their regions, which are unmapped when they empty beyond
@@ -61,6 +70,9 @@ const CLASSES: usize = 10;
 /// Free frames kept beyond the retain limit (see the module docs).
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
 pub(super) const SLACK: usize = 2 << 20;
+/// Most bytes held beyond the retain limit (see [`headroom`]).
+#[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+pub(super) const HEADROOM_MAX: usize = 8 << 20;
 /// Fewest bytes of free frames released at once when over the limit.
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
 pub(super) const RELEASE_BATCH: usize = 1 << 20;
@@ -186,8 +198,8 @@ pub(crate) fn retain(bytes: usize, grow: bool) {
     let _ = (bytes, grow);
 }
 
-/// Release the free frames beyond the retain limit plus [`SLACK`] (all but
-/// the calling thread's other threads' magazines). Returns the bytes
+/// Release the free frames beyond the retain limit plus its [`headroom`]
+/// (all but other threads' magazines). Returns the bytes
 /// released.
 pub(crate) fn trim_to_limit() -> usize {
     #[cfg(not(any(miri, loom, fuzzing, kxarray_system_alloc)))]
@@ -199,6 +211,22 @@ pub(crate) fn trim_to_limit() -> usize {
 /// Bytes of frame headers (one per frame in existence), for the caches'
 /// metadata estimates.
 pub(crate) const HEADER_BYTES: usize = core::mem::size_of::<Frame>();
+
+/// The bytes of frames (in use or free) kept beyond a retain limit of
+/// `limit` bytes: an eighth of it, at least [`SLACK`], at most
+/// [`HEADROOM_MAX`] (within the resident-set allowance of the caches'
+/// memory contract: capacity plus metadata plus 8 MiB).
+#[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
+pub(super) const fn headroom(limit: usize) -> usize {
+    let h = limit / 8;
+    if h < SLACK {
+        SLACK
+    } else if h > HEADROOM_MAX {
+        HEADROOM_MAX
+    } else {
+        h
+    }
+}
 
 /// The class of a buffer of `len` bytes, if the regions serve it.
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
@@ -272,7 +300,7 @@ pub(super) unsafe fn give(f: NonNull<Frame>) {
 mod pool {
     use super::super::regions;
     use super::{
-        class_of, mag_cap, Frame, FrameStats, CLASSES, PAGE, REGION, RELEASE_BATCH, SLACK,
+        class_of, headroom, mag_cap, Frame, FrameStats, CLASSES, PAGE, REGION, RELEASE_BATCH, SLACK,
     };
     use crate::sync::{AtomicUsize, Lock, Ordering};
     use core::cell::RefCell;
@@ -396,11 +424,16 @@ mod pool {
     }
 
     /// The bytes of free frames (and ready regions) beyond what the limit
-    /// allows.
+    /// allows: those that take every frame held past the limit plus its
+    /// headroom, but never the last [`SLACK`] of them.
     fn excess() -> usize {
         let held = held();
         let in_use = IN_USE.load(Ordering::Relaxed).min(held);
-        let allowed = LIMIT.load(Ordering::Relaxed).saturating_sub(in_use) + SLACK;
+        let limit = LIMIT.load(Ordering::Relaxed);
+        let allowed = limit
+            .saturating_add(headroom(limit))
+            .saturating_sub(in_use)
+            .max(SLACK);
         (held - in_use).saturating_sub(allowed)
     }
 
