@@ -24,15 +24,19 @@
 #   kx-fetch    the same with PRAGMA mmap_size=1g: zero-copy xFetch
 #   kx-excl     kxarray, kx_cache=1g, kx_locking=exclusive: the copy path
 #   kx-fetch-excl  kx-excl with PRAGMA mmap_size=1g
+#   old-kx, old-kx-fetch  kx and kx-fetch with another build of the
+#               extension, OLD_EXT (a path without the .so), for before/after
 # Prints each run's seconds, then per configuration the median and the
 # medians (and ranges) of the per-round ratios unix/config and
 # unix-mmap/config (above 1.0: the configuration is faster).
 #
 # CALLGRIND=1: instead, each configuration runs once under valgrind
-# --tool=callgrind with the statement once and then twice; the difference
-# of the two totals is the instructions of one warm statement (startup, the
-# cold first pass and exit cancel out). Prints instructions per select.
-# Deterministic: the primary evidence on a noisy machine.
+# --tool=callgrind (the thread-pool I/O engine), the counters zeroed after
+# the first statement and dumped after the second (callgrind_control from
+# the shell's .system): instructions per select of the warm statement, in
+# user space only (a pread's copy in the kernel is not counted: compare kx
+# with kx, and kx with unix-mmap, whose hits copy nothing). Deterministic:
+# the primary evidence on a noisy machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -43,11 +47,14 @@ CONFIGS=${CONFIGS:-"unix unix-mmap kx kx-fetch kx-excl"}
 CALLGRIND=${CALLGRIND:-0}
 mkdir -p "$DIR"
 DB=$DIR/points-$ROWS.db
-EXT=target/release/libkxarray_sqlite
+EXT=${EXT:-target/release/libkxarray_sqlite}   # another build: EXT=/other/target/release/libkxarray_sqlite
+OLD_EXT=${OLD_EXT:-}
 
 command -v sqlite3 >/dev/null || { echo "sqlite3 not installed (apt-get install -y sqlite3)" >&2; exit 1; }
-echo "building the extension (release)..." >&2
-cargo build --release -p kxarray-sqlite --lib >/dev/null 2>&1
+if [ "$EXT" = target/release/libkxarray_sqlite ]; then
+  echo "building the extension (release)..." >&2
+  cargo build --release -p kxarray-sqlite --lib >/dev/null 2>&1
+fi
 # shellcheck source=db.sh
 . kxarray-sqlite/scripts/db.sh
 make_db "$DB" "$ROWS"
@@ -63,9 +70,11 @@ script() { # config times -> the shell's input on stdout
     kx-fetch) map=1073741824 ;;
     kx-excl) uri="$uri&kx_locking=exclusive" ;;
     kx-fetch-excl) uri="$uri&kx_locking=exclusive"; map=1073741824 ;;
+    old-kx) ;;
+    old-kx-fetch) map=1073741824 ;;
     *) echo "unknown config $c" >&2; exit 2 ;;
   esac
-  case "$c" in kx*) echo ".load $EXT" ;; esac
+  case "$c" in kx*) echo ".load $EXT" ;; old-kx*) echo ".load $OLD_EXT" ;; esac
   echo ".open '$uri'"
   echo "PRAGMA mmap_size=$map;"
   echo ".timer on"
@@ -77,16 +86,20 @@ if [ "$CALLGRIND" = 1 ]; then
   echo "| config | instructions per select (warm statement) |"
   echo "|---|---|"
   for c in $CONFIGS; do
-    ir=()
-    for times in 1 2; do
-      script "$c" "$times" > "$DIR/cg.sql"
-      valgrind --tool=callgrind --callgrind-out-file="$DIR/callgrind.$c.$times" \
-        sqlite3 < "$DIR/cg.sql" > /dev/null 2> "$DIR/cg.log"
-      ir+=("$(sed -n 's/^summary: //p' "$DIR/callgrind.$c.$times")")
-    done
-    echo "| $c | $(( (ir[1] - ir[0]) / QUERIES )) |"
+    # The counters are zeroed after the first (warm-up) statement and
+    # dumped after the second: the dump holds the warm statement alone.
+    script "$c" 2 | sed '$d' > "$DIR/cg.sql"
+    { echo '.system callgrind_control -z $PPID >/dev/null'; echo "$Q"
+      echo '.system callgrind_control -d $PPID >/dev/null'; } >> "$DIR/cg.sql"
+    rm -f "$DIR/callgrind.$c" "$DIR/callgrind.$c".*
+    # io_uring's completions are invisible to valgrind (a wait never
+    # returns): the thread-pool engine under callgrind.
+    KXARRAY_IO_ENGINE=threads valgrind --tool=callgrind --callgrind-out-file="$DIR/callgrind.$c" \
+      sqlite3 < "$DIR/cg.sql" > /dev/null 2> "$DIR/cg.log"
+    ir=$(sed -n 's/^summary: //p' "$DIR/callgrind.$c.1")
+    echo "| $c | $((ir / QUERIES)) |"
   done
-  echo "(profiles: $DIR/callgrind.CONFIG.2; callgrind_annotate them)" >&2
+  echo "(profiles of the warm statement: $DIR/callgrind.CONFIG.1; callgrind_annotate them)" >&2
   exit 0
 fi
 
