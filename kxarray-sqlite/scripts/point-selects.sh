@@ -45,6 +45,8 @@ QUERIES=${QUERIES:-300000}
 DIR=${DIR:-target/sqlite-bench}
 CONFIGS=${CONFIGS:-"unix unix-mmap kx kx-fetch kx-excl"}
 CALLGRIND=${CALLGRIND:-0}
+CG_OPTS=${CG_OPTS:-}            # more callgrind options, e.g. --cache-sim=yes
+KX_EXTRA=${KX_EXTRA:-}          # more URI parameters for the kx configurations
 mkdir -p "$DIR"
 DB=$DIR/points-$ROWS.db
 EXT=${EXT:-target/release/libkxarray_sqlite}   # another build: EXT=/other/target/release/libkxarray_sqlite
@@ -62,7 +64,7 @@ Q="SELECT sum((SELECT length(v) FROM t WHERE id = (value*2654435761) % $ROWS + 1
 echo "database: $(du -m "$DB" | cut -f1) MB; $QUERIES selects per statement; load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 script() { # config times -> the shell's input on stdout
-  local c=$1 times=$2 uri="file:$DB?vfs=kxarray&kx_cache=1g" map=0
+  local c=$1 times=$2 uri="file:$DB?vfs=kxarray&kx_cache=1g$KX_EXTRA" map=0
   case "$c" in
     unix) uri="file:$DB" ;;
     unix-mmap) uri="file:$DB"; map=1073741824 ;;
@@ -78,25 +80,32 @@ script() { # config times -> the shell's input on stdout
   echo ".open '$uri'"
   echo "PRAGMA mmap_size=$map;"
   echo ".timer on"
-  for ((k = 0; k < times; k++)); do echo "$Q"; done
+  for ((k = 0; k < times; k++)); do
+    echo "$Q"
+    case "$c" in *kx*) printf '.timer off\nPRAGMA kx_stats;\n.timer on\n' ;; esac
+  done
 }
 
 if [ "$CALLGRIND" = 1 ]; then
+  # Instructions of hits only: the cache keeps its capacity whatever the
+  # machine's memory pressure (a shrink under other processes' load sent
+  # reads to the miss path, whose copy callgrind counts differently).
+  KX_EXTRA="$KX_EXTRA&kx_pressure=0&kx_budget=0"
   command -v valgrind >/dev/null || { echo "valgrind not installed" >&2; exit 1; }
   echo "| config | instructions per select (warm statement) |"
   echo "|---|---|"
   for c in $CONFIGS; do
     # The counters are zeroed after the first (warm-up) statement and
     # dumped after the second: the dump holds the warm statement alone.
-    script "$c" 2 | sed '$d' > "$DIR/cg.sql"
+    script "$c" 1 > "$DIR/cg.sql"
     { echo '.system callgrind_control -z $PPID >/dev/null'; echo "$Q"
       echo '.system callgrind_control -d $PPID >/dev/null'; } >> "$DIR/cg.sql"
     rm -f "$DIR/callgrind.$c" "$DIR/callgrind.$c".*
     # io_uring's completions are invisible to valgrind (a wait never
     # returns): the thread-pool engine under callgrind.
-    KXARRAY_IO_ENGINE=threads valgrind --tool=callgrind --callgrind-out-file="$DIR/callgrind.$c" \
+    KXARRAY_IO_ENGINE=threads valgrind --tool=callgrind $CG_OPTS --callgrind-out-file="$DIR/callgrind.$c" \
       sqlite3 < "$DIR/cg.sql" > /dev/null 2> "$DIR/cg.log"
-    ir=$(sed -n 's/^summary: //p' "$DIR/callgrind.$c.1")
+    ir=$(sed -n 's/^summary: //p' "$DIR/callgrind.$c.1" | cut -d' ' -f1)
     echo "| $c | $((ir / QUERIES)) |"
   done
   echo "(profiles of the warm statement: $DIR/callgrind.CONFIG.1; callgrind_annotate them)" >&2
@@ -111,9 +120,12 @@ for ((r = 0; r < ROUNDS; r++)); do
   cat "$DB" > /dev/null
   for ((i = 0; i < n; i++)); do
     c=${cfgs[$(((i + r) % n))]}
-    s=$(script "$c" 2 | sqlite3 | sed -n 's/^Run Time: real \([0-9.]*\).*/\1/p' | tail -1)
+    o=$(script "$c" 2 | sqlite3)
+    s=$(echo "$o" | sed -n 's/^Run Time: real \([0-9.]*\).*/\1/p' | sed -n 2p)
+    # kxarray's misses during the timed statement (0: every read a hit)
+    m=$(echo "$o" | sed -n 's/.* misses=\([0-9]*\) .*/\1/p' | tr '\n' ' ' | awk 'NF == 2 {print $2 - $1}')
     printf '%s\t%s\t%s\n' "$r" "$c" "$s" >> "$OUT"
-    printf 'round %s %-13s %s s\n' "$r" "$c" "$s" >&2
+    printf 'round %s %-13s %s s%s\n' "$r" "$c" "$s" "${m:+ (cache misses: $m)}" >&2
   done
 done
 
