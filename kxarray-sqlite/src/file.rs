@@ -657,12 +657,14 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let zname = unsafe { *slot };
     // SAFETY: ... NUL-terminated.
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
-    let text = match name.to_ascii_lowercase().as_str() {
-        "kx_stats" => {
-            h.book_fetches();
-            crate::stats::stats_text(&h.cache)
-        }
-        "kx_settings" => format!(
+    let text =
+        match name.to_ascii_lowercase().as_str() {
+            "kx_stats" => {
+                h.book_fetches();
+                crate::stats::stats_text(&h.cache)
+            }
+            "kx_settings" => {
+                format!(
             "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
              budget={} locking={}",
             crate::process::configured_capacity(),
@@ -674,9 +676,10 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
             if h.inode.is_db { 4096 } else { 512 },
             u8::from(crate::process::budget_stats().is_some()),
             if h.inode.exclusive { "exclusive" } else { "shared" },
-        ),
-        _ => return SQLITE_NOTFOUND,
-    };
+        )
+            }
+            _ => return SQLITE_NOTFOUND,
+        };
     let p = api().malloc_str(&text);
     if p.is_null() {
         return SQLITE_NOMEM;
