@@ -129,16 +129,16 @@ impl WalSeen {
 /// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
 /// or the copies keep disagreeing.
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
-    let w = |i| shm.word(0, i);
     for _ in 0..100 {
         // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
-        let a = [w(2)?, w(4)?, w(8)?, w(9)?];
+        let a = shm.words(0, [2, 4, 8, 9])?;
         fence(Ordering::Acquire);
-        let b = [w(12 + 2)?, w(12 + 4)?, w(12 + 8)?, w(12 + 9)?];
-        if a == b {
+        // copy 1 (48 bytes on), then nBackfill (byte 96), in that order
+        let [b0, b1, b2, b3, backfill] = shm.words(0, [12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
+        if a == [b0, b1, b2, b3] {
             return Some(WalSeen {
                 salts: [a[2], a[3]],
-                backfill: w(24)?,
+                backfill,
                 change: a[0],
                 mx: a[1],
             });

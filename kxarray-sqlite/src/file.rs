@@ -138,17 +138,14 @@ impl Handle {
     /// pattern: a scan starting hints the cache to read ahead
     /// sequentially, its end hands readahead back to the cache's own
     /// detection. A hint is advice: its error is not the read's.
+    /// The common case (no hint: a point lookup, or a scan under way) is
+    /// two inlined checks; giving hints is out of line.
     #[inline]
     fn note_read(&mut self, off: u64, len: u64) {
         let mode = self.pattern.on_read(off, len);
-        for hint in [mode, self.pattern.ahead()].into_iter().flatten() {
-            if let Err(e) = pattern::advise(&self.inode.file, hint) {
-                let path = self.inode.path.display();
-                api().log(
-                    SQLITE_NOTICE,
-                    &format!("kxarray: readahead hint for {path}: {e}"),
-                );
-            }
+        let ahead = self.pattern.ahead();
+        if mode.is_some() || ahead.is_some() {
+            pattern::give(&self.inode.file, &self.inode.path, [mode, ahead]);
         }
     }
 

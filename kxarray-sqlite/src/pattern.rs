@@ -11,6 +11,7 @@
 
 use kxarray::pagecache::{Advice, CachedFile};
 use std::io;
+use std::path::Path;
 
 /// How far past the previous read's end a read still continues a forward
 /// run (SQLite's leaves of one table are in order, but interior and
@@ -130,6 +131,22 @@ pub(crate) fn advise(file: &CachedFile, hint: Hint) -> io::Result<()> {
         Hint::Sequential => file.advise(0, 0, Advice::Sequential),
         Hint::Normal => file.advise(0, 0, Advice::Normal),
         Hint::WillNeed(off, len) => file.advise(off, len, Advice::WillNeed),
+    }
+}
+
+/// [`advise`] each hint a handle's read found, logging (at
+/// `SQLITE_NOTICE`) the ones the cache refused: out of line, so that a read
+/// that gives none pays two checks.
+#[cold]
+#[inline(never)]
+pub(crate) fn give(file: &CachedFile, path: &Path, hints: [Option<Hint>; 2]) {
+    for hint in hints.into_iter().flatten() {
+        if let Err(e) = advise(file, hint) {
+            crate::process::api().log(
+                crate::ffi::SQLITE_NOTICE,
+                &format!("kxarray: readahead hint for {}: {e}", path.display()),
+            );
+        }
     }
 }
 

@@ -307,8 +307,17 @@ impl Shm {
     /// region when it exists and is not mapped yet; `None` when it does not
     /// exist (or no region was mapped yet: the size is unknown).
     pub(crate) fn word(&self, region: usize, i: usize) -> Option<u32> {
+        self.words(region, [i]).map(|[w]| w)
+    }
+
+    /// Words `idx` of region `region`, each read atomically (`Acquire`) in
+    /// the order given, as [`Shm::word`] reads one, under one lock of the
+    /// regions (the coherence check reads nine words at every WAL lock);
+    /// `None` when a word is past the regions' size or the region does not
+    /// exist.
+    pub(crate) fn words<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let mut r = lock(&self.regions);
-        if r.list.is_empty() || (i + 1) * 4 > r.size {
+        if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
             return None;
         }
         if region >= r.list.len() {
@@ -317,15 +326,17 @@ impl Shm {
                 return None;
             }
         }
-        let base = r.list.get(region)?;
-        // SAFETY: word `i` lies inside the region (checked above: `(i + 1)
-        // * 4 <= size`), which stays mapped while `self` lives; regions are
-        // 4096-aligned, so the word is 4-aligned.
-        let p = unsafe { base.as_ptr().add(i * 4) }.cast::<AtomicU32>();
-        // SAFETY: `p` is valid and aligned for an `AtomicU32` (above); the
-        // memory is shared with SQLite and other processes, which write it
-        // with plain stores: an atomic load reads a whole word.
-        Some(unsafe { &*p }.load(Ordering::Acquire))
+        let base = *r.list.get(region)?;
+        Some(idx.map(|i| {
+            // SAFETY: word `i` lies inside the region (checked above: `(i +
+            // 1) * 4 <= size`), which stays mapped while `self` lives;
+            // regions are 4096-aligned, so the word is 4-aligned.
+            let p = unsafe { base.as_ptr().add(i * 4) }.cast::<AtomicU32>();
+            // SAFETY: `p` is valid and aligned for an `AtomicU32` (above);
+            // the memory is shared with SQLite and other processes, which
+            // write it with plain stores: an atomic load reads a whole word.
+            unsafe { &*p }.load(Ordering::Acquire)
+        }))
     }
 
     /// Delete the `-shm` file (the last handle unmapped with SQLite's
@@ -562,6 +573,10 @@ mod tests {
         let (p2, _) = s2.map(0, 32768, false);
         assert!(!p2.is_null());
         assert_eq!(s2.word(0, 5), Some(0xfeed));
+        // several words under one lock: the same values, in the order asked
+        assert_eq!(s2.words(0, [5, 4, 5]), Some([0xfeed, 0, 0xfeed]));
+        // one word past the region's size: none of them
+        assert_eq!(s2.words(0, [5, 32768 / 4]), None);
         let (s1, s2) = (Arc::new(s1), Arc::new(s2));
         let (mut a, mut b) = (ShmHandle::new(Arc::clone(&s1)), ShmHandle::new(s2));
         let (l, u) = (SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK);
