@@ -72,7 +72,7 @@ const CLASSES: usize = 10;
 pub(super) const SLACK: usize = 2 << 20;
 /// Most bytes held beyond the retain limit (see [`headroom`]).
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
-pub(super) const HEADROOM_MAX: usize = 8 << 20;
+pub(super) const HEADROOM_MAX: usize = 4 << 20;
 /// Fewest bytes of free frames released at once when over the limit.
 #[cfg_attr(any(miri, loom, fuzzing, kxarray_system_alloc), allow(dead_code))]
 pub(super) const RELEASE_BATCH: usize = 1 << 20;
