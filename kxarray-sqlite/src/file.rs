@@ -371,6 +371,9 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_READ) {
+            return rc;
+        }
         // A WAL reads as far as SQLite wrote (its file is grown ahead).
         let want = h.inode.wal.as_ref().map_or(n, |w| w.readable(off, n));
         if want < n {
@@ -575,6 +578,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_FSTAT) {
+            return rc;
+        }
         let len = if h.inode.uncached {
             match h.inode.fd.metadata() {
                 Ok(m) => m.len(),
@@ -905,8 +911,7 @@ fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckp
     let Some(s) = h.shm.as_mut() else {
         return SQLITE_OK;
     };
-    let shm = Arc::clone(&s.shm);
-    match h.inode.on_shm_lock(&shm, (offset, n, flags), held_ckpt) {
+    match h.inode.on_shm_lock(s, (offset, n, flags), held_ckpt) {
         Ok(()) => SQLITE_OK,
         Err(msg) => {
             api().log(SQLITE_IOERR_SHMLOCK, &msg);
@@ -950,6 +955,9 @@ unsafe extern "C" fn x_fetch(
         let amt = i64::from(amt);
         if !h.settings.fetch || h.mmap_limit <= 0 || off < 0 || amt <= 0 {
             return SQLITE_OK;
+        }
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_READ) {
+            return rc;
         }
         let end = off + amt;
         if end > h.mmap_limit || end as u64 > h.inode.file.len() {

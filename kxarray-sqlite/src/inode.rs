@@ -53,15 +53,15 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db};
+use crate::coherence::{Coherence, Db, WAL_READ_LOCK0};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING,
-    SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
+    SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_LOCK, SQLITE_SHM_SHARED,
 };
 use crate::oslock::{self, Kind};
-use crate::shm::Shm;
+use crate::shm::{Shm, ShmHandle};
 use crate::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
@@ -292,14 +292,53 @@ impl Inode {
     ///
     /// # Errors
     /// The failed check's message.
+    /// A shared read lock, checked, makes the handle's next read of the
+    /// database check again ([`recheck_wal`](Inode::recheck_wal)).
     pub(crate) fn on_shm_lock(
         &self,
-        shm: &Shm,
+        s: &mut ShmHandle,
         call: (c_int, c_int, c_int),
         held_ckpt: bool,
     ) -> Result<(), String> {
+        let shm = Arc::clone(&s.shm);
         let mut coh = lock(&self.coherence);
-        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, call, held_ckpt)
+        crate::coherence::on_shm_lock(&mut coh, &self.db(), &shm, call, held_ckpt)?;
+        let (offset, _, flags) = call;
+        if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset >= WAL_READ_LOCK0 {
+            s.recheck = true;
+        }
+        Ok(())
+    }
+
+    /// A handle's first read of this database (`xRead`, `xFetch`,
+    /// `xFileSize`) after it took a WAL read lock (`shm.recheck`): the WAL
+    /// check again. SQLite loads `nBackfill`, below which it no longer
+    /// looks pages up in the WAL, after it took the lock, so after the
+    /// lock's check: a checkpoint by another process that ended between
+    /// the two copied pages this read transaction then reads from the
+    /// database file, pages the lock's check did not drop. This check
+    /// comes after SQLite's load, so it sees at least the `nBackfill`
+    /// SQLite uses. Nothing to do (no system call) when the index did not
+    /// move.
+    ///
+    /// # Errors
+    /// `code` when the check fails (its message goes to SQLite's log):
+    /// SQLite must not read under a cache that may be stale.
+    pub(crate) fn recheck_wal(
+        &self,
+        shm: Option<&mut ShmHandle>,
+        code: c_int,
+    ) -> Result<(), c_int> {
+        let Some(s) = shm.filter(|s| s.recheck) else {
+            return Ok(());
+        };
+        s.recheck = false;
+        let shm = Arc::clone(&s.shm);
+        let r = lock(&self.coherence).wal_check(&self.db(), &shm);
+        r.map_err(|msg| {
+            crate::process::api().log(code, &msg);
+            code
+        })
     }
 
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).

@@ -382,6 +382,10 @@ pub(crate) struct ShmHandle {
     pub(crate) shm: Arc<Shm>,
     shared: u8,
     exclusive: u8,
+    /// A WAL read lock was taken and checked since the handle's last read
+    /// of the database: its next read checks again
+    /// ([`Inode::recheck_wal`](crate::inode::Inode::recheck_wal)).
+    pub(crate) recheck: bool,
 }
 
 impl ShmHandle {
@@ -390,6 +394,7 @@ impl ShmHandle {
             shm,
             shared: 0,
             exclusive: 0,
+            recheck: false,
         }
     }
 
