@@ -518,7 +518,7 @@ pub(crate) fn on_shm_lock(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kxarray::aio::{Completion, IoBufMut};
     use kxarray::backend::{Backend, ReadBuf};
@@ -595,6 +595,98 @@ mod tests {
         /// lock was checked (run once).
         static AFTER_READ_CHECK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
             std::cell::RefCell::new(None);
+    }
+
+    thread_local! {
+        /// What another process does right after this thread released
+        /// the checkpoint lock (run once).
+        static AFTER_CKPT_UNLOCK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            std::cell::RefCell::new(None);
+    }
+
+    /// Run (once) what the test put in [`AFTER_CKPT_UNLOCK`], after an
+    /// unlock of the checkpoint lock's slot (`ShmHandle::lock`).
+    pub(crate) fn after_unlock(offset: c_int) {
+        if offset == WAL_CKPT_LOCK {
+            if let Some(f) = AFTER_CKPT_UNLOCK.with(|h| h.borrow_mut().take()) {
+                f();
+            }
+        }
+    }
+
+    /// Issue 38's stale page, the second way: this process checkpoints,
+    /// and another process's checkpoint starts the moment this one lets go
+    /// of the checkpoint lock and copies the frames committed since. The
+    /// record of what this process's own checkpoint copied (pages written
+    /// through its cache, not dropped) was taken after the release, so it
+    /// took the other checkpoint's frames for its own and never dropped
+    /// their pages. Before the fix the last read returned the old row.
+    #[test]
+    fn a_checkpoint_right_after_this_process_s_own_is_seen() {
+        use rusqlite::{Connection, OpenFlags};
+        use std::cell::Cell;
+        use std::rc::Rc;
+        crate::register(crate::Api::linked::<()>(), false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("own.db");
+        // the other process: the unix VFS, no automatic checkpoint
+        let other = Rc::new(Connection::open(&db).unwrap());
+        other
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .unwrap();
+        // a reader of the other process, whose mark keeps this process's
+        // checkpoint from copying the last commit (and the WAL from
+        // restarting)
+        let reader = Rc::new(Connection::open(&db).unwrap());
+        let kx = Connection::open_with_flags(
+            format!("file:{}?vfs=kxarray", db.display()),
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        kx.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
+        let x = |c: &Connection| c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0));
+        assert_eq!(x(&kx).unwrap(), 0); // the table's page, cached from the file
+        other.execute("UPDATE t SET x = 1", []).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        assert_eq!(x(&reader).unwrap(), 1); // its mark: the commit of 1
+        other.execute("UPDATE t SET x = 2", []).unwrap();
+        let copied = Rc::new(Cell::new((-1, -1)));
+        let (o, r, c) = (Rc::clone(&other), Rc::clone(&reader), Rc::clone(&copied));
+        AFTER_CKPT_UNLOCK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                r.execute_batch("COMMIT").unwrap();
+                let n = o
+                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                    })
+                    .unwrap();
+                c.set(n);
+            }))
+        });
+        // this process copies the commit of 1 (written through its cache)
+        let (log, mine) = kx
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            })
+            .unwrap();
+        assert!(
+            0 < mine && mine < log,
+            "this process's checkpoint copied {mine} of {log}"
+        );
+        let (log2, theirs) = copied.get();
+        assert!(
+            theirs == log2 && theirs > mine,
+            "the other checkpoint copied {theirs} of {log2} frames"
+        );
+        assert_eq!(
+            x(&kx).unwrap(),
+            2,
+            "a read after the other process's checkpoint"
+        );
     }
 
     /// Run (once) what the test put in [`AFTER_READ_CHECK`].

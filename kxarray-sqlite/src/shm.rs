@@ -433,6 +433,8 @@ impl ShmHandle {
                 }
                 self.exclusive &= !mask;
             }
+            #[cfg(test)]
+            crate::coherence::tests::after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
