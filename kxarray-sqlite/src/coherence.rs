@@ -518,7 +518,7 @@ pub(crate) fn on_shm_lock(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use kxarray::aio::{Completion, IoBufMut};
     use kxarray::backend::{Backend, ReadBuf};
@@ -597,23 +597,6 @@ pub(crate) mod tests {
             std::cell::RefCell::new(None);
     }
 
-    thread_local! {
-        /// What another process does right after this thread released
-        /// the checkpoint lock (run once).
-        static AFTER_CKPT_UNLOCK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-            std::cell::RefCell::new(None);
-    }
-
-    /// Run (once) what the test put in [`AFTER_CKPT_UNLOCK`], after an
-    /// unlock of the checkpoint lock's slot (`ShmHandle::lock`).
-    pub(crate) fn after_unlock(offset: c_int) {
-        if offset == WAL_CKPT_LOCK {
-            if let Some(f) = AFTER_CKPT_UNLOCK.with(|h| h.borrow_mut().take()) {
-                f();
-            }
-        }
-    }
-
     /// Issue 38's stale page, the second way: this process checkpoints,
     /// and another process's checkpoint starts the moment this one lets go
     /// of the checkpoint lock and copies the frames committed since. The
@@ -656,16 +639,19 @@ pub(crate) mod tests {
         other.execute("UPDATE t SET x = 2", []).unwrap();
         let copied = Rc::new(Cell::new((-1, -1)));
         let (o, r, c) = (Rc::clone(&other), Rc::clone(&reader), Rc::clone(&copied));
-        AFTER_CKPT_UNLOCK.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                r.execute_batch("COMMIT").unwrap();
-                let n = o
-                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                    })
-                    .unwrap();
-                c.set(n);
-            }))
+        crate::shm::AFTER_UNLOCK.with(|h| {
+            *h.borrow_mut() = Some((
+                WAL_CKPT_LOCK,
+                Box::new(move || {
+                    r.execute_batch("COMMIT").unwrap();
+                    let n = o
+                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                        })
+                        .unwrap();
+                    c.set(n);
+                }),
+            ));
         });
         // this process copies the commit of 1 (written through its cache)
         let (log, mine) = kx

@@ -895,44 +895,8 @@ unsafe extern "C" fn x_shm_lock(
         let Some(s) = h.shm.as_mut() else {
             return SQLITE_IOERR_SHMMAP;
         };
-        let held_ckpt = s.holds_exclusive(crate::coherence::WAL_CKPT_LOCK);
-        let coherent = !h.inode.exclusive && h.inode.is_db;
-        // An unlock's record (what this process's checkpoint or WAL
-        // restart did) is taken before the lock goes: after it, another
-        // process may checkpoint at once. (An unlock's check never fails.)
-        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
-        if coherent && unlock {
-            wal_coherence(h, offset, n, flags, held_ckpt);
-        }
-        let Some(s) = h.shm.as_mut() else {
-            return SQLITE_IOERR_SHMMAP;
-        };
-        let rc = s.lock(offset, n, flags);
-        if rc != SQLITE_OK || !coherent || unlock {
-            return rc;
-        }
-        wal_coherence(h, offset, n, flags, held_ckpt)
+        h.inode.shm_lock(s, offset, n, flags)
     })
-}
-
-/// After a successful `xShmLock` in shared mode, or before an unlock: the
-/// coherence checks (`coherence::on_shm_lock`). A failed one releases the
-/// lock and fails the call: SQLite must not read under a stale cache.
-fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckpt: bool) -> c_int {
-    let Some(s) = h.shm.as_mut() else {
-        return SQLITE_OK;
-    };
-    match h.inode.on_shm_lock(s, (offset, n, flags), held_ckpt) {
-        Ok(()) => SQLITE_OK,
-        Err(msg) => {
-            api().log(SQLITE_IOERR_SHMLOCK, &msg);
-            let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
-            if let Some(s) = h.shm.as_mut() {
-                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
-            }
-            SQLITE_IOERR_SHMLOCK
-        }
-    }
 }
 
 unsafe extern "C" fn x_shm_barrier(_file: *mut sqlite3_file) {

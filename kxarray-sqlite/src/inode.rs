@@ -53,12 +53,13 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db, WAL_READ_LOCK0};
+use crate::coherence::{Coherence, Db, WAL_CKPT_LOCK, WAL_READ_LOCK0};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
-    SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING,
-    SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_LOCK, SQLITE_SHM_SHARED,
+    SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
+    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
+    SQLITE_SHM_LOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
 use crate::oslock::{self, Kind};
 use crate::shm::{Shm, ShmHandle};
@@ -286,28 +287,52 @@ impl Inode {
         }
     }
 
-    /// The coherence checks after a successful `xShmLock(offset, n,
-    /// flags)` of this database's WAL index `shm`
-    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)).
-    ///
-    /// # Errors
-    /// The failed check's message.
-    /// A shared read lock, checked, makes the handle's next read of the
-    /// database check again ([`recheck_wal`](Inode::recheck_wal)).
-    pub(crate) fn on_shm_lock(
+    /// `xShmLock(offset, n, flags)` of a handle `s` of this file's WAL
+    /// index, with the coherence checks of a database in shared mode
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)): after
+    /// a lock is granted (a failed check releases it and fails the call:
+    /// SQLite must not read under a cache that may be stale; a checked
+    /// read lock makes the handle's next read check again,
+    /// [`recheck_wal`](Inode::recheck_wal)), and before an unlock, whose
+    /// record of what this process's checkpoint or WAL restart did must
+    /// be taken while it still holds the lock (once released, another
+    /// process may checkpoint at once; an unlock's check never fails).
+    pub(crate) fn shm_lock(
         &self,
         s: &mut ShmHandle,
-        call: (c_int, c_int, c_int),
-        held_ckpt: bool,
-    ) -> Result<(), String> {
-        let shm = Arc::clone(&s.shm);
-        let mut coh = lock(&self.coherence);
-        crate::coherence::on_shm_lock(&mut coh, &self.db(), &shm, call, held_ckpt)?;
-        let (offset, _, flags) = call;
-        if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset >= WAL_READ_LOCK0 {
-            s.recheck = true;
+        offset: c_int,
+        n: c_int,
+        flags: c_int,
+    ) -> c_int {
+        let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
+        let coherent = !self.exclusive && self.is_db;
+        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
+        let check = |s: &mut ShmHandle| {
+            let mut coh = lock(&self.coherence);
+            let call = (offset, n, flags);
+            crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt)
+        };
+        if coherent && unlock {
+            let _ = check(s);
         }
-        Ok(())
+        let rc = s.lock(offset, n, flags);
+        if rc != SQLITE_OK || !coherent || unlock {
+            return rc;
+        }
+        match check(s) {
+            Ok(()) => {
+                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset >= WAL_READ_LOCK0 {
+                    s.recheck = true;
+                }
+                SQLITE_OK
+            }
+            Err(msg) => {
+                crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
+                let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
+                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                SQLITE_IOERR_SHMLOCK
+            }
+        }
     }
 
     /// A handle's first read of this database (`xRead`, `xFetch`,

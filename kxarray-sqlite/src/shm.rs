@@ -384,8 +384,35 @@ pub(crate) struct ShmHandle {
     exclusive: u8,
     /// A WAL read lock was taken and checked since the handle's last read
     /// of the database: its next read checks again
-    /// ([`Inode::recheck_wal`](crate::inode::Inode::recheck_wal)).
+    /// (`Inode::recheck_wal`).
     pub(crate) recheck: bool,
+}
+
+/// A test's hook: the lock slot it waits for, and what it runs.
+#[cfg(test)]
+type UnlockHook = Option<(c_int, Box<dyn FnOnce()>)>;
+
+#[cfg(test)]
+thread_local! {
+    /// A test's stand-in for another process acting right after this
+    /// thread releases lock slot `.0` (run once).
+    pub(crate) static AFTER_UNLOCK: std::cell::RefCell<UnlockHook> =
+        std::cell::RefCell::new(None);
+}
+
+/// Run what a test put in [`AFTER_UNLOCK`] for slot `offset`.
+#[cfg(test)]
+fn after_unlock(offset: c_int) {
+    let hook = AFTER_UNLOCK.with(|h| {
+        let mut h = h.borrow_mut();
+        h.as_ref()
+            .is_some_and(|(at, _)| *at == offset)
+            .then(|| h.take())
+            .flatten()
+    });
+    if let Some((_, f)) = hook {
+        f();
+    }
 }
 
 impl ShmHandle {
@@ -434,7 +461,7 @@ impl ShmHandle {
                 self.exclusive &= !mask;
             }
             #[cfg(test)]
-            crate::coherence::tests::after_unlock(offset);
+            after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
