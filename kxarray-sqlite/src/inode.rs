@@ -357,9 +357,9 @@ impl Inode {
         let Some(s) = shm.filter(|s| s.recheck) else {
             return Ok(());
         };
-        s.recheck = false;
-        let shm = Arc::clone(&s.shm);
-        let r = lock(&self.coherence).wal_check(&self.db(), &shm);
+        let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
+        // A failed check is tried again at the next read.
+        s.recheck = r.is_err();
         r.map_err(|msg| {
             crate::process::api().log(code, &msg);
             code
