@@ -28,12 +28,13 @@
 //!   page of the database is dropped. A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
-//!   The read lock's check runs again at the handle's first read of the
-//!   database after it (`Inode::recheck_wal`): SQLite loads `nBackfill`,
-//!   below which it reads pages from the database file instead of the
-//!   WAL, after it took the lock, and a checkpoint by another process may
-//!   end in between (the lock keeps only frames past the reader's mark
-//!   from being copied). A dropped page takes every folio holding a byte
+//!   After a read lock on slots 1-4, the handle's first read of the
+//!   database reads `nBackfill` again and, if it moved, checks again
+//!   (`Inode::recheck_wal`): SQLite loads `nBackfill`, below which it
+//!   reads pages from the database file instead of the WAL, after it took
+//!   the lock, and a checkpoint by another process may end in between
+//!   (the lock keeps only frames past the reader's mark from being
+//!   copied; slot 0 keeps every checkpoint from copying). A dropped page takes every folio holding a byte
 //!   of it, one whose read is in flight too, once that read has landed
 //!   (`CachedFile::revalidate_range`): the read may have fetched the
 //!   bytes from before the checkpoint.
@@ -145,7 +146,7 @@ fn read_seen(shm: &Shm) -> Option<WalSeen> {
         if a == b {
             return Some(WalSeen {
                 salts: [a[2], a[3]],
-                backfill: w(24)?,
+                backfill: backfill(shm)?,
                 change: a[0],
                 mx: a[1],
             });
@@ -153,6 +154,11 @@ fn read_seen(shm: &Shm) -> Option<WalSeen> {
         std::thread::yield_now();
     }
     None
+}
+
+/// The index's `nBackfill` now (`None`: region 0 not mapped).
+pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
+    shm.word(0, 24)
 }
 
 /// The most frames of a new WAL generation [`commits_in`] reads.
@@ -418,6 +424,11 @@ impl Coherence {
         drop_all(inode)?;
         self.wal = now;
         Ok(())
+    }
+
+    /// The `nBackfill` the cache is valid against (`None`: unknown).
+    pub(crate) fn backfill_seen(&self) -> Option<u32> {
+        self.wal.map(|w| w.backfill)
     }
 
     /// This process took the checkpoint lock (after its check): the

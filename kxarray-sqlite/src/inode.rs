@@ -307,10 +307,12 @@ impl Inode {
         let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
         let coherent = !self.exclusive && self.is_db;
         let unlock = flags & SQLITE_SHM_UNLOCK != 0;
+        // The check, and the `nBackfill` it left recorded.
         let check = |s: &mut ShmHandle| {
             let mut coh = lock(&self.coherence);
             let call = (offset, n, flags);
-            crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt)
+            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt);
+            (r, coh.backfill_seen())
         };
         if coherent && unlock {
             let _ = check(s);
@@ -320,13 +322,15 @@ impl Inode {
             return rc;
         }
         match check(s) {
-            Ok(()) => {
-                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset >= WAL_READ_LOCK0 {
-                    s.recheck = true;
+            (Ok(()), seen) => {
+                // Read slots 1-4 only: while a reader holds slot 0 no
+                // checkpoint copies (it needs slot 0 exclusive to).
+                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset > WAL_READ_LOCK0 {
+                    s.recheck = Some(seen.unwrap_or(u32::MAX));
                 }
                 SQLITE_OK
             }
-            Err(msg) => {
+            (Err(msg), _) => {
                 crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
                 let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
                 s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
@@ -336,15 +340,17 @@ impl Inode {
     }
 
     /// A handle's first read of this database (`xRead`, `xFetch`,
-    /// `xFileSize`) after it took a WAL read lock (`shm.recheck`): the WAL
-    /// check again. SQLite loads `nBackfill`, below which it no longer
-    /// looks pages up in the WAL, after it took the lock, so after the
-    /// lock's check: a checkpoint by another process that ended between
-    /// the two copied pages this read transaction then reads from the
-    /// database file, pages the lock's check did not drop. This check
-    /// comes after SQLite's load, so it sees at least the `nBackfill`
-    /// SQLite uses. Nothing to do (no system call) when the index did not
-    /// move.
+    /// `xFileSize`) after it took WAL read slot 1-4 (`shm.recheck`, the
+    /// `nBackfill` that lock's check left recorded): SQLite loads
+    /// `nBackfill`, below which it no longer looks pages up in the WAL,
+    /// after it took the lock, so after the lock's check, and a checkpoint
+    /// by another process that ended between the two copied pages this
+    /// read transaction then reads from the database file, pages the
+    /// lock's check did not drop. So `nBackfill` is read again (it only
+    /// grows while the slot is held: a WAL restart needs slots 1-4
+    /// exclusive), and if it moved the WAL check runs again; this comes
+    /// after SQLite's load, so it sees at least the `nBackfill` SQLite
+    /// uses. One load of shared memory when nothing moved.
     ///
     /// # Errors
     /// `code` when the check fails (its message goes to SQLite's log):
@@ -354,13 +360,19 @@ impl Inode {
         shm: Option<&mut ShmHandle>,
         code: c_int,
     ) -> Result<(), c_int> {
-        let Some(s) = shm.filter(|s| s.recheck) else {
+        let Some(s) = shm else {
             return Ok(());
         };
+        let Some(seen) = s.recheck.take() else {
+            return Ok(());
+        };
+        if crate::coherence::backfill(&s.shm) == Some(seen) {
+            return Ok(());
+        }
         let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
-        // A failed check is tried again at the next read.
-        s.recheck = r.is_err();
         r.map_err(|msg| {
+            // tried again at the next read
+            s.recheck = Some(u32::MAX);
             crate::process::api().log(code, &msg);
             code
         })

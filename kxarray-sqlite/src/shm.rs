@@ -382,10 +382,11 @@ pub(crate) struct ShmHandle {
     pub(crate) shm: Arc<Shm>,
     shared: u8,
     exclusive: u8,
-    /// A WAL read lock was taken and checked since the handle's last read
-    /// of the database: its next read checks again
+    /// A WAL read lock (slot 1-4) was taken and checked since the
+    /// handle's last read of the database: the `nBackfill` its check left
+    /// recorded (`u32::MAX`: unknown), which the next read compares
     /// (`Inode::recheck_wal`).
-    pub(crate) recheck: bool,
+    pub(crate) recheck: Option<u32>,
 }
 
 /// A test's hook: the lock slot it waits for, and what it runs.
@@ -421,7 +422,7 @@ impl ShmHandle {
             shm,
             shared: 0,
             exclusive: 0,
-            recheck: false,
+            recheck: None,
         }
     }
 
