@@ -28,6 +28,16 @@
 //!   page of the database is dropped. A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
+//!   After a read lock on slots 1-4, the handle's first read of the
+//!   database reads `nBackfill` again and, if it moved, checks again
+//!   (`Inode::recheck_wal`): SQLite loads `nBackfill`, below which it
+//!   reads pages from the database file instead of the WAL, after it took
+//!   the lock, and a checkpoint by another process may end in between
+//!   (the lock keeps only frames past the reader's mark from being
+//!   copied; slot 0 keeps every checkpoint from copying). A dropped page takes every folio holding a byte
+//!   of it, one whose read is in flight too, once that read has landed
+//!   (`CachedFile::revalidate_range`): the read may have fetched the
+//!   bytes from before the checkpoint.
 //!   Frames copied by this process's own checkpoint (between taking and
 //!   releasing the checkpoint lock, which keeps every other checkpointer
 //!   out) were written through this cache and are recorded without a drop,
@@ -61,8 +71,6 @@ use std::sync::atomic::{fence, Ordering};
 /// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
 /// `WALINDEX_HDR_SIZE`.
 const INDEX_HDR_BYTES: u32 = 136;
-/// The cache's page size.
-const CACHE_PAGE: u64 = kxarray::filemap::PAGE_SIZE as u64;
 /// Page numbers in an index region (`HASHTABLE_NPAGE`).
 const NPAGE: u32 = 4096;
 /// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
@@ -148,6 +156,11 @@ fn read_seen(shm: &Shm) -> Option<WalSeen> {
     None
 }
 
+/// The index's `nBackfill` now (`None`: region 0 not mapped).
+pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
+    shm.word(0, 24)
+}
+
 /// The most frames of a new WAL generation [`commits_in`] reads.
 const MAX_COUNTED_FRAMES: u32 = 256;
 
@@ -231,6 +244,40 @@ fn drop_all(inode: &Db<'_>) -> Result<(), String> {
             inode.path.display()
         )
     })
+}
+
+/// Drop the cached bytes of database pages `pages` (1-based, of `size`
+/// bytes), which a checkpoint by another process copied into the file: a
+/// dropped page takes the whole folio holding it. Returns the pages
+/// dropped.
+///
+/// # Errors
+/// The write-back error of a dirty folio in the way.
+fn drop_pages(file: &CachedFile, pages: &mut Vec<u32>, size: u64) -> io::Result<u64> {
+    pages.sort_unstable();
+    pages.dedup();
+    let mut dropped = 0;
+    let mut i = 0;
+    while i < pages.len() {
+        // a run of adjacent pages at a time
+        let mut j = i + 1;
+        while j < pages.len() && pages[j] == pages[j - 1] + 1 {
+            j += 1;
+        }
+        let range = (u64::from(pages[i]) - 1) * size..u64::from(pages[j - 1]) * size;
+        // Every folio holding a byte of the run, those whose read is in
+        // flight too (waited for: the read may predate the checkpoint's
+        // write, and must not land after this drop).
+        dropped += match file.revalidate_range(range.clone()) {
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+                file.write_back(range.clone())?;
+                file.revalidate_range(range)?
+            }
+            r => r?,
+        };
+        i = j;
+    }
+    Ok(dropped)
 }
 
 impl Coherence {
@@ -328,31 +375,10 @@ impl Coherence {
             },
             Err(_) => return self.full(inode, Some(now)),
         };
-        pages.sort_unstable();
-        pages.dedup();
-        let mut dropped = grown;
-        let mut next = 0; // the first cache page not yet handled
-        for p in pages {
-            let at = (u64::from(p) - 1) * size;
-            let first = (at / CACHE_PAGE).max(next);
-            let end = (at + size).div_ceil(CACHE_PAGE);
-            let mut i = first;
-            while i < end {
-                // The folio holding cache page `i`, whatever its size
-                // (a read now, no I/O); else the page alone (not cached,
-                // or an order-0 folio being filled or written).
-                let (from, to) = match inode.file.try_read_folio(i) {
-                    Some(r) => (r.index(), r.index() + (1u64 << r.order())),
-                    None => (i, i + 1),
-                };
-                dropped += inode
-                    .file
-                    .invalidate(from * CACHE_PAGE..to * CACHE_PAGE)
-                    .unwrap_or(0);
-                i = to.max(i + 1);
-            }
-            next = next.max(i);
-        }
+        let dropped = match drop_pages(inode.file, &mut pages, size) {
+            Ok(n) => grown + n,
+            Err(_) => return self.full(inode, Some(now)),
+        };
         let v = vfs_stats();
         v.coherence_partial_drops.fetch_add(1, Ordering::Relaxed);
         v.coherence_pages_dropped
@@ -398,6 +424,11 @@ impl Coherence {
         drop_all(inode)?;
         self.wal = now;
         Ok(())
+    }
+
+    /// The `nBackfill` the cache is valid against (`None`: unknown).
+    pub(crate) fn backfill_seen(&self) -> Option<u32> {
+        self.wal.map(|w| w.backfill)
     }
 
     /// This process took the checkpoint lock (after its check): the
@@ -447,7 +478,7 @@ impl Coherence {
 /// `xShmLock`'s checkpoint lock slot (`WAL_CKPT_LOCK`, `wal.c`).
 pub(crate) const WAL_CKPT_LOCK: c_int = 1;
 /// The first reader slot, `WAL_READ_LOCK(0)`.
-const WAL_READ_LOCK0: c_int = 3;
+pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
 /// After a successful `xShmLock(offset, n, flags)` of a database in shared
 /// mode: a read lock (any of the five) and the checkpoint lock run
@@ -469,7 +500,12 @@ pub(crate) fn on_shm_lock(
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
     match (locking, excl) {
-        (true, false) if offset >= WAL_READ_LOCK0 => coh.wal_check(inode, shm),
+        (true, false) if offset >= WAL_READ_LOCK0 => {
+            coh.wal_check(inode, shm)?;
+            #[cfg(test)]
+            tests::after_read_check();
+            Ok(())
+        }
         (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
             coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
@@ -489,5 +525,275 @@ pub(crate) fn on_shm_lock(
             Ok(())
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kxarray::aio::{Completion, IoBufMut};
+    use kxarray::backend::{Backend, ReadBuf};
+    use kxarray::pagecache::{Advice, CacheConfig, PageCache};
+    use std::sync::mpsc;
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::time::Duration;
+
+    /// A file in memory whose batched reads (readahead's fills) copy the
+    /// bytes at once and then, while `hold` is set, wait before they
+    /// complete: a read in flight that fetched the bytes from before a
+    /// change another process makes meanwhile.
+    #[derive(Debug, Default)]
+    struct HeldReads {
+        bytes: Mutex<Vec<u8>>,
+        hold: Mutex<bool>,
+        released: Condvar,
+        copied: Mutex<Option<mpsc::Sender<()>>>,
+    }
+
+    impl HeldReads {
+        fn copy(&self, buf: &mut [u8], offset: u64) -> usize {
+            let b = self.bytes.lock().unwrap();
+            let at = (offset as usize).min(b.len());
+            let n = buf.len().min(b.len() - at);
+            buf[..n].copy_from_slice(&b[at..at + n]);
+            n
+        }
+    }
+
+    impl Backend for HeldReads {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            Ok(self.copy(buf, offset))
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+            let mut b = self.bytes.lock().unwrap();
+            let end = offset as usize + buf.len();
+            if b.len() < end {
+                b.resize(end, 0);
+            }
+            b[offset as usize..end].copy_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.bytes.lock().unwrap().len() as u64)
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.bytes.lock().unwrap().resize(len as usize, 0);
+            Ok(())
+        }
+        fn read_many(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<Completion<ReadBuf>> {
+            let done: Vec<_> = reqs
+                .into_iter()
+                .map(|(at, mut buf)| (self.copy(buf.as_mut_slice(), at), buf))
+                .collect();
+            if let Some(tx) = self.copied.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            let mut hold = self.hold.lock().unwrap();
+            while *hold {
+                hold = self.released.wait(hold).unwrap();
+            }
+            done.into_iter()
+                .map(|(n, buf)| Completion::ready(Ok(n), buf))
+                .collect()
+        }
+    }
+
+    thread_local! {
+        /// What another process does right after this thread's next read
+        /// lock was checked (run once).
+        static AFTER_READ_CHECK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            std::cell::RefCell::new(None);
+    }
+
+    /// Issue 38's stale page, the second way: this process checkpoints,
+    /// and another process's checkpoint starts the moment this one lets go
+    /// of the checkpoint lock and copies the frames committed since. The
+    /// record of what this process's own checkpoint copied (pages written
+    /// through its cache, not dropped) was taken after the release, so it
+    /// took the other checkpoint's frames for its own and never dropped
+    /// their pages. Before the fix the last read returned the old row.
+    #[test]
+    fn a_checkpoint_right_after_this_process_s_own_is_seen() {
+        use rusqlite::{Connection, OpenFlags};
+        use std::cell::Cell;
+        use std::rc::Rc;
+        crate::register(crate::Api::linked::<()>(), false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("own.db");
+        // the other process: the unix VFS, no automatic checkpoint
+        let other = Rc::new(Connection::open(&db).unwrap());
+        other
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .unwrap();
+        // a reader of the other process, whose mark keeps this process's
+        // checkpoint from copying the last commit (and the WAL from
+        // restarting)
+        let reader = Rc::new(Connection::open(&db).unwrap());
+        let kx = Connection::open_with_flags(
+            format!("file:{}?vfs=kxarray", db.display()),
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        kx.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
+        let x = |c: &Connection| c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0));
+        assert_eq!(x(&kx).unwrap(), 0); // the table's page, cached from the file
+        other.execute("UPDATE t SET x = 1", []).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        assert_eq!(x(&reader).unwrap(), 1); // its mark: the commit of 1
+        other.execute("UPDATE t SET x = 2", []).unwrap();
+        let copied = Rc::new(Cell::new((-1, -1)));
+        let (o, r, c) = (Rc::clone(&other), Rc::clone(&reader), Rc::clone(&copied));
+        crate::shm::AFTER_UNLOCK.with(|h| {
+            *h.borrow_mut() = Some((
+                WAL_CKPT_LOCK,
+                Box::new(move || {
+                    r.execute_batch("COMMIT").unwrap();
+                    let n = o
+                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                        })
+                        .unwrap();
+                    c.set(n);
+                }),
+            ));
+        });
+        // this process copies the commit of 1 (written through its cache)
+        let (log, mine) = kx
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            })
+            .unwrap();
+        assert!(
+            0 < mine && mine < log,
+            "this process's checkpoint copied {mine} of {log}"
+        );
+        let (log2, theirs) = copied.get();
+        assert!(
+            theirs == log2 && theirs > mine,
+            "the other checkpoint copied {theirs} of {log2} frames"
+        );
+        assert_eq!(
+            x(&kx).unwrap(),
+            2,
+            "a read after the other process's checkpoint"
+        );
+    }
+
+    /// Run (once) what the test put in [`AFTER_READ_CHECK`].
+    pub(super) fn after_read_check() {
+        if let Some(f) = AFTER_READ_CHECK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// Issue 38's stale page, the bank test's: another process's
+    /// checkpoint ends after this process's read lock was checked (which
+    /// saw nothing copied) and before SQLite loads `nBackfill`, so SQLite
+    /// reads the copied page from the database file, where the cache
+    /// still holds its old bytes. The checkpoint runs in the window
+    /// exactly (a unix-VFS connection of this process, from a hook after
+    /// the check). Before the fix the read returned the old row.
+    #[test]
+    fn a_checkpoint_between_the_read_lock_and_the_first_read_is_seen() {
+        use rusqlite::{Connection, OpenFlags};
+        use std::cell::Cell;
+        use std::rc::Rc;
+        crate::register(crate::Api::linked::<()>(), false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("window.db");
+        // the other process: the unix VFS, no automatic checkpoint
+        let other = Rc::new(Connection::open(&db).unwrap());
+        other
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .unwrap();
+        let kx = Connection::open_with_flags(
+            format!("file:{}?vfs=kxarray", db.display()),
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .unwrap();
+        let x = |c: &Connection| c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0));
+        assert_eq!(x(&kx).unwrap(), 0); // the table's page, cached from the file
+        other.execute("UPDATE t SET x = 1", []).unwrap(); // in the WAL only
+        let copied = Rc::new(Cell::new((-1, -1)));
+        let (o, c) = (Rc::clone(&other), Rc::clone(&copied));
+        AFTER_READ_CHECK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let r = o
+                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                    })
+                    .unwrap();
+                c.set(r);
+            }))
+        });
+        let seen = x(&kx).unwrap();
+        let (log, done) = copied.get();
+        assert!(
+            log > 0 && done == log,
+            "the checkpoint in the window copied {done} of {log} frames"
+        );
+        assert_eq!(seen, 1, "a read after another process's checkpoint");
+    }
+
+    /// Issue 38's stale page: a readahead folio of 16 pages whose read was
+    /// in flight while another process's checkpoint wrote one of its pages
+    /// and this process dropped that page. The drop must wait for the read
+    /// and take the folio, else the old bytes land after it and are served.
+    /// Before the fix the drop passed the folio over (not readable yet, so
+    /// seen as one page, and a folio only partly inside a dropped range
+    /// stays).
+    #[test]
+    fn a_drop_takes_a_folio_whose_read_is_in_flight() {
+        const PAGE: usize = 4096;
+        let mem = Arc::new(HeldReads::default());
+        mem.bytes.lock().unwrap().resize(16 * PAGE, 1);
+        let cache = PageCache::new(CacheConfig::default().max_folio_order(4).flusher(false));
+        let file = cache.open(Arc::clone(&mem)).unwrap();
+        *mem.hold.lock().unwrap() = true;
+        let (copied_tx, copied) = mpsc::channel();
+        *mem.copied.lock().unwrap() = Some(copied_tx);
+        std::thread::scope(|s| {
+            // readahead of the 16 pages: it copies the old bytes, then waits
+            let fill = s.spawn(|| file.advise(0, 16 * PAGE as u64, Advice::WillNeed));
+            copied.recv().unwrap();
+            // another process's checkpoint writes database page 3 (cache page 2)
+            mem.write_at(&[2; PAGE], 2 * PAGE as u64).unwrap();
+            // ... and this process drops it, while the read is in flight
+            let (done_tx, done) = mpsc::channel();
+            let file = &file;
+            let drop = s.spawn(move || {
+                let r = drop_pages(file, &mut vec![3], PAGE as u64);
+                let _ = done_tx.send(());
+                r
+            });
+            // A drop that waits for the read blocks here until it is let
+            // go; one that does not is done. Either way the read lands now.
+            let _ = done.recv_timeout(Duration::from_millis(300));
+            *mem.hold.lock().unwrap() = false;
+            mem.released.notify_all();
+            fill.join().unwrap().unwrap();
+            drop.join().unwrap().unwrap();
+        });
+        let mut b = [0u8; PAGE];
+        file.read_at(&mut b, 2 * PAGE as u64).unwrap();
+        assert!(
+            b.iter().all(|&x| x == 2),
+            "page 3 after the drop holds {} (the bytes from before the checkpoint)",
+            b[0]
+        );
+        let mut other = [0u8; PAGE];
+        file.read_at(&mut other, 5 * PAGE as u64).unwrap();
+        assert!(other.iter().all(|&x| x == 1));
     }
 }

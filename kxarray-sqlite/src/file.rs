@@ -368,6 +368,9 @@ unsafe extern "C" fn x_read(
         };
         // SAFETY: SQLite passes a buffer of `amt` writable bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_READ) {
+            return rc;
+        }
         // A WAL reads as far as SQLite wrote (its file is grown ahead).
         let want = h.inode.wal.as_ref().map_or(n, |w| w.readable(off, n));
         if want < n {
@@ -572,6 +575,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_FSTAT) {
+            return rc;
+        }
         let len = if h.inode.uncached {
             match h.inode.fd.metadata() {
                 Ok(m) => m.len(),
@@ -886,34 +892,8 @@ unsafe extern "C" fn x_shm_lock(
         let Some(s) = h.shm.as_mut() else {
             return SQLITE_IOERR_SHMMAP;
         };
-        let held_ckpt = s.holds_exclusive(crate::coherence::WAL_CKPT_LOCK);
-        let rc = s.lock(offset, n, flags);
-        if rc != SQLITE_OK || h.inode.exclusive || !h.inode.is_db {
-            return rc;
-        }
-        wal_coherence(h, offset, n, flags, held_ckpt)
+        h.inode.shm_lock(s, offset, n, flags)
     })
-}
-
-/// After a successful `xShmLock` in shared mode: the coherence checks
-/// (`coherence::on_shm_lock`). A failed one releases the lock and fails
-/// the call: SQLite must not read under a cache that may be stale.
-fn wal_coherence(h: &mut Handle, offset: c_int, n: c_int, flags: c_int, held_ckpt: bool) -> c_int {
-    let Some(s) = h.shm.as_mut() else {
-        return SQLITE_OK;
-    };
-    let shm = Arc::clone(&s.shm);
-    match h.inode.on_shm_lock(&shm, (offset, n, flags), held_ckpt) {
-        Ok(()) => SQLITE_OK,
-        Err(msg) => {
-            api().log(SQLITE_IOERR_SHMLOCK, &msg);
-            let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
-            if let Some(s) = h.shm.as_mut() {
-                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
-            }
-            SQLITE_IOERR_SHMLOCK
-        }
-    }
 }
 
 unsafe extern "C" fn x_shm_barrier(_file: *mut sqlite3_file) {
@@ -947,6 +927,9 @@ unsafe extern "C" fn x_fetch(
         let amt = i64::from(amt);
         if !h.settings.fetch || h.mmap_limit <= 0 || off < 0 || amt <= 0 {
             return SQLITE_OK;
+        }
+        if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_READ) {
+            return rc;
         }
         let end = off + amt;
         if end > h.mmap_limit || end as u64 > h.inode.file.len() {

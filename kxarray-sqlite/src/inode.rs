@@ -53,15 +53,16 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db};
+use crate::coherence::{Coherence, Db, WAL_CKPT_LOCK, WAL_READ_LOCK0};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
-    SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE, SQLITE_LOCK_PENDING,
-    SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
+    SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
+    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
+    SQLITE_SHM_LOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
 use crate::oslock::{self, Kind};
-use crate::shm::Shm;
+use crate::shm::{Shm, ShmHandle};
 use crate::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
@@ -286,20 +287,95 @@ impl Inode {
         }
     }
 
-    /// The coherence checks after a successful `xShmLock(offset, n,
-    /// flags)` of this database's WAL index `shm`
-    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)).
+    /// `xShmLock(offset, n, flags)` of a handle `s` of this file's WAL
+    /// index, with the coherence checks of a database in shared mode
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)): after
+    /// a lock is granted (a failed check releases it and fails the call:
+    /// SQLite must not read under a cache that may be stale; a checked
+    /// read lock makes the handle's next read check again,
+    /// [`recheck_wal`](Inode::recheck_wal)), and before an unlock, whose
+    /// record of what this process's checkpoint or WAL restart did must
+    /// be taken while it still holds the lock (once released, another
+    /// process may checkpoint at once; an unlock's check never fails).
+    pub(crate) fn shm_lock(
+        &self,
+        s: &mut ShmHandle,
+        offset: c_int,
+        n: c_int,
+        flags: c_int,
+    ) -> c_int {
+        let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
+        let coherent = !self.exclusive && self.is_db;
+        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
+        // The check, and the `nBackfill` it left recorded.
+        let check = |s: &mut ShmHandle| {
+            let mut coh = lock(&self.coherence);
+            let call = (offset, n, flags);
+            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt);
+            (r, coh.backfill_seen())
+        };
+        if coherent && unlock {
+            let _ = check(s);
+        }
+        let rc = s.lock(offset, n, flags);
+        if rc != SQLITE_OK || !coherent || unlock {
+            return rc;
+        }
+        match check(s) {
+            (Ok(()), seen) => {
+                // Read slots 1-4 only: while a reader holds slot 0 no
+                // checkpoint copies (it needs slot 0 exclusive to).
+                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset > WAL_READ_LOCK0 {
+                    s.recheck = Some(seen.unwrap_or(u32::MAX));
+                }
+                SQLITE_OK
+            }
+            (Err(msg), _) => {
+                crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
+                let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
+                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                SQLITE_IOERR_SHMLOCK
+            }
+        }
+    }
+
+    /// A handle's first read of this database (`xRead`, `xFetch`,
+    /// `xFileSize`) after it took WAL read slot 1-4 (`shm.recheck`, the
+    /// `nBackfill` that lock's check left recorded): SQLite loads
+    /// `nBackfill`, below which it no longer looks pages up in the WAL,
+    /// after it took the lock, so after the lock's check, and a checkpoint
+    /// by another process that ended between the two copied pages this
+    /// read transaction then reads from the database file, pages the
+    /// lock's check did not drop. So `nBackfill` is read again (it only
+    /// grows while the slot is held: a WAL restart needs slots 1-4
+    /// exclusive), and if it moved the WAL check runs again; this comes
+    /// after SQLite's load, so it sees at least the `nBackfill` SQLite
+    /// uses. One load of shared memory when nothing moved.
     ///
     /// # Errors
-    /// The failed check's message.
-    pub(crate) fn on_shm_lock(
+    /// `code` when the check fails (its message goes to SQLite's log):
+    /// SQLite must not read under a cache that may be stale.
+    pub(crate) fn recheck_wal(
         &self,
-        shm: &Shm,
-        call: (c_int, c_int, c_int),
-        held_ckpt: bool,
-    ) -> Result<(), String> {
-        let mut coh = lock(&self.coherence);
-        crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, call, held_ckpt)
+        shm: Option<&mut ShmHandle>,
+        code: c_int,
+    ) -> Result<(), c_int> {
+        let Some(s) = shm else {
+            return Ok(());
+        };
+        let Some(seen) = s.recheck.take() else {
+            return Ok(());
+        };
+        if crate::coherence::backfill(&s.shm) == Some(seen) {
+            return Ok(());
+        }
+        let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
+        r.map_err(|msg| {
+            // tried again at the next read
+            s.recheck = Some(u32::MAX);
+            crate::process::api().log(code, &msg);
+            code
+        })
     }
 
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).

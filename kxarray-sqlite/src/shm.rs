@@ -393,6 +393,38 @@ pub(crate) struct ShmHandle {
     pub(crate) shm: Arc<Shm>,
     shared: u8,
     exclusive: u8,
+    /// A WAL read lock (slot 1-4) was taken and checked since the
+    /// handle's last read of the database: the `nBackfill` its check left
+    /// recorded (`u32::MAX`: unknown), which the next read compares
+    /// (`Inode::recheck_wal`).
+    pub(crate) recheck: Option<u32>,
+}
+
+/// A test's hook: the lock slot it waits for, and what it runs.
+#[cfg(test)]
+type UnlockHook = Option<(c_int, Box<dyn FnOnce()>)>;
+
+#[cfg(test)]
+thread_local! {
+    /// A test's stand-in for another process acting right after this
+    /// thread releases lock slot `.0` (run once).
+    pub(crate) static AFTER_UNLOCK: std::cell::RefCell<UnlockHook> =
+        std::cell::RefCell::new(None);
+}
+
+/// Run what a test put in [`AFTER_UNLOCK`] for slot `offset`.
+#[cfg(test)]
+fn after_unlock(offset: c_int) {
+    let hook = AFTER_UNLOCK.with(|h| {
+        let mut h = h.borrow_mut();
+        h.as_ref()
+            .is_some_and(|(at, _)| *at == offset)
+            .then(|| h.take())
+            .flatten()
+    });
+    if let Some((_, f)) = hook {
+        f();
+    }
 }
 
 impl ShmHandle {
@@ -401,6 +433,7 @@ impl ShmHandle {
             shm,
             shared: 0,
             exclusive: 0,
+            recheck: None,
         }
     }
 
@@ -439,6 +472,8 @@ impl ShmHandle {
                 }
                 self.exclusive &= !mask;
             }
+            #[cfg(test)]
+            after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);

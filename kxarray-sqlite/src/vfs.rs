@@ -380,7 +380,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         if nofollow {
             o.custom_flags(libc::O_NOFOLLOW);
         }
-        if want_write && create {
+        if write && want_write && create {
             if flags & SQLITE_OPEN_EXCLUSIVE != 0 {
                 o.create_new(true);
             } else {

@@ -354,6 +354,47 @@ impl CachedFile {
         Ok(self.shared.invalidate(range))
     }
 
+    /// The bytes of `range` changed in the backend behind the cache
+    /// (another process wrote them): drop every clean folio holding any
+    /// byte of the range, the folios that reach past its ends included. A
+    /// folio whose read is in flight is waited for first and then dropped
+    /// (its read may have fetched the bytes from before the change), as
+    /// the kernel's `invalidate_inode_pages2_range` waits on locked pages;
+    /// [`invalidate`](CachedFile::invalidate) passes such a folio over.
+    /// Returns the pages dropped. Meant for short ranges (one lookup per
+    /// page that holds no folio).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::ResourceBusy`] when a folio of the range is dirty
+    /// or under writeback (newer than the backend: it stays; the clean
+    /// ones are dropped all the same): write it back first.
+    ///
+    /// ```
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    /// use std::os::unix::fs::FileExt;
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let tmp = tempfile::tempfile().unwrap();
+    /// tmp.write_all_at(&[1; 4 * 4096], 0).unwrap();
+    /// let file = cache.open(FileBackend::from_file(tmp.try_clone().unwrap())).unwrap();
+    /// let mut b = [0u8; 4 * 4096];
+    /// file.read_at(&mut b, 0).unwrap(); // cached
+    /// tmp.write_all_at(&[2; 10], 4096 + 100).unwrap(); // behind the cache's back
+    /// assert!(file.revalidate_range(4096 + 100..4096 + 110).unwrap() >= 1);
+    /// file.read_at(&mut b[..10], 4096 + 100).unwrap();
+    /// assert_eq!(b[..10], [2; 10]);
+    /// ```
+    pub fn revalidate_range(&self, range: Range<u64>) -> io::Result<u64> {
+        match self.shared.revalidate_range(range) {
+            (dropped, 0) => Ok(dropped),
+            (_, busy) => Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!("{busy} dirty pages are newer than the backend"),
+            )),
+        }
+    }
+
     /// Forget what the cache knows of the backend because someone else
     /// changed it (another process wrote the file): drop every clean, idle
     /// folio and every shadow of the file, and take the backend's length

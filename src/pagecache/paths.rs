@@ -774,6 +774,43 @@ impl FileShared {
         Ok(dropped)
     }
 
+    /// The backend's bytes in `range` changed behind the cache: drop every
+    /// clean folio holding a byte of it, waiting for a read in flight into
+    /// one (its folio lock) first, since that read may have fetched the
+    /// bytes from before the change. Returns the pages dropped and the
+    /// pages of dirty or under-writeback folios left in place. One lookup
+    /// per page of the range that holds no folio: for short ranges.
+    pub(crate) fn revalidate_range(&self, range: Range<u64>) -> (u64, u64) {
+        if range.end <= range.start {
+            return (0, 0);
+        }
+        let end = range.end.div_ceil(PAGE);
+        let (mut dropped, mut busy) = (0, 0);
+        let mut pos = range.start / PAGE;
+        while pos < end {
+            let Some(f) = self.cached(pos) else {
+                pos += 1;
+                continue;
+            };
+            // A folio published later is read later: after the change.
+            let next = (f.index() + f.nr_pages()).max(pos + 1);
+            // Waits for the fill that holds the lock (`fill`), so a read
+            // of old bytes in flight now is dropped once it lands.
+            let mut w = f.mem().lock();
+            if f.test(FolioFlags::DETACHED) {
+                // gone meanwhile (a failed fill removed): a folio there now
+                // is read after this look
+            } else if f.test(FolioFlags::DIRTY) || f.test(FolioFlags::WRITEBACK) {
+                busy += f.nr_pages();
+            } else {
+                self.detach(&f, &mut w, None);
+                dropped += f.nr_pages();
+            }
+            pos = next;
+        }
+        (dropped, busy)
+    }
+
     pub(crate) fn invalidate(&self, range: Range<u64>) -> u64 {
         if range.end <= range.start {
             return 0;
