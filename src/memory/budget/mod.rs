@@ -538,5 +538,6 @@ fn fallback_log(why: &str) {
     }
 }
 
-#[cfg(test)]
+// Real files, OFD locks and child processes: not under Miri's isolation.
+#[cfg(all(test, not(miri)))]
 mod tests;
