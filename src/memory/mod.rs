@@ -155,9 +155,17 @@ pub use trigger::{Stall, Trigger, TriggerError};
 mod budget;
 #[cfg(target_os = "linux")]
 pub use budget::{
-    alive, budget_decide, budget_shares, path_for, start_time, BudgetConfig, BudgetReason,
-    BudgetStats, Marks, Registry, RegistryError, Scope, ScopeKind, SharedBudget, Slot, Table,
-    Usage, View, FILE_BYTES, KEY_BYTES, SLOTS, SLOT_WORDS,
+    BudgetConfig, BudgetReason, BudgetStats, Marks, RegistryError, Scope, ScopeKind, SharedBudget,
+    Usage,
+};
+// The registry's table and the division's rules, for tests and tools that
+// inspect a budget from outside (the NBD server's tests): not part of the
+// documented API, which is `SharedBudget` and `PageCache::join_budget`.
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub use budget::{
+    alive, budget_decide, budget_shares, path_for, start_time, Registry, Slot, Table, View,
+    FILE_BYTES, KEY_BYTES, SLOTS, SLOT_WORDS,
 };
 #[cfg(target_os = "linux")]
 mod monitor;
