@@ -67,3 +67,50 @@ fn dirty_pages_refuse_revalidation_and_stay() {
         "written back, then read again"
     );
 }
+
+/// A change to one page of a large folio costs that page, not the folio:
+/// the folio is split (the kernel's `split_folio`), the other pages stay
+/// cached with their bytes, and the next pass misses once.
+#[test]
+fn a_range_revalidation_keeps_the_rest_of_a_large_folio() {
+    let c = cache();
+    let tmp = tempfile::tempfile().unwrap();
+    let pages = 64u64;
+    for p in 0..pages {
+        tmp.write_all_at(&[p as u8; 4096], p * 4096).unwrap();
+    }
+    let f = c
+        .open(FileBackend::from_file(tmp.try_clone().unwrap()))
+        .unwrap();
+    let mut b = [0u8; 4096];
+    for p in 0..pages {
+        f.read_at(&mut b, p * 4096).unwrap(); // sequential: readahead, large folios
+    }
+    let target = (0..pages)
+        .find(|&p| f.read_folio(p).unwrap().order() > 0 && p % 2 == 1)
+        .expect("readahead made a large folio");
+    let neighbour = f.read_folio(target - 1).unwrap();
+    let before = f.cached_pages();
+    // another writer changes one page, and one byte of the next
+    tmp.write_all_at(&[0xee; 4096], target * 4096).unwrap();
+    let dropped = f
+        .revalidate_range(target * 4096..target * 4096 + 4096)
+        .unwrap();
+    assert_eq!(dropped, 1, "only the changed page leaves the cache");
+    assert_eq!(f.cached_pages(), before - 1);
+    let misses = c.stats().misses;
+    for p in 0..pages {
+        f.read_at(&mut b, p * 4096).unwrap();
+        let want = if p == target { 0xee } else { p as u8 };
+        assert!(b.iter().all(|&x| x == want), "page {p}");
+    }
+    assert_eq!(c.stats().misses - misses, 1, "one miss: the changed page");
+    // the old folio's reference keeps its bytes; the page it names is now
+    // held by a piece, so it is no longer the file's
+    assert!(neighbour
+        .page(target - 1)
+        .iter()
+        .all(|&x| x == (target - 1) as u8));
+    assert!(!f.is_current(&neighbour));
+    assert!(f.read_folio(target - 1).unwrap().order() == 0);
+}

@@ -34,8 +34,9 @@
 //!   reads pages from the database file instead of the WAL, after it took
 //!   the lock, and a checkpoint by another process may end in between
 //!   (the lock keeps only frames past the reader's mark from being
-//!   copied; slot 0 keeps every checkpoint from copying). A dropped page takes every folio holding a byte
-//!   of it, one whose read is in flight too, once that read has landed
+//!   copied; slot 0 keeps every checkpoint from copying). A dropped page
+//!   leaves the cache alone (a large folio holding it is split), one
+//!   whose read is in flight too, once that read has landed
 //!   (`CachedFile::revalidate_range`): the read may have fetched the
 //!   bytes from before the checkpoint.
 //!   Frames copied by this process's own checkpoint (between taking and
@@ -247,9 +248,9 @@ fn drop_all(inode: &Db<'_>) -> Result<(), String> {
 }
 
 /// Drop the cached bytes of database pages `pages` (1-based, of `size`
-/// bytes), which a checkpoint by another process copied into the file: a
-/// dropped page takes the whole folio holding it. Returns the pages
-/// dropped.
+/// bytes), which a checkpoint by another process copied into the file: the
+/// pages alone (a large folio holding one is split, its other pages stay).
+/// Returns the pages dropped.
 ///
 /// # Errors
 /// The write-back error of a dirty folio in the way.

@@ -355,14 +355,19 @@ impl CachedFile {
     }
 
     /// The bytes of `range` changed in the backend behind the cache
-    /// (another process wrote them): drop every clean folio holding any
-    /// byte of the range, the folios that reach past its ends included. A
+    /// (another process wrote them): drop every clean page holding any
+    /// byte of the range. A large folio that reaches past the range is
+    /// split, as the kernel's `split_folio` does: its pages outside the
+    /// range stay cached, copied into folios of one page, so a 4 KiB change
+    /// does not cost its 64 KiB readahead folio (a folio that cannot be
+    /// split, one a write made with blocks not read, is dropped whole). A
     /// folio whose read is in flight is waited for first and then dropped
     /// (its read may have fetched the bytes from before the change), as
     /// the kernel's `invalidate_inode_pages2_range` waits on locked pages;
     /// [`invalidate`](CachedFile::invalidate) passes such a folio over.
     /// Returns the pages dropped. Meant for short ranges (one lookup per
-    /// page that holds no folio).
+    /// page that holds no folio). Zero-copy references to a split folio
+    /// keep their bytes and are no longer current.
     ///
     /// # Errors
     /// [`io::ErrorKind::ResourceBusy`] when a folio of the range is dirty
@@ -381,7 +386,9 @@ impl CachedFile {
     /// let mut b = [0u8; 4 * 4096];
     /// file.read_at(&mut b, 0).unwrap(); // cached
     /// tmp.write_all_at(&[2; 10], 4096 + 100).unwrap(); // behind the cache's back
-    /// assert!(file.revalidate_range(4096 + 100..4096 + 110).unwrap() >= 1);
+    /// let cached = file.cached_pages();
+    /// assert_eq!(file.revalidate_range(4096 + 100..4096 + 110).unwrap(), 1);
+    /// assert_eq!(file.cached_pages(), cached - 1); // the other pages stay
     /// file.read_at(&mut b[..10], 4096 + 100).unwrap();
     /// assert_eq!(b[..10], [2; 10]);
     /// ```

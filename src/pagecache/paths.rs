@@ -780,7 +780,7 @@ impl FileShared {
     /// bytes from before the change. Returns the pages dropped and the
     /// pages of dirty or under-writeback folios left in place. One lookup
     /// per page of the range that holds no folio: for short ranges.
-    pub(crate) fn revalidate_range(&self, range: Range<u64>) -> (u64, u64) {
+    pub(crate) fn revalidate_range(self: &Arc<Self>, range: Range<u64>) -> (u64, u64) {
         if range.end <= range.start {
             return (0, 0);
         }
@@ -803,12 +803,80 @@ impl FileShared {
             } else if f.test(FolioFlags::DIRTY) || f.test(FolioFlags::WRITEBACK) {
                 busy += f.nr_pages();
             } else {
+                let first = range.start / PAGE;
+                let pieces = self.split_pieces(&f, &w, first..end);
                 self.detach(&f, &mut w, None);
-                dropped += f.nr_pages();
+                let kept = self.publish_pieces(&f, pieces);
+                dropped += f.nr_pages() - kept;
             }
             pos = next;
         }
         (dropped, busy)
+    }
+
+    /// The pages of large folio `f` (locked by `w`, clean, about to be
+    /// dropped for the pages `changed`) that lie outside `changed`, copied
+    /// into uptodate order-0 folios not yet published: what the kernel's
+    /// `split_folio` keeps when a large folio is invalidated in part, so
+    /// that a 4 KiB change does not cost its neighbours. Empty for an
+    /// order-0 folio, a folio with blocks not uptodate (a write miss's),
+    /// or when a piece cannot be allocated (the whole folio is dropped
+    /// then, as before).
+    fn split_pieces(&self, f: &Folio, w: &MemWrite<'_>, changed: Range<u64>) -> Vec<Arc<Folio>> {
+        let nr = f.nr_pages();
+        let bytes = w.bytes();
+        if nr == 1
+            || !f.test(FolioFlags::UPTODATE)
+            || bytes.len() < (nr * PAGE) as usize
+            || !self.blocks.is_uptodate(f, 0, bytes.len())
+        {
+            return Vec::new();
+        }
+        let mut pieces = Vec::new();
+        for i in f.index()..f.index() + nr {
+            if changed.contains(&i) {
+                continue;
+            }
+            let Ok(piece) = Folio::new(i, 0) else {
+                return Vec::new();
+            };
+            let at = ((i - f.index()) * PAGE) as usize;
+            let src = &bytes[at..at + PAGE_SIZE];
+            let filled = piece.mem().lock().install(|buf, _| {
+                buf.copy_from_slice(src);
+                Ok::<(), ()>(())
+            });
+            if filled.is_err() {
+                return Vec::new();
+            }
+            piece.set(FolioFlags::UPTODATE);
+            pieces.push(Arc::new(piece));
+        }
+        pieces
+    }
+
+    /// Publish the pieces [`split_pieces`](FileShared::split_pieces) made
+    /// of `old` (detached now) in its place, on the reclaim list it was on.
+    /// A piece whose index someone filled meanwhile (a miss after the
+    /// detach, reading the backend) is left out. Returns the pages
+    /// published.
+    fn publish_pieces(self: &Arc<Self>, old: &Folio, pieces: Vec<Arc<Folio>>) -> u64 {
+        let mut kept = 0;
+        for piece in pieces {
+            // (a shadow there would be someone else's drop meanwhile: not
+            // a refault of ours to count)
+            if self.mapping.add_folio(&piece).is_err() {
+                continue;
+            }
+            bump(&self.cache.nr_cached, 1);
+            kept += 1;
+            if old.test(FolioFlags::REFERENCED) {
+                piece.set(FolioFlags::REFERENCED);
+            }
+            self.cache
+                .insert_piece(self, &piece, old.test(FolioFlags::ACTIVE));
+        }
+        kept
     }
 
     pub(crate) fn invalidate(&self, range: Range<u64>) -> u64 {

@@ -31,6 +31,15 @@ const BATCH: usize = 32;
 pub(crate) type DirtyVictims = Vec<(Arc<FileShared>, Arc<Folio>)>;
 
 impl CacheInner {
+    /// Put a piece of a split folio on the list the folio was on (active
+    /// while that list is under its cap). No reclaim: the pieces replace
+    /// more pages than they are.
+    pub(crate) fn insert_piece(&self, file: &Arc<FileShared>, folio: &Arc<Folio>, active: bool) {
+        let mut lru = self.lru.lock();
+        let active = active && lru.nr_active < self.active_cap();
+        lru.insert(Arc::downgrade(file), Arc::clone(folio), active);
+    }
+
     /// Put a just-filled folio on the lists: a refault whose distance fits
     /// in the cache goes straight to the active list while that list is
     /// under its cap (`workingset_refault`); everything else starts
