@@ -198,8 +198,7 @@ fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32
     Some(commits)
 }
 
-/// The most frames of an old WAL generation [`old_generation_pages`]
-/// reads.
+/// The most old-generation frames [`old_generation_pages`] reads.
 const MAX_OLD_FRAMES: u32 = 1 << 16;
 
 /// WAL frame `f`'s 24-byte header (1-based; frames of `page` bytes).
@@ -256,23 +255,25 @@ fn frame_checksum_ok(
 
 /// The database pages of the old WAL generation's frames that a
 /// checkpoint may have copied since `seen`, when the WAL restarted once
-/// since (`now`: new salts), read from the frame headers the new
-/// generation has not overwritten; `None` when they cannot all be told.
+/// since (`now`: new salts; `known`: the page numbers of the old
+/// generation's frames from 1, recorded at the checks); `None` when they
+/// cannot all be told.
 ///
-/// The old generation's frames copied since `seen` are
-/// `seen.backfill+1..=end`, `end` its last commit frame. Its commits since
-/// `seen` are the index's new commits (`iChange`) less the new
-/// generation's own (counted in its frames); `end` is the frame where the
-/// old generation's commit frames past `seen.mx` reach that number. Every
-/// frame from `seen.backfill+1` to `end` must still carry the old salts.
-/// The new generation writes its frames in order from frame 1, so frame
-/// `seen.backfill+1` is overwritten before any later one: the same header
-/// read again after the others, and a checksum that continues from frame
-/// `seen.backfill`'s, show that none of them was overwritten while read.
-/// Padding frames (a commit's last page repeated up to a sector) would be
-/// counted as commits: a commit frame right after a commit frame of the
-/// same page and size gives up. Empty when nothing of the old generation
-/// was copied since `seen` (it was wholly copied and known at `seen`).
+/// They are frames `seen.backfill+1..=seen.mx` (from `known`) and the
+/// frames of the old generation's commits since `seen`, `seen.mx+1..=end`,
+/// read from their headers in the WAL file past the new generation's. Its
+/// commits since `seen` are the index's new commits (`iChange`) less the
+/// new generation's own (counted in its frames); `end` is the frame where
+/// its commit frames past `seen.mx` reach that number, and must not be
+/// followed by a whole old frame other than its padding. Every frame read
+/// must carry the old salts. The new generation writes its frames in order
+/// from frame 1, so frame `seen.mx+1` is overwritten before any later one:
+/// its checksum, continuing from frame `seen.mx`'s, and the same header
+/// read again after the others show that none of them was overwritten
+/// while read. Padding frames (a commit's last page repeated up to a
+/// sector) would be counted as commits: a commit frame right after a
+/// commit frame of the same page and size gives up. Empty when nothing of
+/// the old generation was copied since `seen`.
 fn old_generation_pages(
     inode: &Db<'_>,
     shm: &Shm,
@@ -352,6 +353,17 @@ fn old_generation_pages(
         prev = h;
         h = frame_header(&wal, f, page)?;
     }
+    // A whole old frame right after `end` that is not its padding: the
+    // count may be short (an index rebuilt by recovery restarts
+    // `iChange`), so it cannot tell where the generation ended.
+    if let Some(next) = frame_header(&wal, f + 1, page) {
+        if frame_salts(&next) == seen.salts
+            && next[..8] != h[..8]
+            && frame_checksum_ok(&wal, f + 1, page, &h, &next, big)
+        {
+            return None;
+        }
+    }
     fence(Ordering::Acquire);
     (frame_header(&wal, start + 1, page)? == first
         && read_seen(shm).is_some_and(|again| again.salts == now.salts))
@@ -389,8 +401,7 @@ pub(crate) struct Coherence {
     /// the state it checked when it took them.
     restart_from: Option<WalSeen>,
     /// The page numbers of frames `1..=len` of WAL generation
-    /// `known_salts`, read from the index at the checks (a restart
-    /// overwrites them there).
+    /// `known_salts`, from the index at the checks (a restart erases them).
     known: Vec<u32>,
     known_salts: [u32; 2],
 }
@@ -503,9 +514,8 @@ impl Coherence {
         r
     }
 
-    /// Record the page numbers of the frames of the generation the cache
-    /// is valid against, up to its `mxFrame`, from the index (a later
-    /// restart overwrites them there): [`old_generation_pages`] needs them.
+    /// Record the page numbers of the cache's WAL generation's frames up to
+    /// its `mxFrame` from the index, for [`old_generation_pages`].
     fn record(&mut self, shm: &Shm) {
         let Some(w) = self.wal else {
             self.known.clear();
