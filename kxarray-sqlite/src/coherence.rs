@@ -21,11 +21,18 @@
 //!   `nBackfill` grown from `b0` to `b1`: the pages of frames `b0+1..=b1`,
 //!   read from the index's page-number arrays, are dropped, nothing else
 //!   (a one-row commit elsewhere costs the pages it changed). Same salts
-//!   and same `nBackfill`: nothing to do, no system call. Anything else
-//!   (new salts: the WAL restarted since, so the index no longer shows
-//!   which frames were copied; `nBackfill` went back: the index was
-//!   rebuilt; a page-number region this process cannot map): every cached
-//!   page of the database is dropped. A checkpoint that grew or cut the
+//!   and same `nBackfill`: nothing to do, no system call. New salts (the
+//!   WAL restarted once since): the old generation's frames copied since
+//!   are its frames `nBackfill+1..=mxFrame` as last seen, whose page
+//!   numbers each check records from the index (`Coherence::known`), and
+//!   the frames of its commits since, still in the WAL file past the new
+//!   generation's (read from their headers, which must carry the old
+//!   salts, chain by checksum from the last frame seen, and number as
+//!   many commits as `iChange` says); those pages go, and the new
+//!   generation's copied frames as above (`old_generation_pages`).
+//!   Anything else (two restarts, an old frame overwritten, `nBackfill`
+//!   went back: the index was rebuilt; a page-number region this process
+//!   cannot map): every cached page of the database is dropped. A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
 //!   After a read lock on slots 1-4, the handle's first read of the
@@ -53,6 +60,8 @@
 //!   of the database holds the file's bytes as of a moment when the index
 //!   showed that state or later; `None` after every lock gap (the next WAL
 //!   check drops everything);
+//! - `known[i]` is the page number of frame `i+1` of the WAL generation
+//!   `known_salts`, read from the index while that generation was current;
 //! - the WAL itself and the rollback journal are never cached in shared
 //!   mode (`Inode::uncached`), so a restarted WAL or a new journal cannot
 //!   be served stale, and nothing is read ahead past the WAL's last valid
@@ -162,8 +171,9 @@ pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
     shm.word(0, 24)
 }
 
-/// The most frames of a new WAL generation [`commits_in`] reads.
-const MAX_COUNTED_FRAMES: u32 = 256;
+/// The most frames of a new WAL generation [`commits_in`] reads (a
+/// 24-byte read each, where the alternative is dropping the whole cache).
+const MAX_COUNTED_FRAMES: u32 = 1 << 14;
 
 /// The commit frames among frames `1..=mx` of the WAL beside `inode`'s
 /// database whose salts are `salts` (raw, as the index holds them), read
@@ -187,6 +197,178 @@ fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32
         commits += u32::from(h[4..8] != [0; 4]);
     }
     Some(commits)
+}
+
+/// The most old-generation frames [`old_generation_pages`] reads.
+const MAX_OLD_FRAMES: u32 = 1 << 16;
+
+/// WAL frame `f`'s 24-byte header (1-based; frames of `page` bytes).
+fn frame_header(wal: &File, f: u32, page: u64) -> Option<[u8; 24]> {
+    let mut h = [0u8; 24];
+    wal.read_exact_at(&mut h, 32 + (u64::from(f) - 1) * (24 + page))
+        .ok()?;
+    Some(h)
+}
+
+/// The raw salts of a frame header (as the index holds them).
+fn frame_salts(h: &[u8; 24]) -> [u32; 2] {
+    let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+    [salt(8), salt(12)]
+}
+
+/// Whether frame `f`'s header `h` and page hold the checksum that
+/// continues from frame `f - 1`'s header `prev` (`walEncodeFrame`: the
+/// running checksum over the header's first 8 bytes and the page,
+/// big-endian words when `big`): the frame is whole, not half written.
+fn frame_checksum_ok(
+    wal: &File,
+    f: u32,
+    page: u64,
+    prev: &[u8; 24],
+    h: &[u8; 24],
+    big: bool,
+) -> bool {
+    let mut data = vec![0u8; page as usize];
+    if wal
+        .read_exact_at(&mut data, 32 + (u64::from(f) - 1) * (24 + page) + 24)
+        .is_err()
+    {
+        return false;
+    }
+    let be = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let word = |b: &[u8], at: usize| {
+        let w = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        if big {
+            u32::from_be_bytes(w)
+        } else {
+            u32::from_le_bytes(w)
+        }
+    };
+    let (mut s1, mut s2) = (be(prev, 16), be(prev, 20));
+    for chunk in [&h[..8], &data[..]] {
+        for at in (0..chunk.len()).step_by(8) {
+            s1 = s1.wrapping_add(word(chunk, at)).wrapping_add(s2);
+            s2 = s2.wrapping_add(word(chunk, at + 4)).wrapping_add(s1);
+        }
+    }
+    [s1, s2] == [be(h, 16), be(h, 20)]
+}
+
+/// The database pages of the old WAL generation's frames that a
+/// checkpoint may have copied since `seen`, when the WAL restarted once
+/// since (`now`: new salts; `known`: the page numbers of the old
+/// generation's frames from 1, recorded at the checks); `None` when they
+/// cannot all be told.
+///
+/// They are frames `seen.backfill+1..=seen.mx` (from `known`) and the
+/// frames of the old generation's commits since `seen`, `seen.mx+1..=end`,
+/// read from their headers in the WAL file past the new generation's. Its
+/// commits since `seen` are the index's new commits (`iChange`) less the
+/// new generation's own (counted in its frames); `end` is the frame where
+/// its commit frames past `seen.mx` reach that number, and must not be
+/// followed by a whole old frame other than its padding. Every frame read
+/// must carry the old salts. The new generation writes its frames in order
+/// from frame 1, so frame `seen.mx+1` is overwritten before any later one:
+/// its checksum, continuing from frame `seen.mx`'s, and the same header
+/// read again after the others show that none of them was overwritten
+/// while read. Padding frames (a commit's last page repeated up to a
+/// sector) would be counted as commits: a commit frame right after a
+/// commit frame of the same page and size gives up. Empty when nothing of
+/// the old generation was copied since `seen`.
+fn old_generation_pages(
+    inode: &Db<'_>,
+    shm: &Shm,
+    seen: &WalSeen,
+    now: &WalSeen,
+    known: Option<&[u32]>,
+) -> Option<Vec<u32>> {
+    let page = page_size(shm)?;
+    let commits_new = commits_in(inode, now.salts, now.mx, page)?;
+    let old_commits = now
+        .change
+        .wrapping_sub(seen.change)
+        .checked_sub(commits_new)?;
+    if old_commits == 0 && seen.backfill == seen.mx {
+        fence(Ordering::Acquire);
+        return read_seen(shm)
+            .is_some_and(|again| again.salts == now.salts)
+            .then(Vec::new);
+    }
+    // exactly one restart since `seen` (`walRestartHdr` adds one to the
+    // first salt, big-endian), and a frame before the first to chain from
+    let first_salt = |s: [u32; 2]| u32::from_be_bytes(s[0].to_ne_bytes());
+    if first_salt(now.salts) != first_salt(seen.salts).wrapping_add(1)
+        || old_commits > MAX_OLD_FRAMES
+    {
+        return None;
+    }
+    // frames `seen.backfill+1..=seen.mx`: recorded at the checks
+    let mut pages = known?
+        .get(seen.backfill as usize..seen.mx as usize)?
+        .to_vec();
+    if old_commits == 0 {
+        fence(Ordering::Acquire);
+        return read_seen(shm)
+            .is_some_and(|again| again.salts == now.salts)
+            .then_some(pages);
+    }
+    if seen.mx == 0 {
+        return None;
+    }
+    let big = shm.word(0, 3)?.to_ne_bytes()[1] != 0;
+    let mut name = inode.path.as_os_str().to_os_string();
+    name.push("-wal");
+    let wal = File::open(name).ok()?;
+    // frames `seen.mx+1..=end`: from the WAL file
+    let start = seen.mx;
+    let base = frame_header(&wal, start, page)?;
+    let first = frame_header(&wal, start + 1, page)?;
+    if frame_salts(&base) != seen.salts
+        || frame_salts(&first) != seen.salts
+        || !frame_checksum_ok(&wal, start + 1, page, &base, &first, big)
+    {
+        return None;
+    }
+    let (mut f, mut h, mut prev) = (start + 1, first, base);
+    let mut counted = 0;
+    loop {
+        let pgno = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+        if frame_salts(&h) != seen.salts || pgno == 0 {
+            return None;
+        }
+        pages.push(pgno);
+        let commit = h[4..8] != [0; 4];
+        if f > seen.mx && commit {
+            if f - 1 > seen.mx && prev[..8] == h[..8] {
+                return None; // padding, or a commit of the same page: cannot tell
+            }
+            counted += 1;
+        }
+        if f >= seen.mx && counted == old_commits {
+            break;
+        }
+        if f - start >= MAX_OLD_FRAMES {
+            return None;
+        }
+        f += 1;
+        prev = h;
+        h = frame_header(&wal, f, page)?;
+    }
+    // A whole old frame right after `end` that is not its padding: the
+    // count may be short (an index rebuilt by recovery restarts
+    // `iChange`), so it cannot tell where the generation ended.
+    if let Some(next) = frame_header(&wal, f + 1, page) {
+        if frame_salts(&next) == seen.salts
+            && next[..8] != h[..8]
+            && frame_checksum_ok(&wal, f + 1, page, &h, &next, big)
+        {
+            return None;
+        }
+    }
+    fence(Ordering::Acquire);
+    (frame_header(&wal, start + 1, page)? == first
+        && read_seen(shm).is_some_and(|again| again.salts == now.salts))
+    .then_some(pages)
 }
 
 /// The database page size the index header records (`szPage`; 1 means
@@ -219,6 +401,10 @@ pub(crate) struct Coherence {
     /// This process holds the exclusive read locks 1-4 of a WAL restart;
     /// the state it checked when it took them.
     restart_from: Option<WalSeen>,
+    /// The page numbers of frames `1..=len` of WAL generation
+    /// `known_salts`, from the index at the checks (a restart erases them).
+    known: Vec<u32>,
+    known_salts: [u32; 2],
 }
 
 /// Drop every cached page of the database and take its length again; a
@@ -324,6 +510,43 @@ impl Coherence {
     /// A message when the cache could not be dropped (the state is then
     /// unknown, and the next check drops everything).
     pub(crate) fn wal_check(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
+        let r = self.wal_check_inner(inode, shm);
+        self.record(shm);
+        r
+    }
+
+    /// Record the page numbers of the cache's WAL generation's frames up to
+    /// its `mxFrame` from the index, for [`old_generation_pages`].
+    fn record(&mut self, shm: &Shm) {
+        let Some(w) = self.wal else {
+            self.known.clear();
+            return;
+        };
+        if self.known_salts != w.salts || w.mx < self.known.len() as u32 {
+            self.known.clear();
+            self.known_salts = w.salts;
+        }
+        if w.mx > MAX_OLD_FRAMES {
+            return;
+        }
+        for f in self.known.len() as u32 + 1..=w.mx {
+            match frame_pgno(shm, f) {
+                Some(p) if p > 0 => self.known.push(p),
+                _ => {
+                    self.known.clear();
+                    return;
+                }
+            }
+        }
+        // read before the salts again: a restart writes its salts before
+        // any new frame's page number
+        fence(Ordering::Acquire);
+        if read_seen(shm).is_none_or(|again| again.salts != w.salts) {
+            self.known.clear();
+        }
+    }
+
+    fn wal_check_inner(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         let now = read_seen(shm);
         let (Some(mut seen), Some(now)) = (self.wal, now) else {
@@ -333,24 +556,29 @@ impl Coherence {
             self.wal = Some(now);
             return Ok(());
         }
-        if seen.salts != now.salts && self.new_generation_only(inode, shm, &seen, &now) {
-            // Nothing was copied from the old generation since `seen`:
-            // count the new one's frames from its first.
-            seen = WalSeen {
-                salts: now.salts,
-                backfill: 0,
-                ..now
-            };
+        let mut pages = Vec::new();
+        if seen.salts != now.salts {
+            let known = (self.known_salts == seen.salts).then_some(&self.known[..]);
+            if let Some(old) = old_generation_pages(inode, shm, &seen, &now, known) {
+                // The old generation's frames copied since `seen` are
+                // `old`'s pages: count the new one's frames from its first.
+                pages = old;
+                seen = WalSeen {
+                    salts: now.salts,
+                    backfill: 0,
+                    ..now
+                };
+            }
         }
         if seen.salts != now.salts || now.backfill < seen.backfill {
             return self.full(inode, Some(now));
         }
-        if self.own_ckpt {
+        if self.own_ckpt && pages.is_empty() {
             // Our own checkpoint's frames, written through this cache.
             self.wal = Some(now);
             return Ok(());
         }
-        let mut pages = Vec::with_capacity((now.backfill - seen.backfill) as usize);
+        pages.reserve((now.backfill - seen.backfill) as usize);
         for f in seen.backfill + 1..=now.backfill {
             match frame_pgno(shm, f) {
                 Some(p) if p > 0 => pages.push(p),
@@ -388,36 +616,6 @@ impl Coherence {
         Ok(())
     }
 
-    /// Whether the WAL index went from `seen` to a new generation (new
-    /// salts) with nothing copied from the old one since `seen`: the old
-    /// one was wholly copied and known at `seen` (`backfill == mx`), and
-    /// every commit counted since (`iChange`) is one of the new
-    /// generation's (so the old one got no frame after `seen` that a
-    /// checkpoint could have copied). This is a WAL rewritten from its
-    /// first frame after a checkpoint emptied it (`TRUNCATE`, a restart,
-    /// or the random salts of a writer's first frame), which must not cost
-    /// the whole cache.
-    fn new_generation_only(
-        &self,
-        inode: &Db<'_>,
-        shm: &Shm,
-        seen: &WalSeen,
-        now: &WalSeen,
-    ) -> bool {
-        if seen.backfill != seen.mx {
-            return false;
-        }
-        let Some(page) = page_size(shm) else {
-            return false;
-        };
-        let Some(commits) = commits_in(inode, now.salts, now.mx, page) else {
-            return false;
-        };
-        fence(Ordering::Acquire);
-        now.change.wrapping_sub(seen.change) == commits
-            && read_seen(shm).is_some_and(|again| again.salts == now.salts)
-    }
-
     /// Drop everything and record `now` (read before the drop: a later
     /// change shows at the next check).
     fn full(&mut self, inode: &Db<'_>, now: Option<WalSeen>) -> Result<(), String> {
@@ -451,6 +649,7 @@ impl Coherence {
                 self.wal = Some(now);
             }
         }
+        self.record(shm);
     }
 
     /// This process took the exclusive read locks 1-4 (a WAL restart
@@ -473,6 +672,7 @@ impl Coherence {
                 self.wal = Some(now);
             }
         }
+        self.record(shm);
     }
 }
 
