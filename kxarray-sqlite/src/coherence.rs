@@ -70,11 +70,12 @@
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
 use crate::process::vfs_stats;
 use crate::shm::Shm;
+use crate::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
 use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
@@ -171,88 +172,8 @@ pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
     shm.word(0, 24)
 }
 
-/// The most frames of a new WAL generation [`commits_in`] reads (a
-/// 24-byte read each, where the alternative is dropping the whole cache).
-const MAX_COUNTED_FRAMES: u32 = 1 << 14;
-
-/// The commit frames among frames `1..=mx` of the WAL beside `inode`'s
-/// database whose salts are `salts` (raw, as the index holds them), read
-/// from the WAL file's frame headers; `None` when it cannot tell (no such
-/// file, a frame of another generation, too many frames).
-fn commits_in(inode: &Db<'_>, salts: [u32; 2], mx: u32, page: u64) -> Option<u32> {
-    if mx > MAX_COUNTED_FRAMES {
-        return None;
-    }
-    let mut name = inode.path.as_os_str().to_os_string();
-    name.push("-wal");
-    let wal = File::open(name).ok()?;
-    let mut commits = 0;
-    for f in 1..=u64::from(mx) {
-        let mut h = [0u8; 24];
-        wal.read_exact_at(&mut h, 32 + (f - 1) * (24 + page)).ok()?;
-        let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        if [salt(8), salt(12)] != salts {
-            return None;
-        }
-        commits += u32::from(h[4..8] != [0; 4]);
-    }
-    Some(commits)
-}
-
 /// The most old-generation frames [`old_generation_pages`] reads.
 const MAX_OLD_FRAMES: u32 = 1 << 16;
-
-/// WAL frame `f`'s 24-byte header (1-based; frames of `page` bytes).
-fn frame_header(wal: &File, f: u32, page: u64) -> Option<[u8; 24]> {
-    let mut h = [0u8; 24];
-    wal.read_exact_at(&mut h, 32 + (u64::from(f) - 1) * (24 + page))
-        .ok()?;
-    Some(h)
-}
-
-/// The raw salts of a frame header (as the index holds them).
-fn frame_salts(h: &[u8; 24]) -> [u32; 2] {
-    let salt = |at: usize| u32::from_ne_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-    [salt(8), salt(12)]
-}
-
-/// Whether frame `f`'s header `h` and page hold the checksum that
-/// continues from frame `f - 1`'s header `prev` (`walEncodeFrame`: the
-/// running checksum over the header's first 8 bytes and the page,
-/// big-endian words when `big`): the frame is whole, not half written.
-fn frame_checksum_ok(
-    wal: &File,
-    f: u32,
-    page: u64,
-    prev: &[u8; 24],
-    h: &[u8; 24],
-    big: bool,
-) -> bool {
-    let mut data = vec![0u8; page as usize];
-    if wal
-        .read_exact_at(&mut data, 32 + (u64::from(f) - 1) * (24 + page) + 24)
-        .is_err()
-    {
-        return false;
-    }
-    let be = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let word = |b: &[u8], at: usize| {
-        let w = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-        if big {
-            u32::from_be_bytes(w)
-        } else {
-            u32::from_le_bytes(w)
-        }
-    };
-    let (mut s1, mut s2) = (be(prev, 16), be(prev, 20));
-    for chunk in [&h[..8], &data[..]] {
-        for at in (0..chunk.len()).step_by(8) {
-            s1 = s1.wrapping_add(word(chunk, at)).wrapping_add(s2);
-            s2 = s2.wrapping_add(word(chunk, at + 4)).wrapping_add(s1);
-        }
-    }
-    [s1, s2] == [be(h, 16), be(h, 20)]
-}
 
 /// The database pages of the old WAL generation's frames that a
 /// checkpoint may have copied since `seen`, when the WAL restarted once
@@ -283,7 +204,7 @@ fn old_generation_pages(
     known: Option<&[u32]>,
 ) -> Option<Vec<u32>> {
     let page = page_size(shm)?;
-    let commits_new = commits_in(inode, now.salts, now.mx, page)?;
+    let commits_new = commits_in(inode.path, now.salts, now.mx, page)?;
     let old_commits = now
         .change
         .wrapping_sub(seen.change)
@@ -316,9 +237,7 @@ fn old_generation_pages(
         return None;
     }
     let big = shm.word(0, 3)?.to_ne_bytes()[1] != 0;
-    let mut name = inode.path.as_os_str().to_os_string();
-    name.push("-wal");
-    let wal = File::open(name).ok()?;
+    let wal = open_wal(inode.path)?;
     // frames `seen.mx+1..=end`: from the WAL file
     let start = seen.mx;
     let base = frame_header(&wal, start, page)?;

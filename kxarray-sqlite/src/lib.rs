@@ -91,6 +91,7 @@ mod process;
 mod shm;
 mod stats;
 mod vfs;
+mod walframes;
 mod walsize;
 
 pub use api::Api;
