@@ -106,6 +106,9 @@ enum Cmd {
         /// Each kxarray process's cache (`kx_cache`).
         #[arg(long, default_value = "64m")]
         kx_cache: String,
+        /// The writer's VFS, when not `--config`'s (unix or kx).
+        #[arg(long)]
+        writer_config: Option<String>,
     },
     /// A child process of `mp` and `coherence` (not for direct use).
     #[command(hide = true)]
@@ -412,7 +415,18 @@ fn main() {
             readers,
             seconds,
             kx_cache,
-        } => println!("{}", mp::mp(&db, &config, readers, seconds, &kx_cache)),
+            writer_config,
+        } => println!(
+            "{}",
+            mp::mp(
+                &db,
+                &config,
+                writer_config.as_deref(),
+                readers,
+                seconds,
+                &kx_cache
+            )
+        ),
         Cmd::MpChild {
             db,
             config,

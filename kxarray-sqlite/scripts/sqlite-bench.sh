@@ -180,8 +180,11 @@ import collections, statistics, sys
 path, rounds, secs, mb = sys.argv[1:5]
 runs = collections.defaultdict(list)
 for line in open(path):
-    c, _, readers, cache, commits, reads = line.split('\t')[:6]
-    runs[(cache, c)].append((float(commits), float(reads)))
+    f = line.rstrip('\n').split('\t')
+    c, cache = f[0], f[3]
+    # commits/s, reads/s, misses, full drops, pages dropped, CPU us per
+    # commit (writer), CPU us per read (readers)
+    runs[(cache, c)].append(tuple(float(x) for x in f[4:11]))
 print(f'Multi-process, WAL, 1 writer + 3 reader processes on a {mb} MB database, '
       f'median of {rounds} interleaved rounds of {secs} s (ratio kx / unix):\n')
 print('| kxarray cache per process | unix commits/s | unix reads/s | kx commits/s | kx reads/s |')
@@ -193,6 +196,18 @@ for cache in sorted({k[0] for k in runs}, key=lambda s: (len(s), s)):
     uc, ur = statistics.median(x[0] for x in u), statistics.median(x[1] for x in u)
     kc, kr = statistics.median(x[0] for x in k), statistics.median(x[1] for x in k)
     print(f'| {cache} | {uc:,.0f} | {ur:,.0f} | {kc:,.0f} ({kc / uc:.2f}) | {kr:,.0f} ({kr / ur:.2f}) |')
+print('\nCPU per operation (user and system, every thread of the process; '
+      'ratio unix / kx, above 1: kx cheaper), and the kx readers\' counters per run:\n')
+print('| kxarray cache per process | unix us/commit | kx us/commit | unix us/read | kx us/read | kx misses | kx full drops | kx pages dropped |')
+print('|---|---|---|---|---|---|---|---|')
+for cache in sorted({k[0] for k in runs}, key=lambda s: (len(s), s)):
+    u, k = runs.get((cache, 'unix')), runs.get((cache, 'kx'))
+    if not u or not k:
+        continue
+    m = lambda v, i: statistics.median(x[i] for x in v)
+    print(f'| {cache} | {m(u, 5):.1f} | {m(k, 5):.1f} ({m(u, 5) / m(k, 5):.2f}) | '
+          f'{m(u, 6):.2f} | {m(k, 6):.2f} ({m(u, 6) / m(k, 6):.2f}) | '
+          f'{m(k, 2):,.0f} | {m(k, 3):.0f} | {m(k, 4):,.0f} |')
 PY
   echo
   echo '| journal | another process commits | rounds | pages cached | pages dropped (median / max) | misses | pages read |'

@@ -4,9 +4,13 @@
 //!   synchronous=NORMAL) and `--readers` reader processes (uniform point
 //!   selects), all on one VFS (`unix` or `kx`, kxarray with a per-process
 //!   cache of `--kx-cache`), started together and measured for the same
-//!   seconds; prints `config mp-wal readers kx_cache commits/s reads/s`
-//!   and the readers' kxarray counters over the run (misses, full drops,
-//!   pages dropped by coherence checks).
+//!   seconds (`--writer-config` puts the writer on the other VFS); prints
+//!   `config mp-wal readers kx_cache commits/s reads/s`, the readers'
+//!   kxarray counters over the run (misses, full drops, pages dropped by
+//!   coherence checks), and the CPU microseconds (user and system, every
+//!   thread of the process) per commit of the writer and per read of the
+//!   readers: what each operation cost, whatever share of the two cores
+//!   the scheduler gave each process.
 //! - `coherence`: the cost of another process's commit to a kxarray
 //!   reader whose cache holds the whole database: rounds of (a unix-VFS
 //!   process commits a one-row update, and in WAL mode checkpoints it;
@@ -70,6 +74,7 @@ pub(crate) fn mp_child(
     let mut update = c
         .prepare("UPDATE t SET v = randomblob(400) WHERE id = ?1")
         .unwrap();
+    let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let deadline = Duration::from_secs_f64(seconds);
     let mut ops = 0u64;
@@ -86,15 +91,26 @@ pub(crate) fn mp_child(
         }
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
     assert!(role == "writer" || sink > 0);
     // kxarray's counters over the run's process (0 on the unix VFS)
     let k = |name: &str| if config == "kx" { stat(&c, name) } else { 0 };
     println!(
-        "done {ops} {secs:.4} {} {} {}",
+        "done {ops} {secs:.4} {} {} {} {cpu:.4}",
         k("misses"),
         k("coherence_full_drops"),
         k("coherence_pages_dropped")
     );
+}
+
+/// This process's CPU time so far (user and system, every thread).
+fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` writes the struct it is given, nothing else.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is a valid target.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
 }
 
 fn spawn_child(args: &[String]) -> (Child, BufReader<std::process::ChildStdout>) {
@@ -116,7 +132,14 @@ fn read_line(out: &mut BufReader<std::process::ChildStdout>) -> String {
 }
 
 /// `mp`: one writer and `readers` reader processes; the result line.
-pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache: &str) -> String {
+pub(crate) fn mp(
+    db: &Path,
+    config: &str,
+    writer_config: Option<&str>,
+    readers: usize,
+    seconds: f64,
+    kx_cache: &str,
+) -> String {
     let mut kids = Vec::new();
     for i in 0..=readers {
         let role = if i == 0 { "writer" } else { "reader" };
@@ -124,7 +147,11 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
             "--db".into(),
             db.display().to_string(),
             "--config".into(),
-            config.into(),
+            if i == 0 {
+                writer_config.unwrap_or(config).into()
+            } else {
+                config.into()
+            },
             "--role".into(),
             role.into(),
             "--seconds".into(),
@@ -143,6 +170,8 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
     }
     let (mut commits, mut reads) = (0.0, 0.0);
     let mut counters = [0.0; 3];
+    // operations per CPU second: the writer's, and the readers' together
+    let (mut w_cpu, mut r_ops, mut r_cpu) = (0.0, 0.0, 0.0);
     for (i, (mut c, mut out)) in kids.into_iter().enumerate() {
         let line = read_line(&mut out);
         let v: Vec<f64> = line
@@ -153,9 +182,13 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
             .collect();
         let rate = v[0] / v[1];
         if i > 0 {
-            for (c, x) in counters.iter_mut().zip(&v[2..]) {
+            for (c, x) in counters.iter_mut().zip(&v[2..5]) {
                 *c += x;
             }
+            r_ops += v[0];
+            r_cpu += v[5];
+        } else {
+            w_cpu = v[5] / v[0];
         }
         if i == 0 {
             commits += rate;
@@ -164,10 +197,15 @@ pub(crate) fn mp(db: &Path, config: &str, readers: usize, seconds: f64, kx_cache
         }
         assert!(c.wait().unwrap().success());
     }
-    // the readers' kxarray counters: misses, full drops, pages dropped
+    // the readers' kxarray counters: misses, full drops, pages dropped;
+    // then CPU microseconds per commit and per read
     format!(
-        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}",
-        counters[0], counters[1], counters[2]
+        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}\t{:.2}\t{:.3}",
+        counters[0],
+        counters[1],
+        counters[2],
+        w_cpu * 1e6,
+        r_cpu / r_ops * 1e6
     )
 }
 
