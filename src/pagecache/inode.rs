@@ -13,7 +13,13 @@
 //!   removed);
 //! - a folio leaves the address space only through [`FileShared::detach`],
 //!   under its lock, after `DETACHED` is set; its block state and its dirty
-//!   bytes go with it.
+//!   bytes go with it;
+//! - the one-page pieces of a large folio split by a revalidation are
+//!   published under `split_lock`, which every path that drops pages
+//!   because the backend changed (`revalidate`, `revalidate_range`,
+//!   `refresh_len`) holds, so none of them can finish between a split's
+//!   detach and its pieces' publication. Lock order: `split_lock`, then
+//!   `wb_lock`, then `size_lock`, then folio locks.
 
 use super::blocks::{BlockMap, Dirtied};
 use super::errseq::ErrSeq;
@@ -45,6 +51,11 @@ pub(crate) struct FileShared {
     /// Writeback of this file, one pass at a time, and the buffer its runs
     /// are copied into (kept from pass to pass).
     pub(crate) wb_lock: Lock<Vec<u8>>,
+    /// `revalidate_range`, one call at a time: a large folio's pieces are
+    /// published after it left the index, and a second call finding the
+    /// index empty there must not return before they are (it would leave
+    /// a piece of a page it was told changed). Taken before any folio lock.
+    pub(crate) split_lock: Lock<()>,
     pub(crate) errseq: ErrSeq,
     /// Folios whose last backend write failed, and when to retry them.
     pub(crate) backoff: Backoff,
@@ -82,6 +93,7 @@ impl FileShared {
             size: AtomicU64::new(len),
             size_lock: Lock::new(()),
             wb_lock: Lock::new(Vec::new()),
+            split_lock: Lock::new(()),
             errseq: ErrSeq::new(),
             backoff: Backoff::new(),
             dirtied_at: AtomicU64::new(0),

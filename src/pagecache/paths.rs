@@ -708,6 +708,8 @@ impl FileShared {
     /// `ResourceBusy` (the size unchanged) when dirty or under-writeback
     /// folios remain: their bytes are newer than the backend's.
     pub(crate) fn revalidate(&self) -> io::Result<()> {
+        // no split's pieces published after this forgot the file
+        let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
         let len = self.backend.len()?;
@@ -744,6 +746,8 @@ impl FileShared {
     /// `ResourceBusy` (the size unchanged) when a folio there is dirty or
     /// under writeback.
     pub(crate) fn refresh_len(&self) -> io::Result<u64> {
+        // no split's pieces published past an end after this dropped it
+        let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
         let new = self.backend.len()?;
@@ -775,11 +779,15 @@ impl FileShared {
     }
 
     /// The backend's bytes in `range` changed behind the cache: drop every
-    /// clean folio holding a byte of it, waiting for a read in flight into
-    /// one (its folio lock) first, since that read may have fetched the
-    /// bytes from before the change. Returns the pages dropped and the
-    /// pages of dirty or under-writeback folios left in place. One lookup
-    /// per page of the range that holds no folio: for short ranges.
+    /// clean page holding a byte of it, waiting for a read in flight into
+    /// its folio (the folio lock) first, since that read may have fetched
+    /// the bytes from before the change. A large folio is split: its pages
+    /// outside the range are published again as one-page folios holding
+    /// its bytes ([`split_pieces`](FileShared::split_pieces)); `split_lock`
+    /// keeps every other revalidation of the file out until they are.
+    /// Returns the pages dropped and the pages of dirty or under-writeback
+    /// folios left in place. One lookup per page of the range that holds
+    /// no folio: for short ranges.
     pub(crate) fn revalidate_range(self: &Arc<Self>, range: Range<u64>) -> (u64, u64) {
         if range.end <= range.start {
             return (0, 0);
@@ -787,6 +795,7 @@ impl FileShared {
         let end = range.end.div_ceil(PAGE);
         let (mut dropped, mut busy) = (0, 0);
         let mut pos = range.start / PAGE;
+        let _one_at_a_time = self.split_lock.lock();
         while pos < end {
             let Some(f) = self.cached(pos) else {
                 pos += 1;
