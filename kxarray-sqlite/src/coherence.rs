@@ -139,11 +139,12 @@ impl WalSeen {
 /// or the copies keep disagreeing.
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
     for _ in 0..100 {
-        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
-        let a = shm.words(0, [2, 4, 8, 9])?;
-        fence(Ordering::Acquire);
-        // copy 1 (48 bytes on), then nBackfill (byte 96), in that order
-        let [b0, b1, b2, b3, backfill] = shm.words(0, [12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
+        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36;
+        // then copy 1 (48 bytes on), then nBackfill (byte 96), in that
+        // order (`Acquire` loads: none is read before the one ahead of it)
+        let [a0, a1, a2, a3, b0, b1, b2, b3, backfill] =
+            shm.words(0, [2, 4, 8, 9, 12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
+        let a = [a0, a1, a2, a3];
         if a == [b0, b1, b2, b3] {
             return Some(WalSeen {
                 salts: [a[2], a[3]],
@@ -494,38 +495,75 @@ pub(crate) fn on_shm_lock(
     coh: &mut Coherence,
     inode: &Db<'_>,
     shm: &Shm,
-    (offset, n, flags): (c_int, c_int, c_int),
+    call: (c_int, c_int, c_int),
     held_ckpt: bool,
 ) -> Result<(), String> {
-    let locking = flags & SQLITE_SHM_LOCK != 0;
-    let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
-    let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
-    match (locking, excl) {
-        (true, false) if offset >= WAL_READ_LOCK0 => {
+    match shm_lock_action(call, held_ckpt) {
+        Some(ShmLockAction::ReadCheck) => {
             coh.wal_check(inode, shm)?;
             #[cfg(test)]
             tests::after_read_check();
             Ok(())
         }
-        (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
+        Some(ShmLockAction::CkptBegin) => {
             coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
             Ok(())
         }
-        (true, true) if restart => {
+        Some(ShmLockAction::RestartBegin) => {
             coh.wal_check(inode, shm)?;
             coh.restart_begin();
             Ok(())
         }
-        (false, true) if offset <= WAL_CKPT_LOCK && offset + n > WAL_CKPT_LOCK && held_ckpt => {
+        Some(ShmLockAction::CkptEnd) => {
             coh.ckpt_end(shm);
             Ok(())
         }
-        (false, true) if restart => {
+        Some(ShmLockAction::RestartEnd) => {
             coh.restart_end(shm);
             Ok(())
         }
-        _ => Ok(()),
+        None => Ok(()),
+    }
+}
+
+/// What [`on_shm_lock`] does for an `xShmLock` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ShmLockAction {
+    /// A read lock: the WAL check.
+    ReadCheck,
+    /// The checkpoint lock: the check, then this process's checkpoint.
+    CkptBegin,
+    /// The exclusive read locks 1-4 of a WAL restart: the check, then the
+    /// restart.
+    RestartBegin,
+    /// The release of the checkpoint lock by its holder.
+    CkptEnd,
+    /// The release of the exclusive read locks 1-4.
+    RestartEnd,
+}
+
+/// What [`on_shm_lock`] does for `xShmLock(offset, n, flags)` (`held_ckpt`:
+/// the calling handle holds the checkpoint lock), `None` for nothing (the
+/// write lock, a read lock's release, a reader slot taken exclusive to set
+/// its mark): the caller then leaves the coherence state alone.
+#[inline]
+pub(crate) fn shm_lock_action(
+    (offset, n, flags): (c_int, c_int, c_int),
+    held_ckpt: bool,
+) -> Option<ShmLockAction> {
+    let locking = flags & SQLITE_SHM_LOCK != 0;
+    let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
+    let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
+    match (locking, excl) {
+        (true, false) if offset >= WAL_READ_LOCK0 => Some(ShmLockAction::ReadCheck),
+        (true, true) if offset == WAL_CKPT_LOCK && n == 1 => Some(ShmLockAction::CkptBegin),
+        (true, true) if restart => Some(ShmLockAction::RestartBegin),
+        (false, true) if offset <= WAL_CKPT_LOCK && offset + n > WAL_CKPT_LOCK && held_ckpt => {
+            Some(ShmLockAction::CkptEnd)
+        }
+        (false, true) if restart => Some(ShmLockAction::RestartEnd),
+        _ => None,
     }
 }
 

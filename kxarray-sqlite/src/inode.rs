@@ -305,7 +305,25 @@ impl Inode {
         flags: c_int,
     ) -> c_int {
         let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
-        let coherent = !self.exclusive && self.is_db;
+        // Only the calls the check acts on take the coherence state (not
+        // the write lock, a read lock's release, a reader slot taken
+        // exclusive to move its mark: five of a commit's six calls).
+        let coherent = !self.exclusive
+            && self.is_db
+            && crate::coherence::shm_lock_action((offset, n, flags), held_ckpt).is_some();
+        if !coherent {
+            return s.lock(offset, n, flags);
+        }
+        self.shm_lock_checked(s, (offset, n, flags), held_ckpt)
+    }
+
+    /// [`Inode::shm_lock`] for a call the coherence check acts on.
+    fn shm_lock_checked(
+        &self,
+        s: &mut ShmHandle,
+        (offset, n, flags): (c_int, c_int, c_int),
+        held_ckpt: bool,
+    ) -> c_int {
         let unlock = flags & SQLITE_SHM_UNLOCK != 0;
         // The check, and the `nBackfill` it left recorded.
         let check = |s: &mut ShmHandle| {
@@ -314,11 +332,11 @@ impl Inode {
             let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt);
             (r, coh.backfill_seen())
         };
-        if coherent && unlock {
+        if unlock {
             let _ = check(s);
         }
         let rc = s.lock(offset, n, flags);
-        if rc != SQLITE_OK || !coherent || unlock {
+        if rc != SQLITE_OK || unlock {
             return rc;
         }
         match check(s) {

@@ -57,6 +57,7 @@ fn flock(kind: Kind, start: i64, len: i64) -> libc::flock {
 /// `EAGAIN`/`EACCES` when another description holds a conflicting lock
 /// ([`is_busy`]); `EBADF` for a write lock on a descriptor not open for
 /// writing; any other error of `fcntl`.
+#[inline]
 pub(crate) fn set(fd: &impl AsRawFd, kind: Kind, start: i64, len: i64) -> io::Result<()> {
     let fl = flock(kind, start, len);
     loop {

@@ -26,6 +26,9 @@
 //! - a region, once mapped or allocated, keeps its address and size until
 //!   the `Shm` is dropped (when the last handle unmaps), so pointers SQLite
 //!   holds stay valid while it may use them; all regions have one size;
+//!   the first [`FAST_REGIONS`] regions' addresses are also published in
+//!   atomics (after the size), so the coherence check's reads of the index
+//!   header ([`Shm::words`]) take no lock once a region is mapped;
 //! - lock slot `i` is 0 (free in the process), `n > 0` (held shared by `n`
 //!   handles) or -1 (held exclusive by one handle), and the process holds
 //!   an OFD lock on the slot's byte of exactly that kind (none, read,
@@ -46,12 +49,16 @@ use std::os::raw::{c_int, c_void};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Alignment of a heap region (SQLite reads 32-bit and 64-bit words in
 /// them).
 const REGION_ALIGN: usize = 4096;
+
+/// Regions whose address [`Shm::words`] reads without the regions' mutex
+/// (the index header is in region 0; 8 regions index 32,000 WAL frames).
+const FAST_REGIONS: usize = 8;
 
 struct Regions {
     size: usize,
@@ -73,13 +80,21 @@ struct ShmFile {
 pub(crate) struct Shm {
     file: Option<ShmFile>,
     regions: Mutex<Regions>,
+    /// Region `i`'s address once mapped (null before), for `i <
+    /// FAST_REGIONS`: stored (`Release`) under the regions' mutex after
+    /// `fast_size`, right after the region is mapped, and never changed
+    /// again while `self` lives.
+    fast: [AtomicPtr<u8>; FAST_REGIONS],
+    /// The regions' size, stored before the first address in `fast`.
+    fast_size: AtomicUsize,
     slots: Mutex<[i32; SQLITE_SHM_NLOCK as usize]>,
 }
 
 // SAFETY: the raw region pointers are only mapped or allocated, handed to
-// SQLite, read by `word` and released (on drop) by this type, under its
-// mutex; their bytes are shared memory SQLite synchronizes with the shm
-// locks and barriers (and `word` reads them with atomic loads).
+// SQLite, read by `words` and released (on drop) by this type, under its
+// mutex (or, for `fast`, published once through atomics and never freed
+// before the drop); their bytes are shared memory SQLite synchronizes with
+// the shm locks and barriers (and `words` reads them with atomic loads).
 unsafe impl Send for Shm {}
 // SAFETY: as above; every field is behind a mutex or immutable.
 unsafe impl Sync for Shm {}
@@ -111,6 +126,8 @@ impl Shm {
                 size: 0,
                 list: Vec::new(),
             }),
+            fast: Default::default(),
+            fast_size: AtomicUsize::new(0),
             slots: Mutex::new([0; SQLITE_SHM_NLOCK as usize]),
         }
     }
@@ -253,7 +270,7 @@ impl Shm {
                 let Some(p) = NonNull::new(p) else {
                     return SQLITE_IOERR_SHMMAP;
                 };
-                r.list.push(p);
+                self.push(r, p);
             }
             return SQLITE_OK;
         };
@@ -298,9 +315,19 @@ impl Shm {
             let Some(p) = NonNull::new(p.cast::<u8>()) else {
                 return SQLITE_IOERR_SHMMAP;
             };
-            r.list.push(p);
+            self.push(r, p);
         }
         SQLITE_OK
+    }
+
+    /// Add the region just mapped or allocated at `p` to `r` (the regions,
+    /// locked), and publish its address in `fast` (after the size).
+    fn push(&self, r: &mut Regions, p: NonNull<u8>) {
+        if let Some(slot) = self.fast.get(r.list.len()) {
+            self.fast_size.store(r.size, Ordering::Relaxed);
+            slot.store(p.as_ptr(), Ordering::Release);
+        }
+        r.list.push(p);
     }
 
     /// The 32-bit word `i` of region `region`, read atomically, mapping the
@@ -311,11 +338,31 @@ impl Shm {
     }
 
     /// Words `idx` of region `region`, each read atomically (`Acquire`) in
-    /// the order given, as [`Shm::word`] reads one, under one lock of the
-    /// regions (the coherence check reads nine words at every WAL lock);
-    /// `None` when a word is past the regions' size or the region does not
-    /// exist.
+    /// the order given, as [`Shm::word`] reads one (the coherence check
+    /// reads nine words at every WAL lock): without a lock when the region
+    /// is one of the first [`FAST_REGIONS`] and mapped, else under one
+    /// lock of the regions; `None` when a word is past the regions' size or
+    /// the region does not exist.
+    #[inline]
     pub(crate) fn words<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
+        let base = self.fast.get(region).map(|p| p.load(Ordering::Acquire));
+        match base.and_then(NonNull::new) {
+            Some(base) => {
+                // The size was stored before the address (`push`), which
+                // this load acquired.
+                let size = self.fast_size.load(Ordering::Relaxed);
+                // SAFETY: a published region of `self` (mapped, never
+                // unmapped before `self` drops) and its size; regions are
+                // 4096-aligned.
+                unsafe { Self::read_words(base, size, idx) }
+            }
+            None => self.words_locked(region, idx),
+        }
+    }
+
+    /// [`Shm::words`] under the regions' mutex, mapping the region when
+    /// it exists and is not mapped yet.
+    fn words_locked<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let mut r = lock(&self.regions);
         if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
             return None;
@@ -327,10 +374,30 @@ impl Shm {
             }
         }
         let base = *r.list.get(region)?;
+        // SAFETY: a region of `self` (valid while `self` lives) and its
+        // size; regions are 4096-aligned.
+        unsafe { Self::read_words(base, r.size, idx) }
+    }
+
+    /// Words `idx` of the region at `base`, of `size` bytes; `None` when
+    /// one is past `size`.
+    ///
+    /// # Safety
+    /// `base` is a region of `size` bytes, 4-aligned, that a live `Shm`
+    /// mapped or allocated (so it stays valid for the call).
+    #[inline]
+    unsafe fn read_words<const N: usize>(
+        base: NonNull<u8>,
+        size: usize,
+        idx: [usize; N],
+    ) -> Option<[u32; N]> {
+        if idx.iter().any(|&i| (i + 1) * 4 > size) {
+            return None;
+        }
         Some(idx.map(|i| {
             // SAFETY: word `i` lies inside the region (checked above: `(i +
-            // 1) * 4 <= size`), which stays mapped while `self` lives;
-            // regions are 4096-aligned, so the word is 4-aligned.
+            // 1) * 4 <= size`), valid for the call and 4-aligned (per the
+            // caller).
             let p = unsafe { base.as_ptr().add(i * 4) }.cast::<AtomicU32>();
             // SAFETY: `p` is valid and aligned for an `AtomicU32` (above);
             // the memory is shared with SQLite and other processes, which
@@ -441,76 +508,79 @@ impl ShmHandle {
     /// elsewhere, or any failure to set the system lock, as the unix VFS),
     /// `SQLITE_IOERR_SHMLOCK` when a lock cannot be released, or
     /// `SQLITE_IOERR_SHMMAP` for a range outside the eight slots.
+    #[inline]
     pub(crate) fn lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
         if offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK {
             return SQLITE_IOERR_SHMMAP;
         }
         let (from, to) = (offset as usize, (offset + n) as usize);
         let mask: u8 = (((1u16 << n) - 1) << offset) as u8;
-        let shm = Arc::clone(&self.shm);
+        let lock_shared = flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED;
+        if lock_shared && self.shared & mask == mask {
+            // held already by this handle (n == 1 for shared locks)
+            return SQLITE_OK;
+        }
+        // The fields apart: `shm` is read while the masks change.
+        let ShmHandle {
+            shm,
+            shared,
+            exclusive,
+            ..
+        } = self;
         let mut slots = lock(&shm.slots);
         if flags & SQLITE_SHM_UNLOCK != 0 {
             let mut rc = SQLITE_OK;
-            if flags & SQLITE_SHM_SHARED != 0 {
-                for i in from..to {
-                    if self.shared & (1 << i) != 0 {
-                        slots[i] -= 1;
-                        if slots[i] == 0 && shm.sys_lock(Kind::Unlock, i, 1).is_err() {
-                            rc = SQLITE_IOERR_SHMLOCK;
-                        }
-                    }
+            let unlock_shared = flags & SQLITE_SHM_SHARED != 0;
+            let mine = if unlock_shared { shared } else { exclusive };
+            // the slots of the range this handle holds, one bit each
+            let mut held = *mine & mask;
+            *mine &= !mask;
+            while held != 0 {
+                let i = held.trailing_zeros() as usize;
+                held &= held - 1;
+                let s = &mut slots[i];
+                *s = if unlock_shared { *s - 1 } else { 0 };
+                if *s == 0 && shm.sys_lock(Kind::Unlock, i, 1).is_err() {
+                    rc = SQLITE_IOERR_SHMLOCK;
                 }
-                self.shared &= !mask;
-            } else {
-                for i in from..to {
-                    if self.exclusive & (1 << i) != 0 {
-                        slots[i] = 0;
-                        if shm.sys_lock(Kind::Unlock, i, 1).is_err() {
-                            rc = SQLITE_IOERR_SHMLOCK;
-                        }
-                    }
-                }
-                self.exclusive &= !mask;
             }
+            drop(slots);
             #[cfg(test)]
             after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
-        if flags & SQLITE_SHM_SHARED != 0 {
-            // n == 1 for shared locks
-            if self.shared & mask == mask {
-                return SQLITE_OK;
-            }
-            if slots[from] < 0 {
+        if lock_shared {
+            let s = &mut slots[from];
+            if *s < 0 {
                 return SQLITE_BUSY;
             }
             // Any failure of the system lock is SQLITE_BUSY, as in
             // `unixShmSystemLock` (a write lock on a read-only `-shm`).
-            if slots[from] == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
+            if *s == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
                 return SQLITE_BUSY;
             }
-            slots[from] += 1;
-            self.shared |= mask;
+            *s += 1;
+            *shared |= mask;
             return SQLITE_OK;
         }
         debug_assert!(flags & SQLITE_SHM_EXCLUSIVE != 0);
-        for i in from..to {
-            let mine = self.exclusive & (1 << i) != 0;
-            if slots[i] != 0 && !mine {
-                return SQLITE_BUSY;
-            }
-        }
-        let new = mask & !self.exclusive;
-        // A failed F_OFD_SETLK changes nothing; any failure is
-        // SQLITE_BUSY, as above.
-        if new != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+        let mine = *exclusive;
+        let range = &mut slots[from..to];
+        if range
+            .iter()
+            .zip(from..)
+            .any(|(&s, i)| s != 0 && mine & (1 << i) == 0)
+        {
             return SQLITE_BUSY;
         }
-        for s in &mut slots[from..to] {
-            *s = -1;
+        // A failed F_OFD_SETLK changes nothing; any failure is
+        // SQLITE_BUSY, as above.
+        if mask & !mine != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+            return SQLITE_BUSY;
         }
-        self.exclusive |= mask;
+        range.fill(-1);
+        *exclusive |= mask;
         SQLITE_OK
     }
 
