@@ -137,6 +137,7 @@ impl WalSeen {
 /// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
 /// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
 /// or the copies keep disagreeing.
+#[inline]
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
     for _ in 0..100 {
         // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36;
@@ -483,11 +484,12 @@ pub(crate) const WAL_CKPT_LOCK: c_int = 1;
 pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
 /// After a successful `xShmLock(offset, n, flags)` of a database in shared
-/// mode: a read lock (any of the five) and the checkpoint lock run
-/// [`Coherence::wal_check`] first; the release of the checkpoint lock by
-/// its holder (`held_ckpt`) records the frames this process's checkpoint
-/// copied; the exclusive read locks 1-4 (taken only to restart the WAL)
-/// check, and their release records the restart.
+/// mode, what [`shm_lock_action`] says of the call: a read lock (any of
+/// the five) and the checkpoint lock run [`Coherence::wal_check`] first;
+/// the release of the checkpoint lock by its holder records the frames
+/// this process's checkpoint copied; the exclusive read locks 1-4 (taken
+/// only to restart the WAL) check, and their release records the restart.
+/// (The caller calls it before the lock for a release.)
 ///
 /// # Errors
 /// The failed check's message: the caller releases the lock and fails.
@@ -495,35 +497,33 @@ pub(crate) fn on_shm_lock(
     coh: &mut Coherence,
     inode: &Db<'_>,
     shm: &Shm,
-    call: (c_int, c_int, c_int),
-    held_ckpt: bool,
+    action: ShmLockAction,
 ) -> Result<(), String> {
-    match shm_lock_action(call, held_ckpt) {
-        Some(ShmLockAction::ReadCheck) => {
+    match action {
+        ShmLockAction::ReadCheck => {
             coh.wal_check(inode, shm)?;
             #[cfg(test)]
             tests::after_read_check();
             Ok(())
         }
-        Some(ShmLockAction::CkptBegin) => {
+        ShmLockAction::CkptBegin => {
             coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
             Ok(())
         }
-        Some(ShmLockAction::RestartBegin) => {
+        ShmLockAction::RestartBegin => {
             coh.wal_check(inode, shm)?;
             coh.restart_begin();
             Ok(())
         }
-        Some(ShmLockAction::CkptEnd) => {
+        ShmLockAction::CkptEnd => {
             coh.ckpt_end(shm);
             Ok(())
         }
-        Some(ShmLockAction::RestartEnd) => {
+        ShmLockAction::RestartEnd => {
             coh.restart_end(shm);
             Ok(())
         }
-        None => Ok(()),
     }
 }
 

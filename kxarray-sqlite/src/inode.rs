@@ -297,6 +297,7 @@ impl Inode {
     /// record of what this process's checkpoint or WAL restart did must
     /// be taken while it still holds the lock (once released, another
     /// process may checkpoint at once; an unlock's check never fails).
+    #[inline]
     pub(crate) fn shm_lock(
         &self,
         s: &mut ShmHandle,
@@ -304,17 +305,19 @@ impl Inode {
         n: c_int,
         flags: c_int,
     ) -> c_int {
-        let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
         // Only the calls the check acts on take the coherence state (not
         // the write lock, a read lock's release, a reader slot taken
         // exclusive to move its mark: five of a commit's six calls).
-        let coherent = !self.exclusive
-            && self.is_db
-            && crate::coherence::shm_lock_action((offset, n, flags), held_ckpt).is_some();
-        if !coherent {
-            return s.lock(offset, n, flags);
+        let action = if self.exclusive || !self.is_db {
+            None
+        } else {
+            let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
+            crate::coherence::shm_lock_action((offset, n, flags), held_ckpt)
+        };
+        match action {
+            None => s.lock(offset, n, flags),
+            Some(action) => self.shm_lock_checked(s, (offset, n, flags), action),
         }
-        self.shm_lock_checked(s, (offset, n, flags), held_ckpt)
     }
 
     /// [`Inode::shm_lock`] for a call the coherence check acts on.
@@ -322,14 +325,13 @@ impl Inode {
         &self,
         s: &mut ShmHandle,
         (offset, n, flags): (c_int, c_int, c_int),
-        held_ckpt: bool,
+        action: crate::coherence::ShmLockAction,
     ) -> c_int {
         let unlock = flags & SQLITE_SHM_UNLOCK != 0;
         // The check, and the `nBackfill` it left recorded.
         let check = |s: &mut ShmHandle| {
             let mut coh = lock(&self.coherence);
-            let call = (offset, n, flags);
-            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt);
+            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, action);
             (r, coh.backfill_seen())
         };
         if unlock {

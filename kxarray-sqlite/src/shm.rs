@@ -415,6 +415,7 @@ impl Shm {
     }
 
     /// Set or release the process's OFD lock on slots `from..from + n`.
+    #[inline]
     fn sys_lock(&self, kind: Kind, from: usize, n: usize) -> Result<(), std::io::Error> {
         match &self.file {
             Some(f) => oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64),
