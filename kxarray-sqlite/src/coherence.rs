@@ -14,9 +14,10 @@
 //!   writer leaves it). A hot journal rolled back by another process
 //!   rewrites the file, which moves its modification time;
 //! - **a WAL read transaction**: in WAL mode the database file changes only
-//!   when a checkpoint copies frames back. At every read lock (and when
-//!   this process takes the checkpoint lock or restarts the WAL),
-//!   [`Coherence::wal_check`] reads the WAL index this process maps: the
+//!   when a checkpoint copies frames back. At a read transaction's first
+//!   read of the database (and when this process takes the checkpoint
+//!   lock or restarts the WAL), [`Coherence::wal_check`] reads the WAL
+//!   index this process maps: the
 //!   salts of both header copies and `nBackfill`. Same salts and
 //!   `nBackfill` grown from `b0` to `b1`: the pages of frames `b0+1..=b1`,
 //!   read from the index's page-number arrays, are dropped, nothing else
@@ -28,13 +29,14 @@
 //!   page of the database is dropped. A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
-//!   After a read lock on slots 1-4, the handle's first read of the
-//!   database reads `nBackfill` again and, if it moved, checks again
-//!   (`Inode::recheck_wal`): SQLite loads `nBackfill`, below which it
-//!   reads pages from the database file instead of the WAL, after it took
-//!   the lock, and a checkpoint by another process may end in between
-//!   (the lock keeps only frames past the reader's mark from being
-//!   copied; slot 0 keeps every checkpoint from copying). A dropped page
+//!   The read transaction's check waits for its first read of the
+//!   database (`Inode::recheck_wal`), not its read lock: SQLite loads
+//!   `nBackfill`, below which it reads pages from the database file
+//!   instead of the WAL, after it took the lock, and a checkpoint by
+//!   another process may end in between (the lock keeps only frames past
+//!   the reader's mark from being copied; slot 0 keeps every checkpoint
+//!   from copying); and a transaction that reads nothing from the file (a
+//!   commit whose pages SQLite's cache holds) needs none. A dropped page
 //!   leaves the cache alone (a large folio holding it is split), one
 //!   whose read is in flight too, once that read has landed
 //!   (`CachedFile::revalidate_range`): the read may have fetched the
@@ -157,11 +159,6 @@ fn read_seen(shm: &Shm) -> Option<WalSeen> {
         std::thread::yield_now();
     }
     None
-}
-
-/// The index's `nBackfill` now (`None`: region 0 not mapped).
-pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
-    shm.word(0, 24)
 }
 
 /// The most frames of a new WAL generation [`commits_in`] reads.
@@ -429,11 +426,6 @@ impl Coherence {
         Ok(())
     }
 
-    /// The `nBackfill` the cache is valid against (`None`: unknown).
-    pub(crate) fn backfill_seen(&self) -> Option<u32> {
-        self.wal.map(|w| w.backfill)
-    }
-
     /// This process took the checkpoint lock (after its check): the
     /// frames copied until it releases it are its own.
     pub(crate) fn ckpt_begin(&mut self) {
@@ -527,10 +519,18 @@ pub(crate) fn on_shm_lock(
     }
 }
 
+/// A test's stand-in for another process acting right after this thread
+/// was granted a read lock, before SQLite loads `nBackfill` (run once).
+#[cfg(test)]
+pub(crate) fn after_read_lock() {
+    tests::after_read_check();
+}
+
 /// What [`on_shm_lock`] does for an `xShmLock` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ShmLockAction {
-    /// A read lock: the WAL check.
+    /// A read lock: the WAL check (the VFS runs it at the transaction's
+    /// first read of the database).
     ReadCheck,
     /// The checkpoint lock: the check, then this process's checkpoint.
     CkptBegin,

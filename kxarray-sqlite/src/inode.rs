@@ -53,13 +53,13 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db, WAL_CKPT_LOCK, WAL_READ_LOCK0};
+use crate::coherence::{Coherence, Db, ShmLockAction, WAL_CKPT_LOCK};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
     SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
-    SQLITE_SHM_LOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
 use crate::oslock::{self, Kind};
 use crate::shm::{Shm, ShmHandle};
@@ -316,6 +316,17 @@ impl Inode {
         };
         match action {
             None => s.lock(offset, n, flags),
+            // A read lock: its WAL check runs at the handle's first read
+            // of the database (`recheck_wal`), not here.
+            Some(ShmLockAction::ReadCheck) => {
+                let rc = s.lock(offset, n, flags);
+                if rc == SQLITE_OK {
+                    s.recheck = true;
+                    #[cfg(test)]
+                    crate::coherence::after_read_lock();
+                }
+                rc
+            }
             Some(action) => self.shm_lock_checked(s, (offset, n, flags), action),
         }
     }
@@ -325,14 +336,12 @@ impl Inode {
         &self,
         s: &mut ShmHandle,
         (offset, n, flags): (c_int, c_int, c_int),
-        action: crate::coherence::ShmLockAction,
+        action: ShmLockAction,
     ) -> c_int {
         let unlock = flags & SQLITE_SHM_UNLOCK != 0;
-        // The check, and the `nBackfill` it left recorded.
         let check = |s: &mut ShmHandle| {
             let mut coh = lock(&self.coherence);
-            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, action);
-            (r, coh.backfill_seen())
+            crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, action)
         };
         if unlock {
             let _ = check(s);
@@ -342,15 +351,8 @@ impl Inode {
             return rc;
         }
         match check(s) {
-            (Ok(()), seen) => {
-                // Read slots 1-4 only: while a reader holds slot 0 no
-                // checkpoint copies (it needs slot 0 exclusive to).
-                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset > WAL_READ_LOCK0 {
-                    s.recheck = Some(seen.unwrap_or(u32::MAX));
-                }
-                SQLITE_OK
-            }
-            (Err(msg), _) => {
+            Ok(()) => SQLITE_OK,
+            Err(msg) => {
                 crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
                 let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
                 s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
@@ -360,17 +362,18 @@ impl Inode {
     }
 
     /// A handle's first read of this database (`xRead`, `xFetch`,
-    /// `xFileSize`) after it took WAL read slot 1-4 (`shm.recheck`, the
-    /// `nBackfill` that lock's check left recorded): SQLite loads
-    /// `nBackfill`, below which it no longer looks pages up in the WAL,
-    /// after it took the lock, so after the lock's check, and a checkpoint
-    /// by another process that ended between the two copied pages this
-    /// read transaction then reads from the database file, pages the
-    /// lock's check did not drop. So `nBackfill` is read again (it only
-    /// grows while the slot is held: a WAL restart needs slots 1-4
-    /// exclusive), and if it moved the WAL check runs again; this comes
-    /// after SQLite's load, so it sees at least the `nBackfill` SQLite
-    /// uses. One load of shared memory when nothing moved.
+    /// `xFileSize`) after it took a WAL read lock (`shm.recheck`): the WAL
+    /// check of that read transaction
+    /// ([`Coherence::wal_check`](crate::coherence::Coherence::wal_check)),
+    /// before any cached byte is served. It runs here rather than at the
+    /// lock: SQLite loads `nBackfill`, below which it reads pages from the
+    /// database file instead of the WAL, after it took the lock, and a
+    /// checkpoint by another process may end in between (the lock keeps
+    /// only frames past the reader's mark from being copied); a check at
+    /// the first read comes after SQLite's load, so it sees at least the
+    /// `nBackfill` SQLite uses. A transaction that reads nothing from the
+    /// database file (a commit whose pages SQLite's own cache holds) pays
+    /// no check.
     ///
     /// # Errors
     /// `code` when the check fails (its message goes to SQLite's log):
@@ -383,16 +386,13 @@ impl Inode {
         let Some(s) = shm else {
             return Ok(());
         };
-        let Some(seen) = s.recheck.take() else {
-            return Ok(());
-        };
-        if crate::coherence::backfill(&s.shm) == Some(seen) {
+        if !std::mem::take(&mut s.recheck) {
             return Ok(());
         }
         let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
         r.map_err(|msg| {
             // tried again at the next read
-            s.recheck = Some(u32::MAX);
+            s.recheck = true;
             crate::process::api().log(code, &msg);
             code
         })

@@ -362,6 +362,8 @@ impl Shm {
 
     /// [`Shm::words`] under the regions' mutex, mapping the region when
     /// it exists and is not mapped yet.
+    #[cold]
+    #[inline(never)]
     fn words_locked<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let mut r = lock(&self.regions);
         if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
@@ -461,11 +463,10 @@ pub(crate) struct ShmHandle {
     pub(crate) shm: Arc<Shm>,
     shared: u8,
     exclusive: u8,
-    /// A WAL read lock (slot 1-4) was taken and checked since the
-    /// handle's last read of the database: the `nBackfill` its check left
-    /// recorded (`u32::MAX`: unknown), which the next read compares
+    /// A WAL read lock was taken since the handle's last read of the
+    /// database: the next read runs the WAL check first
     /// (`Inode::recheck_wal`).
-    pub(crate) recheck: Option<u32>,
+    pub(crate) recheck: bool,
 }
 
 /// A test's hook: the lock slot it waits for, and what it runs.
@@ -501,7 +502,7 @@ impl ShmHandle {
             shm,
             shared: 0,
             exclusive: 0,
-            recheck: None,
+            recheck: false,
         }
     }
 
@@ -580,7 +581,9 @@ impl ShmHandle {
         if mask & !mine != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
             return SQLITE_BUSY;
         }
-        range.fill(-1);
+        for s in range {
+            *s = -1;
+        }
         *exclusive |= mask;
         SQLITE_OK
     }
