@@ -634,6 +634,33 @@ mod tests {
         assert_eq!(s.map(1, 4096, true).1, SQLITE_IOERR_SHMMAP);
     }
 
+    /// The coherence check reads the index header at every WAL read
+    /// transaction: once a region is mapped its words are read without
+    /// the regions' mutex (here held by someone else, on this very thread:
+    /// a read that took it would never return); a region past the
+    /// published ones is read under it.
+    #[test]
+    fn mapped_regions_are_read_without_the_lock() {
+        let s = Shm::heap();
+        // nothing mapped yet: the size is unknown
+        assert_eq!(s.words(0, [0]), None);
+        let (p0, _) = s.map(0, 32768, true);
+        // SAFETY: region 0 has 32768 bytes, page-aligned: word 24 is inside.
+        unsafe { p0.cast::<u32>().add(24).write(7) };
+        let (last, _) = s.map(FAST_REGIONS, 32768, true);
+        // SAFETY: as above, region FAST_REGIONS.
+        unsafe { last.cast::<u32>().add(3).write(9) };
+        {
+            let _held = lock(&s.regions);
+            assert_eq!(s.words(0, [24, 0]), Some([7, 0]));
+            assert_eq!(s.word(FAST_REGIONS - 1, 0), Some(0));
+            // past the region's size: none, as under the lock
+            assert_eq!(s.words(0, [24, 32768 / 4]), None);
+        }
+        assert_eq!(s.word(FAST_REGIONS, 3), Some(9));
+        assert_eq!(s.word(FAST_REGIONS + 1, 0), None);
+    }
+
     #[test]
     fn lock_slots() {
         let shm = Arc::new(Shm::heap());
