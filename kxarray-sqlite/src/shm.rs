@@ -646,10 +646,14 @@ mod tests {
         assert_eq!(s.words(0, [0]), None);
         let (p0, _) = s.map(0, 32768, true);
         // SAFETY: region 0 has 32768 bytes, page-aligned: word 24 is inside.
-        unsafe { p0.cast::<u32>().add(24).write(7) };
+        let w = unsafe { p0.cast::<u32>().add(24) };
+        // SAFETY: as above (and 4-aligned).
+        unsafe { w.write(7) };
         let (last, _) = s.map(FAST_REGIONS, 32768, true);
         // SAFETY: as above, region FAST_REGIONS.
-        unsafe { last.cast::<u32>().add(3).write(9) };
+        let w = unsafe { last.cast::<u32>().add(3) };
+        // SAFETY: as above.
+        unsafe { w.write(9) };
         {
             let _held = lock(&s.regions);
             assert_eq!(s.words(0, [24, 0]), Some([7, 0]));
