@@ -32,8 +32,23 @@
 //! - lock slot `i` is 0 (free in the process), `n > 0` (held shared by `n`
 //!   handles) or -1 (held exclusive by one handle), and the process holds
 //!   an OFD lock on the slot's byte of exactly that kind (none, read,
-//!   write); a handle's masks say which slots it holds, and an exclusive
-//!   lock is granted only on slots free in the process (as `unixShmLock`).
+//!   write), except for the one slot `Slots::downgraded` may name: free
+//!   in the process, its OFD lock a read lock, until the process's next
+//!   lock call; a handle's masks say which slots it holds, and an
+//!   exclusive lock is granted only on slots free in the process (as
+//!   `unixShmLock`).
+//!
+//! One system call less per WAL read transaction than the unix VFS: to
+//! start one, SQLite moves a reader's mark (`walTryBeginRead`: WAL read
+//! lock 1-4 exclusive, the mark stored, the lock released) and at once
+//! takes that slot shared. The release of a reader slot held exclusive
+//! alone downgrades the OFD lock to a read lock (one `fcntl`) instead,
+//! and the shared lock that follows takes it over with none. Any other
+//! lock call of the process releases the read lock first, so it is held
+//! only between two lock calls of one SQLite operation, as if the shared
+//! lock had been taken a moment early: other processes may read-lock the
+//! slot meanwhile and cannot take it exclusive, which a reader about to
+//! hold it shared would refuse them anyway.
 
 use crate::ffi::{
     SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK, SQLITE_IOERR_SHMLOCK,
@@ -55,6 +70,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// Alignment of a heap region (SQLite reads 32-bit and 64-bit words in
 /// them).
 const REGION_ALIGN: usize = 4096;
+
+/// The first lock slot of WAL read locks 1-4 (`WAL_READ_LOCK(1)`), the
+/// reader slots whose exclusive release downgrades (see the module notes).
+const READ_LOCK1: usize = 4;
+
+/// The process's state of the eight lock slots (see the module notes).
+#[derive(Debug, Default)]
+struct Slots {
+    /// Per slot: 0 free in the process, `n > 0` held shared by `n`
+    /// handles, -1 held exclusive.
+    held: [i32; SQLITE_SHM_NLOCK as usize],
+    /// A reader slot released from exclusive whose OFD lock was downgraded
+    /// to a read lock (`held` 0): taken over by a shared lock of it, else
+    /// released, at the process's next lock call.
+    downgraded: Option<usize>,
+}
 
 /// Regions whose address [`Shm::words`] reads without the regions' mutex
 /// (the index header is in region 0; 8 regions index 32,000 WAL frames).
@@ -87,7 +118,10 @@ pub(crate) struct Shm {
     fast: [AtomicPtr<u8>; FAST_REGIONS],
     /// The regions' size, stored before the first address in `fast`.
     fast_size: AtomicUsize,
-    slots: Mutex<[i32; SQLITE_SHM_NLOCK as usize]>,
+    slots: Mutex<Slots>,
+    /// The system lock calls made (`fcntl`), for the tests.
+    #[cfg(test)]
+    sys_locks: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: the raw region pointers are only mapped or allocated, handed to
@@ -128,7 +162,9 @@ impl Shm {
             }),
             fast: Default::default(),
             fast_size: AtomicUsize::new(0),
-            slots: Mutex::new([0; SQLITE_SHM_NLOCK as usize]),
+            slots: Mutex::new(Slots::default()),
+            #[cfg(test)]
+            sys_locks: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -420,8 +456,22 @@ impl Shm {
     #[inline]
     fn sys_lock(&self, kind: Kind, from: usize, n: usize) -> Result<(), std::io::Error> {
         match &self.file {
-            Some(f) => oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64),
+            Some(f) => {
+                #[cfg(test)]
+                self.sys_locks.fetch_add(1, Ordering::Relaxed);
+                oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64)
+            }
             None => Ok(()),
+        }
+    }
+
+    /// Release the read lock of a downgraded slot (see the module notes)
+    /// in `slots`, locked. A failure leaves a read lock no handle holds
+    /// (released with the `-shm` descriptor at the latest); the call that
+    /// found it goes on.
+    fn release_downgraded(&self, slots: &mut Slots) {
+        if let Some(d) = slots.downgraded.take() {
+            let _ = self.sys_lock(Kind::Unlock, d, 1);
         }
     }
 
@@ -529,7 +579,19 @@ impl ShmHandle {
             exclusive,
             ..
         } = self;
-        let mut slots = lock(&shm.slots);
+        let mut guard = lock(&shm.slots);
+        let slots = &mut *guard;
+        if slots.downgraded.is_some() {
+            if lock_shared && slots.downgraded == Some(from) {
+                // The shared lock SQLite released the exclusive one for:
+                // its read lock is held already.
+                slots.downgraded = None;
+                slots.held[from] = 1;
+                *shared |= mask;
+                return SQLITE_OK;
+            }
+            shm.release_downgraded(slots);
+        }
         if flags & SQLITE_SHM_UNLOCK != 0 {
             let mut rc = SQLITE_OK;
             let unlock_shared = flags & SQLITE_SHM_SHARED != 0;
@@ -537,23 +599,30 @@ impl ShmHandle {
             // the slots of the range this handle holds, one bit each
             let mut held = *mine & mask;
             *mine &= !mask;
+            // a reader slot held exclusive, released alone: downgraded
+            let downgrade = !unlock_shared && n == 1 && from >= READ_LOCK1 && shm.file.is_some();
             while held != 0 {
                 let i = held.trailing_zeros() as usize;
                 held &= held - 1;
-                let s = &mut slots[i];
+                let s = &mut slots.held[i];
                 *s = if unlock_shared { *s - 1 } else { 0 };
-                if *s == 0 && shm.sys_lock(Kind::Unlock, i, 1).is_err() {
+                if *s != 0 {
+                    continue;
+                }
+                if downgrade && shm.sys_lock(Kind::Read, i, 1).is_ok() {
+                    slots.downgraded = Some(i);
+                } else if shm.sys_lock(Kind::Unlock, i, 1).is_err() {
                     rc = SQLITE_IOERR_SHMLOCK;
                 }
             }
-            drop(slots);
+            drop(guard);
             #[cfg(test)]
             after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
         if lock_shared {
-            let s = &mut slots[from];
+            let s = &mut slots.held[from];
             if *s < 0 {
                 return SQLITE_BUSY;
             }
@@ -568,7 +637,7 @@ impl ShmHandle {
         }
         debug_assert!(flags & SQLITE_SHM_EXCLUSIVE != 0);
         let mine = *exclusive;
-        let range = &mut slots[from..to];
+        let range = &mut slots.held[from..to];
         if range
             .iter()
             .zip(from..)
@@ -599,7 +668,8 @@ impl Drop for ShmHandle {
         // Release whatever the handle still holds.
         let shm = Arc::clone(&self.shm);
         let mut slots = lock(&shm.slots);
-        for (i, s) in slots.iter_mut().enumerate() {
+        shm.release_downgraded(&mut slots);
+        for (i, s) in slots.held.iter_mut().enumerate() {
             if self.exclusive & (1 << i) != 0 {
                 *s = 0;
                 let _ = shm.sys_lock(Kind::Unlock, i, 1);
@@ -683,8 +753,75 @@ mod tests {
         drop(b); // releases slot 0 (exclusive) and 3 (shared)
         assert_eq!(a.lock(0, 8, l | ex), SQLITE_OK);
         assert_eq!(a.lock(0, 8, u | ex), SQLITE_OK);
-        assert_eq!(*lock(&shm.slots), [0; 8]);
+        assert_eq!(lock(&shm.slots).held, [0; 8]);
         assert_eq!(a.lock(7, 2, l | ex), SQLITE_IOERR_SHMMAP);
+    }
+
+    /// A WAL read transaction's start (`walTryBeginRead`: a reader slot
+    /// exclusive to move its mark, released, then taken shared) makes one
+    /// system lock call less than taking and releasing each: the release
+    /// downgrades to a read lock, which the shared lock takes over. Another
+    /// process sees the slot read-locked meanwhile, and free once the
+    /// reader lets go; any other lock call of the process releases a
+    /// downgraded slot first.
+    #[test]
+    fn a_reader_slot_released_from_exclusive_is_taken_shared_without_a_system_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = File::create(dir.path().join("db")).unwrap();
+        let path = dir.path().join("db-shm");
+        let (s1, _) = Shm::open(path.clone(), &db, false).unwrap();
+        let (s2, _) = Shm::open(path, &db, false).unwrap();
+        let (s1, s2) = (Arc::new(s1), Arc::new(s2));
+        let (mut a, mut b) = (ShmHandle::new(Arc::clone(&s1)), ShmHandle::new(s2));
+        let (l, u) = (SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK);
+        let (sh, ex) = (SQLITE_SHM_SHARED, SQLITE_SHM_EXCLUSIVE);
+        let calls = || s1.sys_locks.load(Ordering::Relaxed);
+        let r1 = READ_LOCK1 as c_int;
+        let start = calls();
+        assert_eq!(a.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1, 1, u | ex), SQLITE_OK);
+        // the other process: read-locked (downgraded), not free
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(b.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(b.lock(r1, 1, u | sh), SQLITE_OK);
+        assert_eq!(a.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(calls() - start, 2, "the shared lock made a system call");
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(a.lock(r1, 1, u | sh), SQLITE_OK);
+        assert_eq!(calls() - start, 3);
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1, 1, u | ex), SQLITE_OK);
+        // a downgraded slot, then another lock call of that process: the
+        // read lock is released first
+        assert_eq!(a.lock(r1 + 1, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1 + 1, 1, u | ex), SQLITE_OK);
+        assert_eq!(a.lock(0, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1 + 1, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1 + 1, 1, u | ex), SQLITE_OK);
+        // ... and when a handle closes
+        assert_eq!(a.lock(r1 + 2, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1 + 2, 1, u | ex), SQLITE_OK);
+        drop(a);
+        assert_eq!(b.lock(r1 + 2, 1, l | ex), SQLITE_OK);
+        // slot 0 (the write lock) and several reader slots at once are
+        // released, not downgraded
+        assert_eq!(b.lock(r1 + 2, 1, u | ex), SQLITE_OK);
+        let mut c = ShmHandle::new(Arc::clone(&s1));
+        let mut d = ShmHandle::new(Arc::clone(&s1));
+        drop(b);
+        assert_eq!(c.lock(r1, 4, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(r1, 4, u | ex), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).downgraded, None);
+        assert_eq!(c.lock(0, 1, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(0, 1, u | ex), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).downgraded, None);
+        // another handle of the process takes the downgraded slot over too
+        assert_eq!(c.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(r1, 1, u | ex), SQLITE_OK);
+        assert_eq!(d.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(c.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).held[READ_LOCK1], 2);
+        assert_eq!(c.lock(r1, 1, l | ex), SQLITE_BUSY);
     }
 
     /// Two `-shm` opens of one file stand for two processes (OFD locks of
