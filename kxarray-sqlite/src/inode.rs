@@ -289,14 +289,17 @@ impl Inode {
 
     /// `xShmLock(offset, n, flags)` of a handle `s` of this file's WAL
     /// index, with the coherence checks of a database in shared mode
-    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)): after
-    /// a lock is granted (a failed check releases it and fails the call:
-    /// SQLite must not read under a cache that may be stale; a checked
-    /// read lock makes the handle's next read check again,
-    /// [`recheck_wal`](Inode::recheck_wal)), and before an unlock, whose
-    /// record of what this process's checkpoint or WAL restart did must
-    /// be taken while it still holds the lock (once released, another
-    /// process may checkpoint at once; an unlock's check never fails).
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)), for
+    /// the calls [`shm_lock_action`](crate::coherence::shm_lock_action)
+    /// names (the others take only the slots): a read lock leaves its
+    /// check to the handle's first read of the database
+    /// ([`recheck_wal`](Inode::recheck_wal)); the checkpoint lock and a WAL
+    /// restart's locks check after the lock is granted (a failed check
+    /// releases it and fails the call: SQLite must not read under a cache
+    /// that may be stale); their release records what this process's
+    /// checkpoint or restart did before the unlock, while it still holds
+    /// the lock (once released, another process may checkpoint at once; an
+    /// unlock's check never fails).
     #[inline]
     pub(crate) fn shm_lock(
         &self,
