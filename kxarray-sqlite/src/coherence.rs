@@ -477,7 +477,9 @@ pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
 /// After a successful `xShmLock(offset, n, flags)` of a database in shared
 /// mode, what [`shm_lock_action`] says of the call: a read lock (any of
-/// the five) and the checkpoint lock run [`Coherence::wal_check`] first;
+/// the five; the VFS runs its check at the transaction's first read of
+/// the database instead, `Inode::recheck_wal`) and the checkpoint lock
+/// run [`Coherence::wal_check`] first;
 /// the release of the checkpoint lock by its holder records the frames
 /// this process's checkpoint copied; the exclusive read locks 1-4 (taken
 /// only to restart the WAL) check, and their release records the restart.

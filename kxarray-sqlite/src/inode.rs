@@ -308,9 +308,11 @@ impl Inode {
         n: c_int,
         flags: c_int,
     ) -> c_int {
-        // Only the calls the check acts on take the coherence state (not
-        // the write lock, a read lock's release, a reader slot taken
-        // exclusive to move its mark: five of a commit's six calls).
+        // Only the calls the check acts on take the coherence state: the
+        // checkpoint lock and a WAL restart's locks, and their release
+        // (not the write lock, a read lock's release, a reader slot taken
+        // exclusive to move its mark; a read lock's check waits for the
+        // first read): none of a commit's six calls.
         let action = if self.exclusive || !self.is_db {
             None
         } else {

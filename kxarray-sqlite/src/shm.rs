@@ -375,7 +375,7 @@ impl Shm {
 
     /// Words `idx` of region `region`, each read atomically (`Acquire`) in
     /// the order given, as [`Shm::word`] reads one (the coherence check
-    /// reads nine words at every WAL lock): without a lock when the region
+    /// reads nine words per WAL read transaction): without a lock when the region
     /// is one of the first [`FAST_REGIONS`] and mapped, else under one
     /// lock of the regions; `None` when a word is past the regions' size or
     /// the region does not exist.
