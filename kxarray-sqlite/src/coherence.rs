@@ -14,9 +14,10 @@
 //!   writer leaves it). A hot journal rolled back by another process
 //!   rewrites the file, which moves its modification time;
 //! - **a WAL read transaction**: in WAL mode the database file changes only
-//!   when a checkpoint copies frames back. At every read lock (and when
-//!   this process takes the checkpoint lock or restarts the WAL),
-//!   [`Coherence::wal_check`] reads the WAL index this process maps: the
+//!   when a checkpoint copies frames back. At a read transaction's first
+//!   read of the database (and when this process takes the checkpoint
+//!   lock or restarts the WAL), [`Coherence::wal_check`] reads the WAL
+//!   index this process maps: the
 //!   salts of both header copies and `nBackfill`. Same salts and
 //!   `nBackfill` grown from `b0` to `b1`: the pages of frames `b0+1..=b1`,
 //!   read from the index's page-number arrays, are dropped, nothing else
@@ -35,13 +36,14 @@
 //!   cannot map): every cached page of the database is dropped. A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
-//!   After a read lock on slots 1-4, the handle's first read of the
-//!   database reads `nBackfill` again and, if it moved, checks again
-//!   (`Inode::recheck_wal`): SQLite loads `nBackfill`, below which it
-//!   reads pages from the database file instead of the WAL, after it took
-//!   the lock, and a checkpoint by another process may end in between
-//!   (the lock keeps only frames past the reader's mark from being
-//!   copied; slot 0 keeps every checkpoint from copying). A dropped page
+//!   The read transaction's check waits for its first read of the
+//!   database (`Inode::recheck_wal`), not its read lock: SQLite loads
+//!   `nBackfill`, below which it reads pages from the database file
+//!   instead of the WAL, after it took the lock, and a checkpoint by
+//!   another process may end in between (the lock keeps only frames past
+//!   the reader's mark from being copied; slot 0 keeps every checkpoint
+//!   from copying); and a transaction that reads nothing from the file (a
+//!   commit whose pages SQLite's cache holds) needs none. A dropped page
 //!   leaves the cache alone (a large folio holding it is split), one
 //!   whose read is in flight too, once that read has landed
 //!   (`CachedFile::revalidate_range`): the read may have fetched the
@@ -147,13 +149,15 @@ impl WalSeen {
 /// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
 /// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
 /// or the copies keep disagreeing.
+#[inline]
 fn read_seen(shm: &Shm) -> Option<WalSeen> {
     for _ in 0..100 {
-        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36
-        let a = shm.words(0, [2, 4, 8, 9])?;
-        fence(Ordering::Acquire);
-        // copy 1 (48 bytes on), then nBackfill (byte 96), in that order
-        let [b0, b1, b2, b3, backfill] = shm.words(0, [12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
+        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36;
+        // then copy 1 (48 bytes on), then nBackfill (byte 96), in that
+        // order (`Acquire` loads: none is read before the one ahead of it)
+        let [a0, a1, a2, a3, b0, b1, b2, b3, backfill] =
+            shm.words(0, [2, 4, 8, 9, 12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
+        let a = [a0, a1, a2, a3];
         if a == [b0, b1, b2, b3] {
             return Some(WalSeen {
                 salts: [a[2], a[3]],
@@ -165,11 +169,6 @@ fn read_seen(shm: &Shm) -> Option<WalSeen> {
         std::thread::yield_now();
     }
     None
-}
-
-/// The index's `nBackfill` now (`None`: region 0 not mapped).
-pub(crate) fn backfill(shm: &Shm) -> Option<u32> {
-    shm.word(0, 24)
 }
 
 /// The most old-generation frames [`old_generation_pages`] reads.
@@ -544,11 +543,6 @@ impl Coherence {
         Ok(())
     }
 
-    /// The `nBackfill` the cache is valid against (`None`: unknown).
-    pub(crate) fn backfill_seen(&self) -> Option<u32> {
-        self.wal.map(|w| w.backfill)
-    }
-
     /// This process took the checkpoint lock (after its check): the
     /// frames copied until it releases it are its own.
     pub(crate) fn ckpt_begin(&mut self) {
@@ -601,11 +595,14 @@ pub(crate) const WAL_CKPT_LOCK: c_int = 1;
 pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
 /// After a successful `xShmLock(offset, n, flags)` of a database in shared
-/// mode: a read lock (any of the five) and the checkpoint lock run
-/// [`Coherence::wal_check`] first; the release of the checkpoint lock by
-/// its holder (`held_ckpt`) records the frames this process's checkpoint
-/// copied; the exclusive read locks 1-4 (taken only to restart the WAL)
-/// check, and their release records the restart.
+/// mode, what [`shm_lock_action`] says of the call: a read lock (any of
+/// the five; the VFS runs its check at the transaction's first read of
+/// the database instead, `Inode::recheck_wal`) and the checkpoint lock
+/// run [`Coherence::wal_check`] first;
+/// the release of the checkpoint lock by its holder records the frames
+/// this process's checkpoint copied; the exclusive read locks 1-4 (taken
+/// only to restart the WAL) check, and their release records the restart.
+/// (The caller calls it before the lock for a release.)
 ///
 /// # Errors
 /// The failed check's message: the caller releases the lock and fails.
@@ -613,38 +610,81 @@ pub(crate) fn on_shm_lock(
     coh: &mut Coherence,
     inode: &Db<'_>,
     shm: &Shm,
-    (offset, n, flags): (c_int, c_int, c_int),
-    held_ckpt: bool,
+    action: ShmLockAction,
 ) -> Result<(), String> {
-    let locking = flags & SQLITE_SHM_LOCK != 0;
-    let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
-    let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
-    match (locking, excl) {
-        (true, false) if offset >= WAL_READ_LOCK0 => {
+    match action {
+        ShmLockAction::ReadCheck => {
             coh.wal_check(inode, shm)?;
             #[cfg(test)]
             tests::after_read_check();
             Ok(())
         }
-        (true, true) if offset == WAL_CKPT_LOCK && n == 1 => {
+        ShmLockAction::CkptBegin => {
             coh.wal_check(inode, shm)?;
             coh.ckpt_begin();
             Ok(())
         }
-        (true, true) if restart => {
+        ShmLockAction::RestartBegin => {
             coh.wal_check(inode, shm)?;
             coh.restart_begin();
             Ok(())
         }
-        (false, true) if offset <= WAL_CKPT_LOCK && offset + n > WAL_CKPT_LOCK && held_ckpt => {
+        ShmLockAction::CkptEnd => {
             coh.ckpt_end(shm);
             Ok(())
         }
-        (false, true) if restart => {
+        ShmLockAction::RestartEnd => {
             coh.restart_end(shm);
             Ok(())
         }
-        _ => Ok(()),
+    }
+}
+
+/// A test's stand-in for another process acting right after this thread
+/// was granted a read lock, before SQLite loads `nBackfill` (run once).
+#[cfg(test)]
+pub(crate) fn after_read_lock() {
+    tests::after_read_check();
+}
+
+/// What [`on_shm_lock`] does for an `xShmLock` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ShmLockAction {
+    /// A read lock: the WAL check (the VFS runs it at the transaction's
+    /// first read of the database).
+    ReadCheck,
+    /// The checkpoint lock: the check, then this process's checkpoint.
+    CkptBegin,
+    /// The exclusive read locks 1-4 of a WAL restart: the check, then the
+    /// restart.
+    RestartBegin,
+    /// The release of the checkpoint lock by its holder.
+    CkptEnd,
+    /// The release of the exclusive read locks 1-4.
+    RestartEnd,
+}
+
+/// What [`on_shm_lock`] does for `xShmLock(offset, n, flags)` (`held_ckpt`:
+/// the calling handle holds the checkpoint lock), `None` for nothing (the
+/// write lock, a read lock's release, a reader slot taken exclusive to set
+/// its mark): the caller then leaves the coherence state alone.
+#[inline]
+pub(crate) fn shm_lock_action(
+    (offset, n, flags): (c_int, c_int, c_int),
+    held_ckpt: bool,
+) -> Option<ShmLockAction> {
+    let locking = flags & SQLITE_SHM_LOCK != 0;
+    let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
+    let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
+    match (locking, excl) {
+        (true, false) if offset >= WAL_READ_LOCK0 => Some(ShmLockAction::ReadCheck),
+        (true, true) if offset == WAL_CKPT_LOCK && n == 1 => Some(ShmLockAction::CkptBegin),
+        (true, true) if restart => Some(ShmLockAction::RestartBegin),
+        (false, true) if offset <= WAL_CKPT_LOCK && offset + n > WAL_CKPT_LOCK && held_ckpt => {
+            Some(ShmLockAction::CkptEnd)
+        }
+        (false, true) if restart => Some(ShmLockAction::RestartEnd),
+        _ => None,
     }
 }
 

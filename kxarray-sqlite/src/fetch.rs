@@ -278,10 +278,15 @@ impl Fetches {
     /// Drop the hot pages without loans whose folio overlaps pages
     /// `first..last` of the file, before this handle writes there (a held
     /// reference would make the write copy the folio).
+    #[inline]
     pub(crate) fn forget(&mut self, first: u64, last: u64) {
-        if self.nr_hot == 0 {
-            return;
+        if self.nr_hot != 0 {
+            self.forget_hot(first, last);
         }
+    }
+
+    /// [`Fetches::forget`] when some page is hot.
+    fn forget_hot(&mut self, first: u64, last: u64) {
         for slot in self.hot.iter_mut() {
             if let Some(h) = slot {
                 let (i, n) = (h.page.index(), 1u64 << h.page.order());

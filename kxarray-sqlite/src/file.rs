@@ -482,8 +482,7 @@ unsafe extern "C" fn x_write(
         // checkpoint's database pages, over a buffered file, are written
         // through as well: written once, and the kernel caches them.
         if h.inode.uncached {
-            use std::os::unix::fs::FileExt;
-            if let Err(e) = h.inode.fd.write_all_at(data, off) {
+            if let Err(e) = crate::fdio::pwrite_all(&h.inode.fd, data, off) {
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);

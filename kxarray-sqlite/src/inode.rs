@@ -53,13 +53,13 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db, WAL_CKPT_LOCK, WAL_READ_LOCK0};
+use crate::coherence::{Coherence, Db, ShmLockAction, WAL_CKPT_LOCK};
 use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
     SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
-    SQLITE_SHM_LOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
 use crate::oslock::{self, Kind};
 use crate::shm::{Shm, ShmHandle};
@@ -289,14 +289,18 @@ impl Inode {
 
     /// `xShmLock(offset, n, flags)` of a handle `s` of this file's WAL
     /// index, with the coherence checks of a database in shared mode
-    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)): after
-    /// a lock is granted (a failed check releases it and fails the call:
-    /// SQLite must not read under a cache that may be stale; a checked
-    /// read lock makes the handle's next read check again,
-    /// [`recheck_wal`](Inode::recheck_wal)), and before an unlock, whose
-    /// record of what this process's checkpoint or WAL restart did must
-    /// be taken while it still holds the lock (once released, another
-    /// process may checkpoint at once; an unlock's check never fails).
+    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)), for
+    /// the calls [`shm_lock_action`](crate::coherence::shm_lock_action)
+    /// names (the others take only the slots): a read lock leaves its
+    /// check to the handle's first read of the database
+    /// ([`recheck_wal`](Inode::recheck_wal)); the checkpoint lock and a WAL
+    /// restart's locks check after the lock is granted (a failed check
+    /// releases it and fails the call: SQLite must not read under a cache
+    /// that may be stale); their release records what this process's
+    /// checkpoint or restart did before the unlock, while it still holds
+    /// the lock (once released, another process may checkpoint at once; an
+    /// unlock's check never fails).
+    #[inline]
     pub(crate) fn shm_lock(
         &self,
         s: &mut ShmHandle,
@@ -304,33 +308,56 @@ impl Inode {
         n: c_int,
         flags: c_int,
     ) -> c_int {
-        let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
-        let coherent = !self.exclusive && self.is_db;
+        // Only the calls the check acts on take the coherence state: the
+        // checkpoint lock and a WAL restart's locks, and their release
+        // (not the write lock, a read lock's release, a reader slot taken
+        // exclusive to move its mark; a read lock's check waits for the
+        // first read): none of a commit's six calls.
+        let action = if self.exclusive || !self.is_db {
+            None
+        } else {
+            let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
+            crate::coherence::shm_lock_action((offset, n, flags), held_ckpt)
+        };
+        match action {
+            None => s.lock(offset, n, flags),
+            // A read lock: its WAL check runs at the handle's first read
+            // of the database (`recheck_wal`), not here.
+            Some(ShmLockAction::ReadCheck) => {
+                let rc = s.lock(offset, n, flags);
+                if rc == SQLITE_OK {
+                    s.recheck = true;
+                    #[cfg(test)]
+                    crate::coherence::after_read_lock();
+                }
+                rc
+            }
+            Some(action) => self.shm_lock_checked(s, (offset, n, flags), action),
+        }
+    }
+
+    /// [`Inode::shm_lock`] for a call the coherence check acts on.
+    fn shm_lock_checked(
+        &self,
+        s: &mut ShmHandle,
+        (offset, n, flags): (c_int, c_int, c_int),
+        action: ShmLockAction,
+    ) -> c_int {
         let unlock = flags & SQLITE_SHM_UNLOCK != 0;
-        // The check, and the `nBackfill` it left recorded.
         let check = |s: &mut ShmHandle| {
             let mut coh = lock(&self.coherence);
-            let call = (offset, n, flags);
-            let r = crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, call, held_ckpt);
-            (r, coh.backfill_seen())
+            crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, action)
         };
-        if coherent && unlock {
+        if unlock {
             let _ = check(s);
         }
         let rc = s.lock(offset, n, flags);
-        if rc != SQLITE_OK || !coherent || unlock {
+        if rc != SQLITE_OK || unlock {
             return rc;
         }
         match check(s) {
-            (Ok(()), seen) => {
-                // Read slots 1-4 only: while a reader holds slot 0 no
-                // checkpoint copies (it needs slot 0 exclusive to).
-                if flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED && offset > WAL_READ_LOCK0 {
-                    s.recheck = Some(seen.unwrap_or(u32::MAX));
-                }
-                SQLITE_OK
-            }
-            (Err(msg), _) => {
+            Ok(()) => SQLITE_OK,
+            Err(msg) => {
                 crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
                 let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
                 s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
@@ -340,17 +367,18 @@ impl Inode {
     }
 
     /// A handle's first read of this database (`xRead`, `xFetch`,
-    /// `xFileSize`) after it took WAL read slot 1-4 (`shm.recheck`, the
-    /// `nBackfill` that lock's check left recorded): SQLite loads
-    /// `nBackfill`, below which it no longer looks pages up in the WAL,
-    /// after it took the lock, so after the lock's check, and a checkpoint
-    /// by another process that ended between the two copied pages this
-    /// read transaction then reads from the database file, pages the
-    /// lock's check did not drop. So `nBackfill` is read again (it only
-    /// grows while the slot is held: a WAL restart needs slots 1-4
-    /// exclusive), and if it moved the WAL check runs again; this comes
-    /// after SQLite's load, so it sees at least the `nBackfill` SQLite
-    /// uses. One load of shared memory when nothing moved.
+    /// `xFileSize`) after it took a WAL read lock (`shm.recheck`): the WAL
+    /// check of that read transaction
+    /// ([`Coherence::wal_check`](crate::coherence::Coherence::wal_check)),
+    /// before any cached byte is served. It runs here rather than at the
+    /// lock: SQLite loads `nBackfill`, below which it reads pages from the
+    /// database file instead of the WAL, after it took the lock, and a
+    /// checkpoint by another process may end in between (the lock keeps
+    /// only frames past the reader's mark from being copied); a check at
+    /// the first read comes after SQLite's load, so it sees at least the
+    /// `nBackfill` SQLite uses. A transaction that reads nothing from the
+    /// database file (a commit whose pages SQLite's own cache holds) pays
+    /// no check.
     ///
     /// # Errors
     /// `code` when the check fails (its message goes to SQLite's log):
@@ -363,16 +391,13 @@ impl Inode {
         let Some(s) = shm else {
             return Ok(());
         };
-        let Some(seen) = s.recheck.take() else {
-            return Ok(());
-        };
-        if crate::coherence::backfill(&s.shm) == Some(seen) {
+        if !std::mem::take(&mut s.recheck) {
             return Ok(());
         }
         let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
         r.map_err(|msg| {
             // tried again at the next read
-            s.recheck = Some(u32::MAX);
+            s.recheck = true;
             crate::process::api().log(code, &msg);
             code
         })

@@ -26,11 +26,29 @@
 //! - a region, once mapped or allocated, keeps its address and size until
 //!   the `Shm` is dropped (when the last handle unmaps), so pointers SQLite
 //!   holds stay valid while it may use them; all regions have one size;
+//!   the first [`FAST_REGIONS`] regions' addresses are also published in
+//!   atomics (after the size), so the coherence check's reads of the index
+//!   header ([`Shm::words`]) take no lock once a region is mapped;
 //! - lock slot `i` is 0 (free in the process), `n > 0` (held shared by `n`
 //!   handles) or -1 (held exclusive by one handle), and the process holds
 //!   an OFD lock on the slot's byte of exactly that kind (none, read,
-//!   write); a handle's masks say which slots it holds, and an exclusive
-//!   lock is granted only on slots free in the process (as `unixShmLock`).
+//!   write), except for the one slot `Slots::downgraded` may name: free
+//!   in the process, its OFD lock a read lock, until the process's next
+//!   lock call; a handle's masks say which slots it holds, and an
+//!   exclusive lock is granted only on slots free in the process (as
+//!   `unixShmLock`).
+//!
+//! One system call less per WAL read transaction than the unix VFS: to
+//! start one, SQLite moves a reader's mark (`walTryBeginRead`: WAL read
+//! lock 1-4 exclusive, the mark stored, the lock released) and at once
+//! takes that slot shared. The release of a reader slot held exclusive
+//! alone downgrades the OFD lock to a read lock (one `fcntl`) instead,
+//! and the shared lock that follows takes it over with none. Any other
+//! lock call of the process releases the read lock first, so it is held
+//! only between two lock calls of one SQLite operation, as if the shared
+//! lock had been taken a moment early: other processes may read-lock the
+//! slot meanwhile and cannot take it exclusive, which a reader about to
+//! hold it shared would refuse them anyway.
 
 use crate::ffi::{
     SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK, SQLITE_IOERR_SHMLOCK,
@@ -46,12 +64,32 @@ use std::os::raw::{c_int, c_void};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Alignment of a heap region (SQLite reads 32-bit and 64-bit words in
 /// them).
 const REGION_ALIGN: usize = 4096;
+
+/// The first lock slot of WAL read locks 1-4 (`WAL_READ_LOCK(1)`), the
+/// reader slots whose exclusive release downgrades (see the module notes).
+const READ_LOCK1: usize = 4;
+
+/// The process's state of the eight lock slots (see the module notes).
+#[derive(Debug, Default)]
+struct Slots {
+    /// Per slot: 0 free in the process, `n > 0` held shared by `n`
+    /// handles, -1 held exclusive.
+    held: [i32; SQLITE_SHM_NLOCK as usize],
+    /// A reader slot released from exclusive whose OFD lock was downgraded
+    /// to a read lock (`held` 0): taken over by a shared lock of it, else
+    /// released, at the process's next lock call.
+    downgraded: Option<usize>,
+}
+
+/// Regions whose address [`Shm::words`] reads without the regions' mutex
+/// (the index header is in region 0; 8 regions index 32,000 WAL frames).
+const FAST_REGIONS: usize = 8;
 
 struct Regions {
     size: usize,
@@ -73,13 +111,24 @@ struct ShmFile {
 pub(crate) struct Shm {
     file: Option<ShmFile>,
     regions: Mutex<Regions>,
-    slots: Mutex<[i32; SQLITE_SHM_NLOCK as usize]>,
+    /// Region `i`'s address once mapped (null before), for `i <
+    /// FAST_REGIONS`: stored (`Release`) under the regions' mutex after
+    /// `fast_size`, right after the region is mapped, and never changed
+    /// again while `self` lives.
+    fast: [AtomicPtr<u8>; FAST_REGIONS],
+    /// The regions' size, stored before the first address in `fast`.
+    fast_size: AtomicUsize,
+    slots: Mutex<Slots>,
+    /// The system lock calls made (`fcntl`), for the tests.
+    #[cfg(test)]
+    sys_locks: std::sync::atomic::AtomicUsize,
 }
 
 // SAFETY: the raw region pointers are only mapped or allocated, handed to
-// SQLite, read by `word` and released (on drop) by this type, under its
-// mutex; their bytes are shared memory SQLite synchronizes with the shm
-// locks and barriers (and `word` reads them with atomic loads).
+// SQLite, read by `words` and released (on drop) by this type, under its
+// mutex (or, for `fast`, published once through atomics and never freed
+// before the drop); their bytes are shared memory SQLite synchronizes with
+// the shm locks and barriers (and `words` reads them with atomic loads).
 unsafe impl Send for Shm {}
 // SAFETY: as above; every field is behind a mutex or immutable.
 unsafe impl Sync for Shm {}
@@ -111,7 +160,11 @@ impl Shm {
                 size: 0,
                 list: Vec::new(),
             }),
-            slots: Mutex::new([0; SQLITE_SHM_NLOCK as usize]),
+            fast: Default::default(),
+            fast_size: AtomicUsize::new(0),
+            slots: Mutex::new(Slots::default()),
+            #[cfg(test)]
+            sys_locks: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -253,7 +306,7 @@ impl Shm {
                 let Some(p) = NonNull::new(p) else {
                     return SQLITE_IOERR_SHMMAP;
                 };
-                r.list.push(p);
+                self.push(r, p);
             }
             return SQLITE_OK;
         };
@@ -298,9 +351,19 @@ impl Shm {
             let Some(p) = NonNull::new(p.cast::<u8>()) else {
                 return SQLITE_IOERR_SHMMAP;
             };
-            r.list.push(p);
+            self.push(r, p);
         }
         SQLITE_OK
+    }
+
+    /// Add the region just mapped or allocated at `p` to `r` (the regions,
+    /// locked), and publish its address in `fast` (after the size).
+    fn push(&self, r: &mut Regions, p: NonNull<u8>) {
+        if let Some(slot) = self.fast.get(r.list.len()) {
+            self.fast_size.store(r.size, Ordering::Relaxed);
+            slot.store(p.as_ptr(), Ordering::Release);
+        }
+        r.list.push(p);
     }
 
     /// The 32-bit word `i` of region `region`, read atomically, mapping the
@@ -311,11 +374,33 @@ impl Shm {
     }
 
     /// Words `idx` of region `region`, each read atomically (`Acquire`) in
-    /// the order given, as [`Shm::word`] reads one, under one lock of the
-    /// regions (the coherence check reads nine words at every WAL lock);
-    /// `None` when a word is past the regions' size or the region does not
-    /// exist.
+    /// the order given, as [`Shm::word`] reads one (the coherence check
+    /// reads nine words per WAL read transaction): without a lock when the region
+    /// is one of the first [`FAST_REGIONS`] and mapped, else under one
+    /// lock of the regions; `None` when a word is past the regions' size or
+    /// the region does not exist.
+    #[inline]
     pub(crate) fn words<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
+        let base = self.fast.get(region).map(|p| p.load(Ordering::Acquire));
+        match base.and_then(NonNull::new) {
+            Some(base) => {
+                // The size was stored before the address (`push`), which
+                // this load acquired.
+                let size = self.fast_size.load(Ordering::Relaxed);
+                // SAFETY: a published region of `self` (mapped, never
+                // unmapped before `self` drops) and its size; regions are
+                // 4096-aligned.
+                unsafe { Self::read_words(base, size, idx) }
+            }
+            None => self.words_locked(region, idx),
+        }
+    }
+
+    /// [`Shm::words`] under the regions' mutex, mapping the region when
+    /// it exists and is not mapped yet.
+    #[cold]
+    #[inline(never)]
+    fn words_locked<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let mut r = lock(&self.regions);
         if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
             return None;
@@ -327,10 +412,30 @@ impl Shm {
             }
         }
         let base = *r.list.get(region)?;
+        // SAFETY: a region of `self` (valid while `self` lives) and its
+        // size; regions are 4096-aligned.
+        unsafe { Self::read_words(base, r.size, idx) }
+    }
+
+    /// Words `idx` of the region at `base`, of `size` bytes; `None` when
+    /// one is past `size`.
+    ///
+    /// # Safety
+    /// `base` is a region of `size` bytes, 4-aligned, that a live `Shm`
+    /// mapped or allocated (so it stays valid for the call).
+    #[inline]
+    unsafe fn read_words<const N: usize>(
+        base: NonNull<u8>,
+        size: usize,
+        idx: [usize; N],
+    ) -> Option<[u32; N]> {
+        if idx.iter().any(|&i| (i + 1) * 4 > size) {
+            return None;
+        }
         Some(idx.map(|i| {
             // SAFETY: word `i` lies inside the region (checked above: `(i +
-            // 1) * 4 <= size`), which stays mapped while `self` lives;
-            // regions are 4096-aligned, so the word is 4-aligned.
+            // 1) * 4 <= size`), valid for the call and 4-aligned (per the
+            // caller).
             let p = unsafe { base.as_ptr().add(i * 4) }.cast::<AtomicU32>();
             // SAFETY: `p` is valid and aligned for an `AtomicU32` (above);
             // the memory is shared with SQLite and other processes, which
@@ -348,10 +453,25 @@ impl Shm {
     }
 
     /// Set or release the process's OFD lock on slots `from..from + n`.
+    #[inline]
     fn sys_lock(&self, kind: Kind, from: usize, n: usize) -> Result<(), std::io::Error> {
         match &self.file {
-            Some(f) => oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64),
+            Some(f) => {
+                #[cfg(test)]
+                self.sys_locks.fetch_add(1, Ordering::Relaxed);
+                oslock::set(&f.fd, kind, SHM_LOCK_BASE + from as i64, n as i64)
+            }
             None => Ok(()),
+        }
+    }
+
+    /// Release the read lock of a downgraded slot (see the module notes)
+    /// in `slots`, locked. A failure leaves a read lock no handle holds
+    /// (released with the `-shm` descriptor at the latest); the call that
+    /// found it goes on.
+    fn release_downgraded(&self, slots: &mut Slots) {
+        if let Some(d) = slots.downgraded.take() {
+            let _ = self.sys_lock(Kind::Unlock, d, 1);
         }
     }
 
@@ -393,11 +513,10 @@ pub(crate) struct ShmHandle {
     pub(crate) shm: Arc<Shm>,
     shared: u8,
     exclusive: u8,
-    /// A WAL read lock (slot 1-4) was taken and checked since the
-    /// handle's last read of the database: the `nBackfill` its check left
-    /// recorded (`u32::MAX`: unknown), which the next read compares
+    /// A WAL read lock was taken since the handle's last read of the
+    /// database: the next read runs the WAL check first
     /// (`Inode::recheck_wal`).
-    pub(crate) recheck: Option<u32>,
+    pub(crate) recheck: bool,
 }
 
 /// A test's hook: the lock slot it waits for, and what it runs.
@@ -433,7 +552,7 @@ impl ShmHandle {
             shm,
             shared: 0,
             exclusive: 0,
-            recheck: None,
+            recheck: false,
         }
     }
 
@@ -441,76 +560,100 @@ impl ShmHandle {
     /// elsewhere, or any failure to set the system lock, as the unix VFS),
     /// `SQLITE_IOERR_SHMLOCK` when a lock cannot be released, or
     /// `SQLITE_IOERR_SHMMAP` for a range outside the eight slots.
+    #[inline]
     pub(crate) fn lock(&mut self, offset: c_int, n: c_int, flags: c_int) -> c_int {
         if offset < 0 || n < 1 || offset + n > SQLITE_SHM_NLOCK {
             return SQLITE_IOERR_SHMMAP;
         }
         let (from, to) = (offset as usize, (offset + n) as usize);
         let mask: u8 = (((1u16 << n) - 1) << offset) as u8;
-        let shm = Arc::clone(&self.shm);
-        let mut slots = lock(&shm.slots);
+        let lock_shared = flags == SQLITE_SHM_LOCK | SQLITE_SHM_SHARED;
+        if lock_shared && self.shared & mask == mask {
+            // held already by this handle (n == 1 for shared locks)
+            return SQLITE_OK;
+        }
+        // The fields apart: `shm` is read while the masks change.
+        let ShmHandle {
+            shm,
+            shared,
+            exclusive,
+            ..
+        } = self;
+        let mut guard = lock(&shm.slots);
+        let slots = &mut *guard;
+        if slots.downgraded.is_some() {
+            if lock_shared && slots.downgraded == Some(from) {
+                // The shared lock SQLite released the exclusive one for:
+                // its read lock is held already.
+                slots.downgraded = None;
+                slots.held[from] = 1;
+                *shared |= mask;
+                return SQLITE_OK;
+            }
+            shm.release_downgraded(slots);
+        }
         if flags & SQLITE_SHM_UNLOCK != 0 {
             let mut rc = SQLITE_OK;
-            if flags & SQLITE_SHM_SHARED != 0 {
-                for i in from..to {
-                    if self.shared & (1 << i) != 0 {
-                        slots[i] -= 1;
-                        if slots[i] == 0 && shm.sys_lock(Kind::Unlock, i, 1).is_err() {
-                            rc = SQLITE_IOERR_SHMLOCK;
-                        }
-                    }
+            let unlock_shared = flags & SQLITE_SHM_SHARED != 0;
+            let mine = if unlock_shared { shared } else { exclusive };
+            // the slots of the range this handle holds, one bit each
+            let mut held = *mine & mask;
+            *mine &= !mask;
+            // a reader slot held exclusive, released alone: downgraded
+            let downgrade = !unlock_shared && n == 1 && from >= READ_LOCK1 && shm.file.is_some();
+            while held != 0 {
+                let i = held.trailing_zeros() as usize;
+                held &= held - 1;
+                let s = &mut slots.held[i];
+                *s = if unlock_shared { *s - 1 } else { 0 };
+                if *s != 0 {
+                    continue;
                 }
-                self.shared &= !mask;
-            } else {
-                for i in from..to {
-                    if self.exclusive & (1 << i) != 0 {
-                        slots[i] = 0;
-                        if shm.sys_lock(Kind::Unlock, i, 1).is_err() {
-                            rc = SQLITE_IOERR_SHMLOCK;
-                        }
-                    }
+                if downgrade && shm.sys_lock(Kind::Read, i, 1).is_ok() {
+                    slots.downgraded = Some(i);
+                } else if shm.sys_lock(Kind::Unlock, i, 1).is_err() {
+                    rc = SQLITE_IOERR_SHMLOCK;
                 }
-                self.exclusive &= !mask;
             }
+            drop(guard);
             #[cfg(test)]
             after_unlock(offset);
             return rc;
         }
         debug_assert!(flags & SQLITE_SHM_LOCK != 0);
-        if flags & SQLITE_SHM_SHARED != 0 {
-            // n == 1 for shared locks
-            if self.shared & mask == mask {
-                return SQLITE_OK;
-            }
-            if slots[from] < 0 {
+        if lock_shared {
+            let s = &mut slots.held[from];
+            if *s < 0 {
                 return SQLITE_BUSY;
             }
             // Any failure of the system lock is SQLITE_BUSY, as in
             // `unixShmSystemLock` (a write lock on a read-only `-shm`).
-            if slots[from] == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
+            if *s == 0 && shm.sys_lock(Kind::Read, from, 1).is_err() {
                 return SQLITE_BUSY;
             }
-            slots[from] += 1;
-            self.shared |= mask;
+            *s += 1;
+            *shared |= mask;
             return SQLITE_OK;
         }
         debug_assert!(flags & SQLITE_SHM_EXCLUSIVE != 0);
-        for i in from..to {
-            let mine = self.exclusive & (1 << i) != 0;
-            if slots[i] != 0 && !mine {
-                return SQLITE_BUSY;
-            }
-        }
-        let new = mask & !self.exclusive;
-        // A failed F_OFD_SETLK changes nothing; any failure is
-        // SQLITE_BUSY, as above.
-        if new != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+        let mine = *exclusive;
+        let range = &mut slots.held[from..to];
+        if range
+            .iter()
+            .zip(from..)
+            .any(|(&s, i)| s != 0 && mine & (1 << i) == 0)
+        {
             return SQLITE_BUSY;
         }
-        for s in &mut slots[from..to] {
+        // A failed F_OFD_SETLK changes nothing; any failure is
+        // SQLITE_BUSY, as above.
+        if mask & !mine != 0 && shm.sys_lock(Kind::Write, from, to - from).is_err() {
+            return SQLITE_BUSY;
+        }
+        for s in range {
             *s = -1;
         }
-        self.exclusive |= mask;
+        *exclusive |= mask;
         SQLITE_OK
     }
 
@@ -525,7 +668,8 @@ impl Drop for ShmHandle {
         // Release whatever the handle still holds.
         let shm = Arc::clone(&self.shm);
         let mut slots = lock(&shm.slots);
-        for (i, s) in slots.iter_mut().enumerate() {
+        shm.release_downgraded(&mut slots);
+        for (i, s) in slots.held.iter_mut().enumerate() {
             if self.exclusive & (1 << i) != 0 {
                 *s = 0;
                 let _ = shm.sys_lock(Kind::Unlock, i, 1);
@@ -560,6 +704,37 @@ mod tests {
         assert_eq!(s.map(1, 4096, true).1, SQLITE_IOERR_SHMMAP);
     }
 
+    /// The coherence check reads the index header at every WAL read
+    /// transaction: once a region is mapped its words are read without
+    /// the regions' mutex (here held by someone else, on this very thread:
+    /// a read that took it would never return); a region past the
+    /// published ones is read under it.
+    #[test]
+    fn mapped_regions_are_read_without_the_lock() {
+        let s = Shm::heap();
+        // nothing mapped yet: the size is unknown
+        assert_eq!(s.words(0, [0]), None);
+        let (p0, _) = s.map(0, 32768, true);
+        // SAFETY: region 0 has 32768 bytes, page-aligned: word 24 is inside.
+        let w = unsafe { p0.cast::<u32>().add(24) };
+        // SAFETY: as above (and 4-aligned).
+        unsafe { w.write(7) };
+        let (last, _) = s.map(FAST_REGIONS, 32768, true);
+        // SAFETY: as above, region FAST_REGIONS.
+        let w = unsafe { last.cast::<u32>().add(3) };
+        // SAFETY: as above.
+        unsafe { w.write(9) };
+        {
+            let _held = lock(&s.regions);
+            assert_eq!(s.words(0, [24, 0]), Some([7, 0]));
+            assert_eq!(s.word(FAST_REGIONS - 1, 0), Some(0));
+            // past the region's size: none, as under the lock
+            assert_eq!(s.words(0, [24, 32768 / 4]), None);
+        }
+        assert_eq!(s.word(FAST_REGIONS, 3), Some(9));
+        assert_eq!(s.word(FAST_REGIONS + 1, 0), None);
+    }
+
     #[test]
     fn lock_slots() {
         let shm = Arc::new(Shm::heap());
@@ -578,8 +753,75 @@ mod tests {
         drop(b); // releases slot 0 (exclusive) and 3 (shared)
         assert_eq!(a.lock(0, 8, l | ex), SQLITE_OK);
         assert_eq!(a.lock(0, 8, u | ex), SQLITE_OK);
-        assert_eq!(*lock(&shm.slots), [0; 8]);
+        assert_eq!(lock(&shm.slots).held, [0; 8]);
         assert_eq!(a.lock(7, 2, l | ex), SQLITE_IOERR_SHMMAP);
+    }
+
+    /// A WAL read transaction's start (`walTryBeginRead`: a reader slot
+    /// exclusive to move its mark, released, then taken shared) makes one
+    /// system lock call less than taking and releasing each: the release
+    /// downgrades to a read lock, which the shared lock takes over. Another
+    /// process sees the slot read-locked meanwhile, and free once the
+    /// reader lets go; any other lock call of the process releases a
+    /// downgraded slot first.
+    #[test]
+    fn a_reader_slot_released_from_exclusive_is_taken_shared_without_a_system_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = File::create(dir.path().join("db")).unwrap();
+        let path = dir.path().join("db-shm");
+        let (s1, _) = Shm::open(path.clone(), &db, false).unwrap();
+        let (s2, _) = Shm::open(path, &db, false).unwrap();
+        let (s1, s2) = (Arc::new(s1), Arc::new(s2));
+        let (mut a, mut b) = (ShmHandle::new(Arc::clone(&s1)), ShmHandle::new(s2));
+        let (l, u) = (SQLITE_SHM_LOCK, SQLITE_SHM_UNLOCK);
+        let (sh, ex) = (SQLITE_SHM_SHARED, SQLITE_SHM_EXCLUSIVE);
+        let calls = || s1.sys_locks.load(Ordering::Relaxed);
+        let r1 = READ_LOCK1 as c_int;
+        let start = calls();
+        assert_eq!(a.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1, 1, u | ex), SQLITE_OK);
+        // the other process: read-locked (downgraded), not free
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(b.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(b.lock(r1, 1, u | sh), SQLITE_OK);
+        assert_eq!(a.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(calls() - start, 2, "the shared lock made a system call");
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_BUSY);
+        assert_eq!(a.lock(r1, 1, u | sh), SQLITE_OK);
+        assert_eq!(calls() - start, 3);
+        assert_eq!(b.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1, 1, u | ex), SQLITE_OK);
+        // a downgraded slot, then another lock call of that process: the
+        // read lock is released first
+        assert_eq!(a.lock(r1 + 1, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1 + 1, 1, u | ex), SQLITE_OK);
+        assert_eq!(a.lock(0, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1 + 1, 1, l | ex), SQLITE_OK);
+        assert_eq!(b.lock(r1 + 1, 1, u | ex), SQLITE_OK);
+        // ... and when a handle closes
+        assert_eq!(a.lock(r1 + 2, 1, l | ex), SQLITE_OK);
+        assert_eq!(a.lock(r1 + 2, 1, u | ex), SQLITE_OK);
+        drop(a);
+        assert_eq!(b.lock(r1 + 2, 1, l | ex), SQLITE_OK);
+        // slot 0 (the write lock) and several reader slots at once are
+        // released, not downgraded
+        assert_eq!(b.lock(r1 + 2, 1, u | ex), SQLITE_OK);
+        let mut c = ShmHandle::new(Arc::clone(&s1));
+        let mut d = ShmHandle::new(Arc::clone(&s1));
+        drop(b);
+        assert_eq!(c.lock(r1, 4, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(r1, 4, u | ex), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).downgraded, None);
+        assert_eq!(c.lock(0, 1, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(0, 1, u | ex), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).downgraded, None);
+        // another handle of the process takes the downgraded slot over too
+        assert_eq!(c.lock(r1, 1, l | ex), SQLITE_OK);
+        assert_eq!(c.lock(r1, 1, u | ex), SQLITE_OK);
+        assert_eq!(d.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(c.lock(r1, 1, l | sh), SQLITE_OK);
+        assert_eq!(lock(&s1.slots).held[READ_LOCK1], 2);
+        assert_eq!(c.lock(r1, 1, l | ex), SQLITE_BUSY);
     }
 
     /// Two `-shm` opens of one file stand for two processes (OFD locks of
