@@ -78,7 +78,7 @@ pub(crate) struct Handle {
     pub(crate) key: Option<Key>,
     pub(crate) cache: PageCache,
     owner: u64,
-    level: c_int,
+    pub(crate) level: c_int,
     pub(crate) settings: Settings,
     /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
     mmap_limit: i64,
@@ -110,6 +110,10 @@ pub(crate) struct Handle {
     /// A main database opened with `readonly_shm=1`: its `-shm` is opened
     /// read-only.
     pub(crate) readonly_shm: bool,
+    /// A database: `PRAGMA locking_mode=EXCLUSIVE` set, and whether this
+    /// handle started the hold that is on (`hold`).
+    pub(crate) locking_exclusive: bool,
+    pub(crate) holding: bool,
 }
 
 /// How many fetches a handle counts before adding them to the process's
@@ -216,6 +220,8 @@ impl Handle {
             readonly,
             db: None,
             readonly_shm: false,
+            locking_exclusive: false,
+            holding: false,
         }
     }
 }
@@ -343,6 +349,8 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         if let Err((code, msg)) = h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE) {
             api().log(code, &msg);
         }
+        h.level = level;
+        h.update_hold();
         h.fetches.clear();
         h.book_fetches();
         if let Some(s) = h.shm.take() {
@@ -377,7 +385,10 @@ unsafe extern "C" fn x_read(
             out[want..].fill(0);
         }
         let read = if h.inode.uncached {
-            read_fd(h, out, off)
+            match h.held() {
+                Some(ckpt) => h.held_read(out, off, ckpt),
+                None => read_fd(h, out, off),
+            }
         } else if h.read_once() {
             read_uncached(h, &mut out[..want], off)
         } else {
@@ -483,7 +494,11 @@ unsafe extern "C" fn x_write(
         // through as well: written once, and the kernel caches them.
         if h.inode.uncached {
             use std::os::unix::fs::FileExt;
-            if let Err(e) = h.inode.fd.write_all_at(data, off) {
+            let r = match h.held() {
+                Some(_) => h.held_write(data, off),
+                None => h.inode.fd.write_all_at(data, off),
+            };
+            if let Err(e) = r {
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
@@ -527,7 +542,11 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
             }
         }
         let r = match &h.inode.wal {
-            _ if h.inode.uncached => h.inode.fd.set_len(size),
+            _ if h.inode.uncached => {
+                // A held cache takes the new length at its next operation.
+                h.inode.hold.forget();
+                h.inode.fd.set_len(size)
+            }
             Some(w) => w.truncate(&h.inode.file, size),
             None => h.inode.file.set_len(size),
         };
@@ -599,6 +618,7 @@ unsafe extern "C" fn x_lock(file: *mut sqlite3_file, level: c_int) -> c_int {
         let (owner, mut cur) = (h.owner, h.level);
         let r = h.inode.lock(owner, &mut cur, level);
         h.level = cur;
+        h.update_hold();
         match r {
             Ok(code) => code,
             Err((code, msg)) => {
@@ -623,6 +643,7 @@ unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
         };
         let r = h.inode.unlock(owner, &mut cur, level);
         h.level = cur;
+        h.update_hold();
         match r {
             Ok(()) => rc,
             Err((code, msg)) => {
@@ -663,6 +684,8 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let zname = unsafe { *slot };
     // SAFETY: ... NUL-terminated.
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
+    // SAFETY: per the caller, `args` is SQLite's char*[3] (noted for the hold).
+    unsafe { h.note_locking_mode(&name, args) };
     let text =
         match name.to_ascii_lowercase().as_str() {
             "kx_stats" => {

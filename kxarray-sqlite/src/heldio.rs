@@ -1,0 +1,162 @@
+//! The I/O of a journal or WAL in shared locking mode while its database
+//! is held EXCLUSIVE under `locking_mode=EXCLUSIVE` (see `hold` for the
+//! hold and its invariants): whether a handle's operation takes the cache
+//! (`Handle::held`, which makes the cache current at a hold's first
+//! operation and drops it after one), and its reads and writes through the
+//! cache. Owns no state (the hold's is the inodes' [`Hold`](crate::hold::Hold)).
+//!
+//! Invariant: every write reaches the file before it returns, so the file
+//! always holds what the cache does (a write that fails forgets the
+//! cache's hold).
+
+use crate::fdio::pread_full;
+use crate::file::Handle;
+use crate::hold::pragma_value;
+use crate::inode::Inode;
+use crate::process::vfs_stats;
+use std::ffi::CStr;
+use std::io;
+use std::os::raw::c_char;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+
+/// Whether journal or WAL `file` (an `uncached` inode) of database
+/// `db` is read and written through the cache now: its database is
+/// held. At a hold's first operation the cache forgets the file; a
+/// cache that cannot (dirty pages) keeps the descriptor path. Outside
+/// a hold, a cache left from one is dropped.
+fn cached(file: &Inode, db: Option<&Weak<Inode>>) -> bool {
+    let held = db.and_then(Weak::upgrade).and_then(|d| d.hold.held());
+    let seen = file.hold.seen();
+    match held {
+        Some(e) if e == seen => true,
+        Some(e) => {
+            let ok = file.file.revalidate().is_ok();
+            file.hold.set_seen(if ok { e } else { 0 });
+            ok
+        }
+        None => {
+            if seen != 0 && file.file.revalidate().is_ok() {
+                file.hold.set_seen(0);
+            }
+            false
+        }
+    }
+}
+
+/// Read a held journal or WAL through the cache. A checkpoint's read of
+/// WAL frames (`checkpointing`: each is read once, then written to the
+/// database) goes to the file instead: it holds every byte, all written
+/// through.
+///
+/// # Errors
+/// The read's error.
+fn read(file: &Inode, buf: &mut [u8], off: u64, checkpointing: bool) -> io::Result<usize> {
+    let v = vfs_stats();
+    if checkpointing {
+        v.uncached_reads.fetch_add(1, Ordering::Relaxed);
+        return pread_full(&file.fd, buf, off);
+    }
+    v.held_reads.fetch_add(1, Ordering::Relaxed);
+    file.file.read_at(buf, off)
+}
+
+/// Write to a held journal or WAL: through the cache inside its length
+/// (`write_through`: the file and any cached page take the bytes), with
+/// `pwrite` past it (an append; the cache then takes the new length).
+/// On error the cache is forgotten ([`Hold::forget`](crate::hold::Hold::forget)).
+///
+/// # Errors
+/// The write's error, or the length refresh's after the bytes reached the
+/// file.
+fn write(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
+    let r = write_parts(file, data, off);
+    if r.is_err() {
+        file.hold.forget();
+    }
+    r
+}
+
+fn write_parts(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
+    let len = file.file.len();
+    let inside = usize::try_from(len.saturating_sub(off)).map_or(data.len(), |k| k.min(data.len()));
+    if inside > 0 {
+        file.file.write_through(&data[..inside], off)?;
+    }
+    if inside < data.len() {
+        file.fd.write_all_at(&data[inside..], off + inside as u64)?;
+        file.file.refresh_len()?;
+    }
+    Ok(())
+}
+
+impl Handle {
+    /// `SQLITE_FCNTL_PRAGMA` `name` with `args`: `locking_mode` with a
+    /// value sets the handle's `locking_exclusive` and updates the hold
+    /// (SQLite then runs the pragma itself).
+    ///
+    /// # Safety
+    /// - `args` is the `char*[3]` SQLite passes with the opcode: slot 2 is
+    ///   NULL or a NUL-terminated string.
+    pub(crate) unsafe fn note_locking_mode(&mut self, name: &str, args: *mut *mut c_char) {
+        if !name.eq_ignore_ascii_case("locking_mode") {
+            return;
+        }
+        // SAFETY: per the caller, slot 2 exists ...
+        let slot = unsafe { args.add(2) };
+        // SAFETY: ... and is readable.
+        let zarg = unsafe { *slot };
+        if zarg.is_null() {
+            return;
+        }
+        // SAFETY: per the caller, a non-NULL argument is NUL-terminated.
+        let arg = unsafe { CStr::from_ptr(zarg) }.to_string_lossy();
+        if let Some(x) = pragma_value(name, Some(&arg)) {
+            self.locking_exclusive = x;
+            self.update_hold();
+        }
+    }
+
+    /// A database in shared mode: start or end the hold of its journal and
+    /// WAL ([`Hold::update`](crate::hold::Hold::update)) after a lock change or `locking_mode`.
+    pub(crate) fn update_hold(&mut self) {
+        if self.inode.is_db && !self.inode.exclusive {
+            let (level, x) = (self.level, self.locking_exclusive);
+            self.inode.hold.update(&mut self.holding, level, x);
+        }
+    }
+
+    /// A journal or WAL in shared mode read and written through the cache
+    /// now (its database held, [`Hold::cached`]): whether the database is
+    /// checkpointing; `None` for the descriptor path.
+    pub(crate) fn held(&self) -> Option<bool> {
+        cached(&self.inode, self.db.as_ref()).then(|| {
+            self.db
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .is_some_and(|d| d.checkpointing.load(Ordering::Relaxed))
+        })
+    }
+
+    /// Read a held journal or WAL ([`read`]).
+    ///
+    /// # Errors
+    /// The read's error.
+    pub(crate) fn held_read(
+        &self,
+        buf: &mut [u8],
+        off: u64,
+        checkpointing: bool,
+    ) -> io::Result<usize> {
+        read(&self.inode, buf, off, checkpointing)
+    }
+
+    /// Write to a held journal or WAL ([`write`]).
+    ///
+    /// # Errors
+    /// The write's error.
+    pub(crate) fn held_write(&self, data: &[u8], off: u64) -> io::Result<()> {
+        write(&self.inode, data, off)
+    }
+}
