@@ -14,11 +14,12 @@
 //!
 //! - **The database's side** ([`Hold::update`], from `xLock`, `xUnlock`,
 //!   `SQLITE_FCNTL_PRAGMA` and `xClose` of a database handle in shared
-//!   mode): `epoch` counts the holds, odd while one is on. A hold starts
+//!   mode): `epoch` names the hold on (an odd number never used before in
+//!   the process), 0 when none is. A hold starts
 //!   when the handle that set `locking_mode=EXCLUSIVE` reaches EXCLUSIVE
 //!   and ends when it leaves EXCLUSIVE (or sets `locking_mode=NORMAL`, or
 //!   closes). Only the handle at EXCLUSIVE changes it (at most one handle
-//!   of the process is above SHARED), so odd means held.
+//!   of the process is above SHARED).
 //! - **The journal's or WAL's side** (`Handle::held` (`heldio`), at each of its
 //!   reads, writes and truncations): its `seen` is the hold its cache was
 //!   made current for (0: none). At the first operation of a new hold the
@@ -48,7 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The hold state of one inode (see the module notes).
 #[derive(Debug, Default)]
 pub(crate) struct Hold {
-    /// A database: holds started and ended, odd while one is on.
+    /// A database: the hold on (odd, unique in the process), or 0.
     epoch: AtomicU64,
     /// A journal or WAL: the database's `epoch` its cache is current for
     /// (0: none).
@@ -75,10 +76,19 @@ impl Hold {
     /// started the hold that is on); `level` its lock level, `exclusive`
     /// its `locking_mode=EXCLUSIVE`.
     pub(crate) fn update(&self, holding: &mut bool, level: c_int, exclusive: bool) {
+        /// The next hold's number: odd, never used twice in the process
+        /// (a journal's or WAL's `seen` never names a later hold, whatever
+        /// inode of its database that hold is on).
+        static NEXT: AtomicU64 = AtomicU64::new(1);
         let want = exclusive && level == SQLITE_LOCK_EXCLUSIVE;
         if want != *holding {
             *holding = want;
-            self.epoch.fetch_add(1, Ordering::AcqRel);
+            let e = if want {
+                NEXT.fetch_add(2, Ordering::Relaxed)
+            } else {
+                0
+            };
+            self.epoch.store(e, Ordering::Release);
         }
     }
 

@@ -203,3 +203,74 @@ fn the_hold_hands_the_wal_over_to_another_process_and_back() {
     assert_eq!(sh.one("PRAGMA integrity_check;"), "ok");
     assert!(sh.quit());
 }
+
+/// The rollback journal the same way: under the hold a rollback reads the
+/// journal through the cache; handed over, the shell sees every commit and
+/// none of the rolled-back changes, writes its own, and a new hold rolls
+/// back over the journal the shell's transactions left.
+#[test]
+fn a_rollback_journal_under_the_hold_and_handed_over() {
+    if shell().is_none() {
+        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("journal.db");
+    let db = open(&p, "").unwrap();
+    db.execute_batch(
+        "PRAGMA journal_mode=delete; PRAGMA cache_size=10;
+         CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v BLOB);",
+    )
+    .unwrap();
+    insert(&db, 0, 1000);
+    db.execute_batch("PRAGMA locking_mode=EXCLUSIVE;").unwrap();
+    let rollback = |db: &Connection| {
+        db.execute_batch("BEGIN; UPDATE t SET n = -1, v = zeroblob(10); ROLLBACK;")
+            .unwrap();
+    };
+    db.execute("UPDATE t SET v = v WHERE id = 1", []).unwrap(); // takes EXCLUSIVE
+    let held = stat(&db, "held_reads");
+    rollback(&db);
+    assert!(
+        stat(&db, "held_reads") > held,
+        "the journal read through the cache"
+    );
+    assert_eq!(totals(&db), expected(1000));
+    assert_eq!(scan(&db), 1000 * 300);
+
+    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
+    assert_eq!(totals(&db), expected(1000));
+    let mut sh = Shell::unix(&p, 10_000);
+    assert_eq!(
+        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
+        expected(1000)
+    );
+    sh.ok("UPDATE t SET v = randomblob(300) WHERE n % 2 = 0;");
+    sh.ok(
+        "WITH RECURSIVE k(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM k WHERE i < 1499) \
+         INSERT INTO t(n, v) SELECT i, zeroblob(300) FROM k;",
+    );
+    let sums = sh.one(&format!("{DIGEST};"));
+    assert!(sh.quit());
+
+    db.execute_batch("PRAGMA locking_mode=EXCLUSIVE;").unwrap();
+    db.execute("UPDATE t SET v = v WHERE id = 1", []).unwrap();
+    rollback(&db);
+    assert_eq!(
+        text(&db, DIGEST),
+        sums,
+        "the shell's rows, as it wrote them"
+    );
+    assert_eq!(totals(&db), expected(1500));
+    assert_eq!(text(&db, "PRAGMA integrity_check"), "ok");
+    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
+    assert_eq!(totals(&db), expected(1500));
+    let mut sh = Shell::unix(&p, 10_000);
+    assert_eq!(
+        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
+        expected(1500)
+    );
+    assert_eq!(sh.one("PRAGMA integrity_check;"), "ok");
+    assert!(sh.quit());
+}
