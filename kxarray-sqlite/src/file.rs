@@ -493,12 +493,7 @@ unsafe extern "C" fn x_write(
         // checkpoint's database pages, over a buffered file, are written
         // through as well: written once, and the kernel caches them.
         if h.inode.uncached {
-            use std::os::unix::fs::FileExt;
-            let r = match h.held() {
-                Some(_) => h.held_write(data, off),
-                None => h.inode.fd.write_all_at(data, off),
-            };
-            if let Err(e) = r {
+            if let Err(e) = h.write_shared(data, off) {
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
@@ -542,11 +537,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
             }
         }
         let r = match &h.inode.wal {
-            _ if h.inode.uncached => {
-                // A held cache takes the new length at its next operation.
-                h.inode.hold.forget();
-                h.inode.fd.set_len(size)
-            }
+            _ if h.inode.uncached => h.truncate_shared(size),
             Some(w) => w.truncate(&h.inode.file, size),
             None => h.inode.file.set_len(size),
         };

@@ -139,6 +139,46 @@ impl Handle {
         })
     }
 
+    /// Write to a journal or WAL in shared mode: a WAL grown ahead first
+    /// (`walsize::Ahead`: a held cache then takes the new length), then
+    /// through the cache while held ([`write`]), else with `pwrite`.
+    ///
+    /// # Errors
+    /// The write's error.
+    pub(crate) fn write_shared(&self, data: &[u8], off: u64) -> io::Result<()> {
+        let grew = self
+            .inode
+            .ahead
+            .as_ref()
+            .is_some_and(|a| a.before_write(&self.inode.fd, off, data.len()));
+        match self.held() {
+            Some(_) => {
+                if grew {
+                    if let Err(e) = self.inode.file.refresh_len() {
+                        self.inode.hold.forget();
+                        return Err(e);
+                    }
+                }
+                write(&self.inode, data, off)
+            }
+            None => self.inode.fd.write_all_at(data, off),
+        }
+    }
+
+    /// Truncate a journal or WAL in shared mode on its descriptor; a held
+    /// cache takes the new length at its next operation, a WAL grows ahead
+    /// again from there.
+    ///
+    /// # Errors
+    /// `ftruncate`'s error.
+    pub(crate) fn truncate_shared(&self, size: u64) -> io::Result<()> {
+        self.inode.hold.forget();
+        if let Some(a) = &self.inode.ahead {
+            a.truncated();
+        }
+        self.inode.fd.set_len(size)
+    }
+
     /// Read a held journal or WAL ([`read`]).
     ///
     /// # Errors
@@ -150,13 +190,5 @@ impl Handle {
         checkpointing: bool,
     ) -> io::Result<usize> {
         read(&self.inode, buf, off, checkpointing)
-    }
-
-    /// Write to a held journal or WAL ([`write`]).
-    ///
-    /// # Errors
-    /// The write's error.
-    pub(crate) fn held_write(&self, data: &[u8], off: u64) -> io::Result<()> {
-        write(&self.inode, data, off)
     }
 }
