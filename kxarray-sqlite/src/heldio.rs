@@ -5,9 +5,9 @@
 //! operation and drops it after one), and its reads and writes through the
 //! cache. Owns no state (the hold's is the inodes' [`Hold`](crate::hold::Hold)).
 //!
-//! Invariant: every write reaches the file before it returns, so the file
-//! always holds what the cache does (a write that fails forgets the
-//! cache's hold).
+//! Invariant: every write reaches the file before it returns and the cache
+//! never holds a dirty page of a journal or WAL, so the file always holds
+//! what the cache does (a write that fails forgets the cache's hold).
 
 use crate::fdio::pread_full;
 use crate::file::Handle;
@@ -62,33 +62,30 @@ fn read(file: &Inode, buf: &mut [u8], off: u64, checkpointing: bool) -> io::Resu
     file.file.read_at(buf, off)
 }
 
-/// Write to a held journal or WAL: through the cache inside its length
-/// (`write_through`: the file and any cached page take the bytes), with
-/// `pwrite` past it (an append; the cache then takes the new length).
-/// On error the cache is forgotten ([`Hold::forget`](crate::hold::Hold::forget)).
+/// Write to a held journal or WAL: with `pwrite` on its descriptor, then
+/// the cache made to match (its length taken again when the write reached
+/// past it or the file grew ahead; its clean pages of the range dropped,
+/// `CachedFile::revalidate_range`). The cache never holds a dirty page of
+/// the file, so nothing it holds can ever be written back over what another
+/// process writes after the hold. When the write or the drop fails the
+/// cache is forgotten ([`Hold::forget`](crate::hold::Hold::forget)): the
+/// next operation starts over from the file.
 ///
 /// # Errors
-/// The write's error, or the length refresh's after the bytes reached the
-/// file.
+/// The write's error, or the cache's after the bytes reached the file.
 fn write(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
-    let r = write_parts(file, data, off);
-    if r.is_err() {
+    let end = off.saturating_add(data.len() as u64);
+    let w = file.fd.write_all_at(data, off);
+    let c = (|| {
+        if end > file.file.len() {
+            file.file.refresh_len()?;
+        }
+        file.file.revalidate_range(off..end).map(drop)
+    })();
+    if w.is_err() || c.is_err() {
         file.hold.forget();
     }
-    r
-}
-
-fn write_parts(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
-    let len = file.file.len();
-    let inside = usize::try_from(len.saturating_sub(off)).map_or(data.len(), |k| k.min(data.len()));
-    if inside > 0 {
-        file.file.write_through(&data[..inside], off)?;
-    }
-    if inside < data.len() {
-        file.fd.write_all_at(&data[inside..], off + inside as u64)?;
-        file.file.refresh_len()?;
-    }
-    Ok(())
+    w.and(c)
 }
 
 impl Handle {
@@ -139,43 +136,25 @@ impl Handle {
         })
     }
 
-    /// Write to a journal or WAL in shared mode: a WAL grown ahead first
-    /// (`walsize::Ahead`: a held cache then takes the new length), then
-    /// through the cache while held ([`write`]), else with `pwrite`.
+    /// Write to a journal or WAL in shared mode with `pwrite`, the cache
+    /// made to match while held ([`write`]).
     ///
     /// # Errors
     /// The write's error.
     pub(crate) fn write_shared(&self, data: &[u8], off: u64) -> io::Result<()> {
-        let grew = self
-            .inode
-            .ahead
-            .as_ref()
-            .is_some_and(|a| a.before_write(&self.inode.fd, off, data.len()));
         match self.held() {
-            Some(_) => {
-                if grew {
-                    if let Err(e) = self.inode.file.refresh_len() {
-                        self.inode.hold.forget();
-                        return Err(e);
-                    }
-                }
-                write(&self.inode, data, off)
-            }
+            Some(_) => write(&self.inode, data, off),
             None => self.inode.fd.write_all_at(data, off),
         }
     }
 
     /// Truncate a journal or WAL in shared mode on its descriptor; a held
-    /// cache takes the new length at its next operation, a WAL grows ahead
-    /// again from there.
+    /// cache takes the new length at its next operation.
     ///
     /// # Errors
     /// `ftruncate`'s error.
     pub(crate) fn truncate_shared(&self, size: u64) -> io::Result<()> {
         self.inode.hold.forget();
-        if let Some(a) = &self.inode.ahead {
-            a.truncated();
-        }
         self.inode.fd.set_len(size)
     }
 

@@ -32,10 +32,11 @@
 //! - a journal's or WAL's cached page is served only during the hold its
 //!   `seen` names, and was read or written during that hold;
 //! - every write during a hold reaches the file before `xWrite` returns
-//!   (`CachedFile::write_through`, or `pwrite` for the part past the
-//!   cache's end), so when the lock is released the file holds all of it,
-//!   as when the descriptor path writes it: another process never reads a
-//!   stale journal or WAL because of the hold;
+//!   (`pwrite`, then the cache's pages of the range dropped), and the cache
+//!   never holds a dirty page of the file, so when the lock is released
+//!   the file holds all of it, as when the descriptor path writes it, and
+//!   nothing is written back later: another process never reads a stale
+//!   journal or WAL because of the hold;
 //! - anything that could leave the cache and the file apart (a failed
 //!   write, a truncation, a failed length refresh, dirty pages at the
 //!   start of a hold) makes `seen` 0 or keeps the descriptor path: the

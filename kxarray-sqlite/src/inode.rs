@@ -64,7 +64,7 @@ use crate::ffi::{
 use crate::hold::Hold;
 use crate::oslock::{self, Kind};
 use crate::shm::{Shm, ShmHandle};
-use crate::walsize::{Ahead, WalSize};
+use crate::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
 use std::fs::File;
@@ -133,9 +133,6 @@ pub(crate) struct Inode {
     /// A writable WAL's length as SQLite sees it, the file grown ahead of
     /// it ([`WalSize`]); `None` for other files.
     pub(crate) wal: Option<WalSize>,
-    /// A writable WAL in shared mode: grown ahead of its frames on the
-    /// descriptor ([`Ahead`]); `None` for other files.
-    pub(crate) ahead: Option<Ahead>,
     /// A database between `SQLITE_FCNTL_CKPT_START` and `CKPT_DONE`: its
     /// WAL's frames are read once and its pages written once. A hint that
     /// picks the cheaper path, never what a read returns (see `file`).
@@ -275,7 +272,6 @@ impl Inode {
             is_db,
             policy,
             wal: None,
-            ahead: None,
             checkpointing: AtomicBool::new(false),
             exclusive: false,
             uncached: false,
@@ -387,10 +383,9 @@ impl Inode {
         })
     }
 
-    /// The same inode with `wal` as its WAL's length ([`WalSize`]) and
-    /// `ahead` as its shared-mode growth ([`Ahead`]).
-    pub(crate) fn with_wal(self, wal: Option<WalSize>, ahead: Option<Ahead>) -> Inode {
-        Inode { wal, ahead, ..self }
+    /// The same inode with `wal` as its WAL's length ([`WalSize`]).
+    pub(crate) fn with_wal(self, wal: Option<WalSize>) -> Inode {
+        Inode { wal, ..self }
     }
 
     /// The same inode in exclusive locking mode (`exclusive`), and, for a

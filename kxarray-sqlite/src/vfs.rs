@@ -22,7 +22,7 @@ use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
 use crate::process::{api, configured_capacity, BUDGET, CONFIGURED};
-use crate::walsize::{Ahead, WalSize};
+use crate::walsize::WalSize;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
 use std::ffi::{CStr, OsStr};
@@ -306,9 +306,6 @@ fn make_inode(
     } else {
         None
     };
-    // Shared mode: a writable WAL grows ahead on its descriptor
-    // (`walsize::Ahead`, as the unix VFS's chunk size grows a file).
-    let ahead = (is_wal && uncached && writable).then(Ahead::default);
     Ok(Inode::new(
         path.to_path_buf(),
         file,
@@ -318,7 +315,7 @@ fn make_inode(
         is_db,
         policy,
     )
-    .with_wal(wal, ahead)
+    .with_wal(wal)
     .with_mode(exclusive, uncached))
 }
 

@@ -11,10 +11,7 @@
 //! through with one copy, the kernel's, as the unix VFS writes it.
 //!
 //! Owns [`WalSize`] (one per WAL inode, shared by its handles: SQLite's WAL
-//! write lock gives it one writer at a time), and [`Ahead`], the same idea
-//! for a WAL in shared locking mode, written on its descriptor (see its
-//! own notes: there SQLite sees the file's length, zeros included, as a
-//! unix-VFS process does).
+//! write lock gives it one writer at a time).
 //!
 //! Invariants:
 //! - the cached file's length (the backing file's) is a multiple of the
@@ -33,9 +30,7 @@
 //!   leaves behind.
 
 use kxarray::pagecache::CachedFile;
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The page size of the cache's folios.
@@ -115,71 +110,6 @@ impl WalSize {
     }
 }
 
-/// A shared-mode WAL's file grown ahead of its frames on its descriptor
-/// (`Inode::ahead`), as the unix VFS grows a file with
-/// `SQLITE_FCNTL_CHUNK_SIZE` set: `fallocate` (mode 0) to the next
-/// [`STEP`] past a write that reaches beyond the end this process last
-/// grew it to, so that the kernel does not extend the file at every
-/// frame. SQLite sees the file's own length: the zeros past the last frame
-/// are what a unix-VFS process reads of a WAL its chunk size grew, and
-/// wal.c's recovery, on any VFS, stops at the first frame whose salt does
-/// not match (zeros never do).
-///
-/// Invariants:
-/// - the file only ever grows here (mode 0 never shrinks a file, so a
-///   frame another process wrote past `end` is never cut), and only bytes
-///   past its end become zeros (allocating over written blocks leaves them
-///   as they are);
-/// - `end` is a hint, never trusted for what a read returns: when another
-///   process cut the file below it, the next writes extend the file as
-///   plain `pwrite`s do, until one reaches past `end`.
-#[derive(Debug, Default)]
-pub(crate) struct Ahead {
-    /// The end this process last grew the file to; `u64::MAX` when the
-    /// file system refused `fallocate` (growth off).
-    end: AtomicU64,
-}
-
-impl Ahead {
-    /// Before writing `n` bytes at `off` of the WAL `fd`: grow it when the
-    /// write reaches past `end`. Whether the file grew (a cache over it
-    /// then takes the new length). A refusal turns growth off; any other
-    /// error is left to the write (which then fails on its own, or not).
-    pub(crate) fn before_write(&self, fd: &File, off: u64, n: usize) -> bool {
-        let Some(end) = off.checked_add(n as u64) else {
-            return false;
-        };
-        if end <= self.end.load(Ordering::Relaxed) {
-            return false;
-        }
-        let to = end.next_multiple_of(STEP);
-        let (Ok(start), Ok(len)) = (i64::try_from(off), i64::try_from(to - off)) else {
-            return false;
-        };
-        // SAFETY: fallocate on an open descriptor; no memory is passed.
-        let rc = unsafe { libc::fallocate(fd.as_raw_fd(), 0, start, len) };
-        if rc == 0 {
-            self.end.store(to, Ordering::Relaxed);
-            return true;
-        }
-        let e = io::Error::last_os_error().raw_os_error();
-        if matches!(e, Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)) {
-            self.end.store(u64::MAX, Ordering::Relaxed);
-        }
-        false
-    }
-
-    /// The file was cut (`xTruncate`): the next write past the cut grows
-    /// it again.
-    pub(crate) fn truncated(&self) {
-        let _ = self
-            .end
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |e| {
-                (e != u64::MAX).then_some(0)
-            });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,31 +174,5 @@ mod tests {
         assert!(b.iter().all(|&x| x == 0), "the cut bytes are zeros");
         w.truncate(&file, 0).unwrap();
         assert_eq!((w.len(), file.len()), (0, 0));
-    }
-
-    #[test]
-    fn a_shared_wal_grows_ahead_by_steps_and_never_shrinks() {
-        use std::os::unix::fs::FileExt;
-        let tmp = tempfile::tempfile().unwrap();
-        let a = Ahead::default();
-        assert!(a.before_write(&tmp, 0, 32), "the header grows it");
-        tmp.write_all_at(&[7; 32], 0).unwrap();
-        assert_eq!(tmp.metadata().unwrap().len(), STEP);
-        assert!(!a.before_write(&tmp, 32, 4120), "inside: nothing");
-        // Another process wrote further (its own growth, or frames).
-        tmp.write_all_at(&[9; 100], 3 * STEP).unwrap();
-        let theirs = 3 * STEP + 100;
-        assert!(a.before_write(&tmp, STEP - 10, 4120));
-        assert_eq!(tmp.metadata().unwrap().len(), theirs, "never cut");
-        let mut b = [0u8; 100];
-        tmp.read_exact_at(&mut b, 3 * STEP).unwrap();
-        assert_eq!(b, [9; 100], "their bytes stay");
-        tmp.read_exact_at(&mut b, 32).unwrap();
-        assert_eq!(b, [0; 100], "zeros past the frames");
-        // Cut (a TRUNCATE checkpoint): the next write grows it again.
-        tmp.set_len(0).unwrap();
-        a.truncated();
-        assert!(a.before_write(&tmp, 0, 32));
-        assert_eq!(tmp.metadata().unwrap().len(), STEP);
     }
 }

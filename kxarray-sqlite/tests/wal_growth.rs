@@ -6,9 +6,7 @@
 //! The WAL is grown ahead and cached with `kx_locking=exclusive` (one
 //! process owns the database); in the default shared mode it is read and
 //! written with `pread`/`pwrite` like the unix VFS's (other processes
-//! write it too), which `tests/multiprocess_core.rs` covers, and grown
-//! ahead with `fallocate`, zeros past its frames as a unix-VFS process
-//! with a chunk size leaves them.
+//! write it too), which `tests/multiprocess_core.rs` covers.
 
 mod common;
 
@@ -131,51 +129,6 @@ fn a_wal_left_unaligned_by_another_vfs_is_read_and_appended_to() {
     assert_eq!(unix_count(&copy), ROWS + 50);
     drop(db);
     assert_eq!(unix_count(&left), ROWS + 50);
-}
-
-/// In the default shared mode the WAL is written on its descriptor and
-/// grown ahead there in steps of 256 KiB (`walsize::Ahead`, as the unix
-/// VFS grows a file with a chunk size): SQLite and every other process see
-/// the file's length, zeros past the last frame. A unix-VFS process opens
-/// the live files (as after a crash), appends to the grown WAL while this
-/// process has it open, and this process reads its frames.
-#[test]
-fn a_shared_wal_grows_ahead_in_steps_and_stays_an_ordinary_wal() {
-    const STEP: u64 = 256 << 10;
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("shared.db");
-    let db = open(&p, "kx_direct=0").unwrap();
-    assert!(text(&db, "PRAGMA kx_settings").ends_with("locking=shared"));
-    load(&db);
-    let wal = wal_len(&p);
-    assert!(wal > 400 * 4120, "a WAL of {wal} bytes");
-    assert_eq!(wal % STEP, 0, "grown by whole steps: {wal} bytes");
-    // As after a crash here: every committed row, on the unix VFS.
-    let copy = dir.path().join("copy.db");
-    copy_with_wal(&p, &copy);
-    assert_eq!(unix_count(&copy), ROWS);
-    // A unix-VFS process beside this one appends to the grown WAL.
-    let unix = Connection::open(&p).unwrap();
-    unix.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
-    for i in 0..20 {
-        unix.execute("INSERT INTO t(v, n) VALUES (x'02', ?1)", [ROWS + i])
-            .unwrap();
-    }
-    assert_eq!(int(&db, "SELECT count(*) FROM t"), ROWS + 20);
-    db.execute("INSERT INTO t(v, n) VALUES (x'03', ?1)", [ROWS + 20])
-        .unwrap();
-    assert_eq!(int(&unix, "SELECT count(*) FROM t"), ROWS + 21);
-    let n = ROWS + 21;
-    assert_eq!(int(&unix, "SELECT sum(n) FROM t"), n * (n - 1) / 2);
-    drop(unix);
-    // A TRUNCATE checkpoint empties it; the next frames grow it again.
-    assert_eq!(int(&db, "PRAGMA wal_checkpoint(TRUNCATE)"), 0, "not busy");
-    assert_eq!(wal_len(&p), 0);
-    db.execute("INSERT INTO t(v) VALUES (x'04')", []).unwrap();
-    assert_eq!(wal_len(&p), STEP);
-    drop(db);
-    assert_eq!(unix_count(&p), n + 1);
 }
 
 #[test]
