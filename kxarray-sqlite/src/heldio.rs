@@ -59,29 +59,38 @@ fn read(file: &Inode, buf: &mut [u8], off: u64, checkpointing: bool) -> io::Resu
         return pread_full(&file.fd, buf, off);
     }
     v.held_reads.fetch_add(1, Ordering::Relaxed);
+    if off.saturating_add(buf.len() as u64) > file.file.len() {
+        // Appended to since the cache took the length (see `write`).
+        if let Err(e) = file.file.refresh_len() {
+            file.hold.forget();
+            return Err(e);
+        }
+    }
     file.file.read_at(buf, off)
 }
 
 /// Write to a held journal or WAL: with `pwrite` on its descriptor, then
-/// the cache made to match (its length taken again when the write reached
-/// past it or the file grew ahead; its clean pages of the range dropped,
-/// `CachedFile::revalidate_range`). The cache never holds a dirty page of
-/// the file, so nothing it holds can ever be written back over what another
-/// process writes after the hold. When the write or the drop fails the
-/// cache is forgotten ([`Hold::forget`](crate::hold::Hold::forget)): the
-/// next operation starts over from the file.
+/// the cache's clean pages of the part before the length it knows dropped
+/// (`CachedFile::revalidate_range`). An append past that length costs
+/// nothing more: the cache holds nothing there but the zeros it made up
+/// past the end in the folio holding it, and a read reaching past the
+/// length first takes the file's (`CachedFile::refresh_len`, which drops
+/// that folio). The cache never holds a dirty page of the file, so nothing
+/// it holds can ever be written back over what another process writes
+/// after the hold. When the write or the drop fails the cache is forgotten
+/// ([`Hold::forget`](crate::hold::Hold::forget)): the next operation
+/// starts over from the file.
 ///
 /// # Errors
 /// The write's error, or the cache's after the bytes reached the file.
 fn write(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
-    let end = off.saturating_add(data.len() as u64);
+    let end = off.saturating_add(data.len() as u64).min(file.file.len());
     let w = file.fd.write_all_at(data, off);
-    let c = (|| {
-        if end > file.file.len() {
-            file.file.refresh_len()?;
-        }
+    let c = if off < end {
         file.file.revalidate_range(off..end).map(drop)
-    })();
+    } else {
+        Ok(())
+    };
     if w.is_err() || c.is_err() {
         file.hold.forget();
     }
