@@ -107,6 +107,8 @@ pub(crate) struct Handle {
     /// The database this journal or WAL belongs to, when the process has
     /// it open ([`db_barrier`]).
     pub(crate) db: Option<Weak<Inode>>,
+    /// Its database's hold (`hold`), read at every operation.
+    pub(crate) db_hold: Option<Arc<crate::hold::Hold>>,
     /// A main database opened with `readonly_shm=1`: its `-shm` is opened
     /// read-only.
     pub(crate) readonly_shm: bool,
@@ -219,6 +221,7 @@ impl Handle {
             dirsync: None,
             readonly,
             db: None,
+            db_hold: None,
             readonly_shm: false,
             locking_exclusive: false,
             holding: false,
@@ -385,9 +388,10 @@ unsafe extern "C" fn x_read(
             out[want..].fill(0);
         }
         let read = if h.inode.uncached {
-            match h.held() {
-                Some(ckpt) => h.held_read(out, off, ckpt),
-                None => read_fd(h, out, off),
+            if h.held() {
+                h.held_read(out, off, h.db_checkpointing())
+            } else {
+                read_fd(h, out, off)
             }
         } else if h.read_once() {
             read_uncached(h, &mut out[..want], off)

@@ -12,6 +12,7 @@
 use crate::fdio::pread_full;
 use crate::file::Handle;
 use crate::hold::pragma_value;
+use crate::hold::Hold;
 use crate::inode::Inode;
 use crate::process::vfs_stats;
 use std::ffi::CStr;
@@ -26,8 +27,8 @@ use std::sync::Weak;
 /// held. At a hold's first operation the cache forgets the file; a
 /// cache that cannot (dirty pages) keeps the descriptor path. Outside
 /// a hold, a cache left from one is dropped.
-fn cached(file: &Inode, db: Option<&Weak<Inode>>) -> bool {
-    let held = db.and_then(Weak::upgrade).and_then(|d| d.hold.held());
+fn cached(file: &Inode, db: Option<&Hold>) -> bool {
+    let held = db.and_then(Hold::held);
     let seen = file.hold.seen();
     match held {
         Some(e) if e == seen => true,
@@ -133,16 +134,19 @@ impl Handle {
         }
     }
 
-    /// A journal or WAL in shared mode read and written through the cache
-    /// now (its database held, [`Hold::cached`]): whether the database is
-    /// checkpointing; `None` for the descriptor path.
-    pub(crate) fn held(&self) -> Option<bool> {
-        cached(&self.inode, self.db.as_ref()).then(|| {
-            self.db
-                .as_ref()
-                .and_then(Weak::upgrade)
-                .is_some_and(|d| d.checkpointing.load(Ordering::Relaxed))
-        })
+    /// Whether a journal or WAL in shared mode is read and written through
+    /// the cache now (its database held, `cached`; the database's hold read
+    /// through `db_hold`: one load, no reference taken).
+    pub(crate) fn held(&self) -> bool {
+        cached(&self.inode, self.db_hold.as_deref())
+    }
+
+    /// Whether this journal's or WAL's database is checkpointing.
+    pub(crate) fn db_checkpointing(&self) -> bool {
+        self.db
+            .as_ref()
+            .and_then(Weak::upgrade)
+            .is_some_and(|d| d.checkpointing.load(Ordering::Relaxed))
     }
 
     /// Write to a journal or WAL in shared mode with `pwrite`, the cache
@@ -151,9 +155,10 @@ impl Handle {
     /// # Errors
     /// The write's error.
     pub(crate) fn write_shared(&self, data: &[u8], off: u64) -> io::Result<()> {
-        match self.held() {
-            Some(_) => write(&self.inode, data, off),
-            None => self.inode.fd.write_all_at(data, off),
+        if self.held() {
+            write(&self.inode, data, off)
+        } else {
+            self.inode.fd.write_all_at(data, off)
         }
     }
 

@@ -147,7 +147,7 @@ pub(crate) struct Inode {
     pub(crate) coherence: Mutex<Coherence>,
     /// Shared mode: a database's hold under `locking_mode=EXCLUSIVE`, or
     /// the hold a journal's or WAL's cache is current for ([`Hold`]).
-    pub(crate) hold: Hold,
+    pub(crate) hold: Arc<Hold>,
     locks: Mutex<LockState>,
     shm: Mutex<Weak<Shm>>,
     /// Handles open on it (changed under the table's lock only).
@@ -276,7 +276,7 @@ impl Inode {
             exclusive: false,
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
-            hold: Hold::default(),
+            hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),
