@@ -87,7 +87,8 @@ fn read(file: &Inode, buf: &mut [u8], off: u64, checkpointing: bool) -> io::Resu
 fn write(file: &Inode, data: &[u8], off: u64) -> io::Result<()> {
     let end = off.saturating_add(data.len() as u64).min(file.file.len());
     let w = file.fd.write_all_at(data, off);
-    let c = if off < end {
+    // After the write: a page cached from here on reads the new bytes.
+    let c = if off < end && file.file.cached_pages() > 0 {
         file.file.revalidate_range(off..end).map(drop)
     } else {
         Ok(())
