@@ -39,6 +39,9 @@
 //!   pages it could not write back ([`db_barrier`]): SQLite ignores a
 //!   failed write-back after a checkpoint under `synchronous=OFF`, and the
 //!   WAL is then the only copy of what it committed;
+//! - in shared mode a journal or WAL is read through the cache only while
+//!   its database is held EXCLUSIVE under `locking_mode=EXCLUSIVE`
+//!   (`hold`, `heldio`), else with `pread`/`pwrite` on its descriptor;
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 

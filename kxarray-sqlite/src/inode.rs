@@ -140,8 +140,9 @@ pub(crate) struct Inode {
     /// `kx_locking=exclusive`: the one-lock mode (see the module notes).
     pub(crate) exclusive: bool,
     /// Shared mode, a journal or WAL: read and written with `pread` and
-    /// `pwrite` on `fd`, never cached (other processes write it too; the
-    /// unix VFS reads it the same way).
+    /// `pwrite` on `fd`, not cached (other processes write it too; the
+    /// unix VFS reads it the same way), except while its database is held
+    /// under `locking_mode=EXCLUSIVE` (`hold`: then read through `file`).
     pub(crate) uncached: bool,
     /// What the cache of a database last knew of the file and its WAL.
     pub(crate) coherence: Mutex<Coherence>,
