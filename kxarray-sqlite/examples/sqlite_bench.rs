@@ -18,7 +18,8 @@
 //! database locked), `kx` (kxarray over a
 //! buffered file), `kx-direct` (kxarray over O_DIRECT: the only cache),
 //! `kx-fetch` (kxarray with zero-copy xFetch, `mmap_size` covering the
-//! database), `floor` (unix with SQLite's own page cache holding the whole
+//! database), `kx-excl` (kx with `PRAGMA locking_mode=EXCLUSIVE`, against
+//! `unix-excl`; one connection only), `floor` (unix with SQLite's own page cache holding the whole
 //! database). Every run warms its caches with a full scan first.
 //!
 //! Workloads: `point-uniform`, `point-zipf` (s = 0.99, hot keys scattered),
@@ -62,7 +63,7 @@ enum Cmd {
         #[arg(long)]
         db: PathBuf,
         /// unix, unix-mmap, unix-excl, unix-mmap-excl, kx, kx-direct,
-        /// kx-fetch or floor.
+        /// kx-fetch, kx-excl or floor.
         #[arg(long)]
         config: String,
         /// point-uniform, point-zipf, range, scan, mix, commit-full,
@@ -159,7 +160,7 @@ fn open(db: &Path, config: &str, db_bytes: u64) -> Connection {
         "unix" | "unix-mmap" | "unix-excl" | "unix-mmap-excl" | "floor" => {
             Connection::open_with_flags(db, flags)
         }
-        "kx" | "kx-direct" | "kx-fetch" => {
+        "kx" | "kx-direct" | "kx-fetch" | "kx-excl" => {
             kx_register();
             let direct = u8::from(config == "kx-direct");
             let fetch = u8::from(config == "kx-fetch");

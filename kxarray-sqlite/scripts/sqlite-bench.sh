@@ -43,7 +43,7 @@ REDB=${REDB:-1}
 MP=${MP:-1}
 MP_SMALL_CACHE=${MP_SMALL_CACHE:-64m}
 MP_BIG_CACHE=${MP_BIG_CACHE:-512m}
-CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-direct kx-fetch floor"}
+CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-direct kx-fetch kx-excl floor"}
 READS=${READS-"point-uniform point-zipf range scan mix"}
 WRITES=${WRITES-"commit-full commit-wal bulk"}
 DIR=${DIR:-target/sqlite-bench}
@@ -90,7 +90,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   fi
   for w in $WRITES; do
-    for c in $(rotate "$r" unix unix-excl kx kx-direct); do run write "$DIR/w.db" "$c" "$w" 1; done
+    for c in $(rotate "$r" unix unix-excl kx kx-excl kx-direct); do run write "$DIR/w.db" "$c" "$w" 1; done
   done
 done
 
@@ -115,7 +115,7 @@ print(f'SQLite on kxarray, {datetime.date.today()}, {os.cpu_count()} cores ({cpu
       f'median of {rounds} interleaved rounds, {secs} s per read run; operations per second '
       f'(ratio against unix)\n')
 rows = sorted({k[:3] for k in list(runs) + list(failed)}, key=lambda k: (k[0] != '180MB', k[0], k[1], k[2]))
-cols = [c for c in ['unix', 'unix-mmap', 'unix-excl', 'unix-mmap-excl', 'kx', 'kx-direct', 'kx-fetch', 'floor'] if c in configs]
+cols = [c for c in ['unix', 'unix-mmap', 'unix-excl', 'unix-mmap-excl', 'kx', 'kx-direct', 'kx-fetch', 'kx-excl', 'floor'] if c in configs]
 print('| database | workload | conns | ' + ' | '.join(cols) + ' |')
 print('|---|---|---|' + '---|' * len(cols))
 for label, w, t in rows:
@@ -132,7 +132,7 @@ for label, w, t in rows:
             m = statistics.median(v)
             cells.append(fmt(m) + (f' ({m / b:.2f})' if b and c != 'unix' else ''))
     print(f'| {label} | {w} | {t} | ' + ' | '.join(cells) + ' |')
-pairs = [(k, a) for k, a in [('kx', 'unix-excl'), ('kx-direct', 'unix-excl'),
+pairs = [(k, a) for k, a in [('kx', 'unix-excl'), ('kx-excl', 'unix-excl'), ('kx-direct', 'unix-excl'),
                              ('kx-fetch', 'unix-mmap-excl'), ('kx', 'unix-mmap-excl')]
          if k in configs and a in configs]
 if pairs:

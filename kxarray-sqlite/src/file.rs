@@ -39,6 +39,9 @@
 //!   pages it could not write back ([`db_barrier`]): SQLite ignores a
 //!   failed write-back after a checkpoint under `synchronous=OFF`, and the
 //!   WAL is then the only copy of what it committed;
+//! - in shared mode a journal or WAL is read through the cache only while
+//!   its database is held EXCLUSIVE under `locking_mode=EXCLUSIVE`
+//!   (`hold`, `heldio`), else with `pread`/`pwrite` on its descriptor;
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
@@ -78,7 +81,7 @@ pub(crate) struct Handle {
     pub(crate) key: Option<Key>,
     pub(crate) cache: PageCache,
     owner: u64,
-    level: c_int,
+    pub(crate) level: c_int,
     pub(crate) settings: Settings,
     /// `PRAGMA mmap_size` as SQLite last set it (0: no fetch).
     mmap_limit: i64,
@@ -107,9 +110,15 @@ pub(crate) struct Handle {
     /// The database this journal or WAL belongs to, when the process has
     /// it open ([`db_barrier`]).
     pub(crate) db: Option<Weak<Inode>>,
+    /// Its database's hold (`hold`), read at every operation.
+    pub(crate) db_hold: Option<Arc<crate::hold::Hold>>,
     /// A main database opened with `readonly_shm=1`: its `-shm` is opened
     /// read-only.
     pub(crate) readonly_shm: bool,
+    /// A database: `PRAGMA locking_mode=EXCLUSIVE` set, and whether this
+    /// handle started the hold that is on (`hold`).
+    pub(crate) locking_exclusive: bool,
+    pub(crate) holding: bool,
 }
 
 /// How many fetches a handle counts before adding them to the process's
@@ -215,7 +224,10 @@ impl Handle {
             dirsync: None,
             readonly,
             db: None,
+            db_hold: None,
             readonly_shm: false,
+            locking_exclusive: false,
+            holding: false,
         }
     }
 }
@@ -343,6 +355,8 @@ unsafe extern "C" fn x_close(file: *mut sqlite3_file) -> c_int {
         if let Err((code, msg)) = h.inode.unlock(h.owner, &mut level, SQLITE_LOCK_NONE) {
             api().log(code, &msg);
         }
+        h.level = level;
+        h.update_hold();
         h.fetches.clear();
         h.book_fetches();
         if let Some(s) = h.shm.take() {
@@ -377,7 +391,11 @@ unsafe extern "C" fn x_read(
             out[want..].fill(0);
         }
         let read = if h.inode.uncached {
-            read_fd(h, out, off)
+            if h.held() {
+                h.held_read(out, off, h.db_checkpointing())
+            } else {
+                read_fd(h, out, off)
+            }
         } else if h.read_once() {
             read_uncached(h, &mut out[..want], off)
         } else {
@@ -482,7 +500,7 @@ unsafe extern "C" fn x_write(
         // checkpoint's database pages, over a buffered file, are written
         // through as well: written once, and the kernel caches them.
         if h.inode.uncached {
-            if let Err(e) = crate::fdio::pwrite_all(&h.inode.fd, data, off) {
+            if let Err(e) = h.write_shared(data, off) {
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
@@ -526,7 +544,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
             }
         }
         let r = match &h.inode.wal {
-            _ if h.inode.uncached => h.inode.fd.set_len(size),
+            _ if h.inode.uncached => h.truncate_shared(size),
             Some(w) => w.truncate(&h.inode.file, size),
             None => h.inode.file.set_len(size),
         };
@@ -598,6 +616,7 @@ unsafe extern "C" fn x_lock(file: *mut sqlite3_file, level: c_int) -> c_int {
         let (owner, mut cur) = (h.owner, h.level);
         let r = h.inode.lock(owner, &mut cur, level);
         h.level = cur;
+        h.update_hold();
         match r {
             Ok(code) => code,
             Err((code, msg)) => {
@@ -622,6 +641,7 @@ unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
         };
         let r = h.inode.unlock(owner, &mut cur, level);
         h.level = cur;
+        h.update_hold();
         match r {
             Ok(()) => rc,
             Err((code, msg)) => {
@@ -662,6 +682,8 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let zname = unsafe { *slot };
     // SAFETY: ... NUL-terminated.
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
+    // SAFETY: per the caller, `args` is SQLite's char*[3] (noted for the hold).
+    unsafe { h.note_locking_mode(&name, args) };
     let text =
         match name.to_ascii_lowercase().as_str() {
             "kx_stats" => {

@@ -61,6 +61,7 @@ use crate::ffi::{
     SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
     SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
+use crate::hold::Hold;
 use crate::oslock::{self, Kind};
 use crate::shm::{Shm, ShmHandle};
 use crate::walsize::WalSize;
@@ -139,11 +140,15 @@ pub(crate) struct Inode {
     /// `kx_locking=exclusive`: the one-lock mode (see the module notes).
     pub(crate) exclusive: bool,
     /// Shared mode, a journal or WAL: read and written with `pread` and
-    /// `pwrite` on `fd`, never cached (other processes write it too; the
-    /// unix VFS reads it the same way).
+    /// `pwrite` on `fd`, not cached (other processes write it too; the
+    /// unix VFS reads it the same way), except while its database is held
+    /// under `locking_mode=EXCLUSIVE` (`hold`: then read through `file`).
     pub(crate) uncached: bool,
     /// What the cache of a database last knew of the file and its WAL.
     pub(crate) coherence: Mutex<Coherence>,
+    /// Shared mode: a database's hold under `locking_mode=EXCLUSIVE`, or
+    /// the hold a journal's or WAL's cache is current for ([`Hold`]).
+    pub(crate) hold: Arc<Hold>,
     locks: Mutex<LockState>,
     shm: Mutex<Weak<Shm>>,
     /// Handles open on it (changed under the table's lock only).
@@ -272,6 +277,7 @@ impl Inode {
             exclusive: false,
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
+            hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
             opens: AtomicU64::new(0),

@@ -82,6 +82,8 @@ mod fdio;
 mod fetch;
 mod ffi;
 mod file;
+mod heldio;
+mod hold;
 mod inode;
 mod logger;
 mod oslock;

@@ -45,6 +45,9 @@ pub(crate) struct VfsStats {
     /// Checkpoint reads of WAL frames served straight from the file
     /// (`file::read_uncached`).
     pub(crate) uncached_reads: AtomicU64,
+    /// Reads of a journal or WAL served through the cache in shared mode
+    /// while its database is held EXCLUSIVE (`hold`).
+    pub(crate) held_reads: AtomicU64,
     /// Coherence checks: a lock gap, or a WAL read transaction
     /// (`coherence`).
     pub(crate) coherence_checks: AtomicU64,

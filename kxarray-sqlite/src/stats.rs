@@ -1,6 +1,7 @@
 //! The text of `PRAGMA kx_stats` ([`stats_text`]): the process cache's
 //! counters, then the VFS's own ([`VfsStats`](crate::process::VfsStats):
-//! writes, syncs, fetches, lock conflicts, uncached reads, and the
+//! writes, syncs, fetches, lock conflicts, uncached reads, held reads
+//! (`hold`), and the
 //! coherence checks of issue 38: `coherence_checks`,
 //! `coherence_partial_drops`, `coherence_full_drops`,
 //! `coherence_pages_dropped`), the files open, and the shared memory
@@ -25,7 +26,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
          refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
          writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
-         uncached_reads={} coherence_checks={} coherence_partial_drops={} \
+         uncached_reads={} held_reads={} coherence_checks={} coherence_partial_drops={} \
          coherence_full_drops={} coherence_pages_dropped={} open_files={}{budget}",
         cache.capacity(),
         s.cached_pages,
@@ -44,6 +45,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         r(&v.fetch_fallbacks),
         r(&v.lock_conflicts),
         r(&v.uncached_reads),
+        r(&v.held_reads),
         r(&v.coherence_checks),
         r(&v.coherence_partial_drops),
         r(&v.coherence_full_drops),

@@ -481,6 +481,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         out_flags = (out_flags & !SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
     }
     let mut h = Handle::new(inode, Some(key), cache, settings, psow, readonly);
+    h.db_hold = db.as_ref().map(|d| Arc::clone(&d.hold));
     h.db = db.map(|d| Arc::downgrade(&d));
     if is_db {
         // SAFETY: a main database name from xOpen.
