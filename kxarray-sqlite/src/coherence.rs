@@ -64,10 +64,14 @@
 //!   check drops everything);
 //! - `known[i]` is the page number of frame `i+1` of the WAL generation
 //!   `known_salts`, read from the index while that generation was current;
-//! - the WAL itself and the rollback journal are never cached in shared
+//! - the WAL itself and the rollback journal are not cached in shared
 //!   mode (`Inode::uncached`), so a restarted WAL or a new journal cannot
 //!   be served stale, and nothing is read ahead past the WAL's last valid
-//!   frame.
+//!   frame; the one exception is a connection under `PRAGMA
+//!   locking_mode=EXCLUSIVE` while it holds the EXCLUSIVE lock (`hold`,
+//!   `heldio`: no other process can write them then, the cache is made
+//!   current at the hold's first operation, and every write reaches the
+//!   file before `xWrite` returns).
 
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
 use crate::process::vfs_stats;
