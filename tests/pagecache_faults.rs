@@ -317,3 +317,30 @@ fn a_read_error_stays_with_its_folio() {
         assert_eq!(b.reads.lock().unwrap()[&0], 3, "error, short, data");
     }
 }
+
+/// The last handle of a file writes back what is dirty and flushes the
+/// backend only then: a file with nothing dirty is closed without a flush
+/// (as the kernel's `close` makes no `fsync`; a SQLite journal opened and
+/// deleted at every commit paid a sync per commit for it).
+#[test]
+fn the_last_handle_flushes_only_what_it_wrote_back() {
+    let (_cache, b, f) = setup(64);
+    let mut buf = [0u8; 4096];
+    f.read_at(&mut buf, 0).unwrap();
+    drop(f);
+    assert_eq!(
+        b.flushes.load(Ordering::Relaxed),
+        0,
+        "a clean file is not flushed"
+    );
+
+    let (_cache, b, f) = setup(64);
+    f.write_at(&[7; 100], 4096).unwrap();
+    drop(f);
+    assert_eq!(
+        b.flushes.load(Ordering::Relaxed),
+        1,
+        "a dirty file is written back and flushed"
+    );
+    assert_eq!(b.contents()[4096..4196], [7; 100]);
+}

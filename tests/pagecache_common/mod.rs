@@ -24,6 +24,8 @@ pub(crate) struct MemBackend {
     calls: AtomicU64,
     pub writes: AtomicU64,
     pub written: AtomicU64,
+    /// `flush` calls.
+    pub flushes: AtomicU64,
 }
 
 impl MemBackend {
@@ -89,6 +91,7 @@ impl Backend for MemBackend {
         Ok(n)
     }
     fn flush(&self) -> io::Result<()> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         if self.fail_flush.load(Ordering::Relaxed) {
             return Err(io::Error::other("injected flush error"));
         }
