@@ -20,4 +20,5 @@ RUSTFLAGS="-Zsanitizer=address --cfg kxarray_system_alloc" RUSTDOCFLAGS="-Zsanit
     --target x86_64-unknown-linux-gnu --target-dir target/asan \
     --test model --test stress --test stress_writers --test smoke --test fuzz_replay \
     --test pagecache --test pagecache_stress --test pagecache_borrow --test pagecache_model \
-    --test pagecache_faults --test pagecache_readahead --test aio_engine --test aio_backend
+    --test pagecache_faults --test pagecache_readahead --test pagecache_revalidate \
+    --test aio_engine --test aio_backend
