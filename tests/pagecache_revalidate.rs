@@ -69,8 +69,9 @@ fn dirty_pages_refuse_revalidation_and_stay() {
 }
 
 /// A change to one page of a large folio costs that page, not the folio:
-/// the folio is split (the kernel's `split_folio`), the other pages stay
-/// cached with their bytes, and the next pass misses once.
+/// the folio is split (the kernel's non-uniform `folio_split`), the other
+/// pages stay cached with their bytes in the largest folios clear of the
+/// change, and the next pass misses once.
 #[test]
 fn a_range_revalidation_keeps_the_rest_of_a_large_folio() {
     let c = cache();
@@ -90,6 +91,7 @@ fn a_range_revalidation_keeps_the_rest_of_a_large_folio() {
         .find(|&p| f.read_folio(p).unwrap().order() > 0 && p % 2 == 1)
         .expect("readahead made a large folio");
     let neighbour = f.read_folio(target - 1).unwrap();
+    let (base, order) = (neighbour.index(), neighbour.order());
     let before = f.cached_pages();
     // another writer changes one page, and one byte of the next
     tmp.write_all_at(&[0xee; 4096], target * 4096).unwrap();
@@ -113,6 +115,15 @@ fn a_range_revalidation_keeps_the_rest_of_a_large_folio() {
         .all(|&x| x == (target - 1) as u8));
     assert!(!f.is_current(&neighbour));
     assert!(f.read_folio(target - 1).unwrap().order() == 0);
+    // the pieces are the largest blocks clear of the change: the half of
+    // the folio without it is one folio
+    let other_half = base + ((target - base) ^ (1 << (order - 1)));
+    let piece = f.read_folio(other_half).unwrap();
+    assert_eq!(
+        piece.order(),
+        order - 1,
+        "page {other_half} of the other half"
+    );
 }
 
 /// Two threads each change pages of the same large folios behind the cache

@@ -357,9 +357,11 @@ impl CachedFile {
     /// The bytes of `range` changed in the backend behind the cache
     /// (another process wrote them): drop every clean page holding any
     /// byte of the range. A large folio that reaches past the range is
-    /// split, as the kernel's `split_folio` does: its pages outside the
-    /// range stay cached, copied into folios of one page, so a 4 KiB change
-    /// does not cost its 64 KiB readahead folio (a folio that cannot be
+    /// split, as the kernel's non-uniform `folio_split` does: its pages
+    /// outside the range stay cached, copied into the largest aligned
+    /// folios that hold none of the range (8, 4, 2 and 1 pages of a 16-page
+    /// folio with one page changed), so a 4 KiB change does not cost its
+    /// 64 KiB readahead folio (a folio that cannot be
     /// split, one a write made with blocks not read, is dropped whole). A
     /// folio whose read is in flight is waited for first and then dropped
     /// (its read may have fetched the bytes from before the change), as

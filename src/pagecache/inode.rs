@@ -14,7 +14,7 @@
 //! - a folio leaves the address space only through [`FileShared::detach`],
 //!   under its lock, after `DETACHED` is set; its block state and its dirty
 //!   bytes go with it;
-//! - the one-page pieces of a large folio split by a revalidation are
+//! - the pieces of a large folio split by a revalidation are
 //!   published under `split_lock`, which every path that drops pages
 //!   because the backend changed (`revalidate`, `revalidate_range`,
 //!   `refresh_len`) holds, so none of them can finish between a split's

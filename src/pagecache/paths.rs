@@ -782,7 +782,7 @@ impl FileShared {
     /// clean page holding a byte of it, waiting for a read in flight into
     /// its folio (the folio lock) first, since that read may have fetched
     /// the bytes from before the change. A large folio is split: its pages
-    /// outside the range are published again as one-page folios holding
+    /// outside the range are published again as smaller folios holding
     /// its bytes ([`split_pieces`](FileShared::split_pieces)); `split_lock`
     /// keeps every other revalidation of the file out until they are.
     /// Returns the pages dropped and the pages of dirty or under-writeback
@@ -825,9 +825,11 @@ impl FileShared {
 
     /// The pages of large folio `f` (locked by `w`, clean, about to be
     /// dropped for the pages `changed`) that lie outside `changed`, copied
-    /// into uptodate order-0 folios not yet published: what the kernel's
-    /// `split_folio` keeps when a large folio is invalidated in part, so
-    /// that a 4 KiB change does not cost its neighbours. Empty for an
+    /// into uptodate folios not yet published, each the largest aligned
+    /// block that holds no changed page: what the kernel's non-uniform
+    /// `folio_split` keeps when a large folio is invalidated in part, so
+    /// that a 4 KiB change does not cost its neighbours, and the pieces
+    /// stay few (one per order below the folio's). Empty for an
     /// order-0 folio, a folio with blocks not uptodate (a write miss's),
     /// or when a piece cannot be allocated (the whole folio is dropped
     /// then, as before).
@@ -841,16 +843,28 @@ impl FileShared {
         {
             return Vec::new();
         }
-        let mut pieces = Vec::new();
-        for i in f.index()..f.index() + nr {
-            if changed.contains(&i) {
-                continue;
+        // The largest aligned blocks of the folio that hold no changed page
+        // (the kernel's non-uniform `folio_split`): halves, recursively,
+        // down to the changed pages, so a 16-page folio with one page
+        // changed leaves pieces of 8, 4, 2 and 1 pages, not 15 of one.
+        let mut blocks = Vec::new();
+        let mut todo = vec![(f.index(), f.order())];
+        while let Some((at, order)) = todo.pop() {
+            let end = at + (1u64 << order);
+            if end <= changed.start || at >= changed.end {
+                blocks.push((at, order));
+            } else if order > 0 {
+                todo.push((at + (1u64 << (order - 1)), order - 1));
+                todo.push((at, order - 1));
             }
-            let Ok(piece) = Folio::new(i, 0) else {
+        }
+        let mut pieces = Vec::with_capacity(blocks.len());
+        for (i, order) in blocks {
+            let Ok(piece) = Folio::new(i, order) else {
                 return Vec::new();
             };
             let at = ((i - f.index()) * PAGE) as usize;
-            let src = &bytes[at..at + PAGE_SIZE];
+            let src = &bytes[at..at + (PAGE_SIZE << order)];
             let filled = piece.mem().lock().install(|buf, _| {
                 buf.copy_from_slice(src);
                 Ok::<(), ()>(())
@@ -877,8 +891,9 @@ impl FileShared {
             if self.mapping.add_folio(&piece).is_err() {
                 continue;
             }
-            bump(&self.cache.nr_cached, 1);
-            kept += 1;
+            let nr = piece.nr_pages();
+            bump(&self.cache.nr_cached, nr);
+            kept += nr;
             if old.test(FolioFlags::REFERENCED) {
                 piece.set(FolioFlags::REFERENCED);
             }

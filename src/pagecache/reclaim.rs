@@ -36,7 +36,7 @@ impl CacheInner {
     /// more pages than they are.
     pub(crate) fn insert_piece(&self, file: &Arc<FileShared>, folio: &Arc<Folio>, active: bool) {
         let mut lru = self.lru.lock();
-        let active = active && lru.nr_active < self.active_cap();
+        let active = active && lru.nr_active + folio.nr_pages() <= self.active_cap();
         lru.insert(Arc::downgrade(file), Arc::clone(folio), active);
     }
 
