@@ -702,6 +702,22 @@ mod tests {
     use std::sync::{Arc, Condvar, Mutex};
     use std::time::Duration;
 
+    /// "The other process" of the WAL tests: a unix-VFS connection (the
+    /// kxarray VFS registered for the test's own), no automatic
+    /// checkpoint, a table `t(x)` holding 0, the WAL checkpointed empty.
+    fn other_process(db: &std::path::Path) -> rusqlite::Connection {
+        crate::register(crate::Api::linked::<()>(), false).unwrap();
+        let other = rusqlite::Connection::open(db).unwrap();
+        other
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
+                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .unwrap();
+        other
+    }
+
     /// A file in memory whose batched reads (readahead's fills) copy the
     /// bytes at once and then, while `hold` is set, wait before they
     /// complete: a read in flight that fetched the bytes from before a
@@ -784,18 +800,9 @@ mod tests {
         use rusqlite::{Connection, OpenFlags};
         use std::cell::Cell;
         use std::rc::Rc;
-        crate::register(crate::Api::linked::<()>(), false).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("own.db");
-        // the other process: the unix VFS, no automatic checkpoint
-        let other = Rc::new(Connection::open(&db).unwrap());
-        other
-            .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
-                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
-                 PRAGMA wal_checkpoint(TRUNCATE);",
-            )
-            .unwrap();
+        let other = Rc::new(other_process(&db));
         // a reader of the other process, whose mark keeps this process's
         // checkpoint from copying the last commit (and the WAL from
         // restarting)
@@ -869,18 +876,9 @@ mod tests {
         use rusqlite::{Connection, OpenFlags};
         use std::cell::Cell;
         use std::rc::Rc;
-        crate::register(crate::Api::linked::<()>(), false).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("window.db");
-        // the other process: the unix VFS, no automatic checkpoint
-        let other = Rc::new(Connection::open(&db).unwrap());
-        other
-            .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
-                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
-                 PRAGMA wal_checkpoint(TRUNCATE);",
-            )
-            .unwrap();
+        let other = Rc::new(other_process(&db));
         let kx = Connection::open_with_flags(
             format!("file:{}?vfs=kxarray", db.display()),
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,

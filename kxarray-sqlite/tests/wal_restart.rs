@@ -5,17 +5,10 @@
 //! in the WAL file; their pages, and only those, must go. One test in its
 //! own binary: the coherence counters are per process.
 
-use rusqlite::{Connection, OpenFlags};
+mod common;
 
-/// A counter of `PRAGMA kx_stats`.
-fn stat(c: &Connection, name: &str) -> u64 {
-    let s: String = c.query_row("PRAGMA kx_stats", [], |r| r.get(0)).unwrap();
-    s.split(' ')
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-        .unwrap_or_else(|| panic!("{name} not in {s}"))
-        .parse()
-        .unwrap()
-}
+use common::{open, stat};
+use rusqlite::Connection;
 
 /// The other process (the unix VFS here) commits A1 and A2 and
 /// checkpoints only A1 (a reader holds A1's mark); the kxarray reader
@@ -29,7 +22,6 @@ fn stat(c: &Connection, name: &str) -> u64 {
 /// whole cache either.
 #[test]
 fn a_wal_restart_after_a_checkpoint_drops_only_the_copied_pages() {
-    kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("restart.db");
     let other = Connection::open(&db).unwrap();
@@ -42,11 +34,7 @@ fn a_wal_restart_after_a_checkpoint_drops_only_the_copied_pages() {
              PRAGMA wal_checkpoint(TRUNCATE);",
         )
         .unwrap();
-    let kx = Connection::open_with_flags(
-        format!("file:{}?vfs=kxarray", db.display()),
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
-    )
-    .unwrap();
+    let kx = open(&db, "").unwrap();
     kx.execute_batch("PRAGMA cache_size=0").unwrap();
     let sum = |c: &Connection| {
         c.query_row("SELECT sum(length(v)), max(v) FROM t", [], |r| {

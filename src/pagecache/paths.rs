@@ -792,9 +792,9 @@ impl FileShared {
         if range.end <= range.start {
             return (0, 0);
         }
-        let end = range.end.div_ceil(PAGE);
+        let (first, end) = (range.start / PAGE, range.end.div_ceil(PAGE));
         let (mut dropped, mut busy) = (0, 0);
-        let mut pos = range.start / PAGE;
+        let mut pos = first;
         let _one_at_a_time = self.split_lock.lock();
         while pos < end {
             let Some(f) = self.cached(pos) else {
@@ -812,7 +812,6 @@ impl FileShared {
             } else if f.test(FolioFlags::DIRTY) || f.test(FolioFlags::WRITEBACK) {
                 busy += f.nr_pages();
             } else {
-                let first = range.start / PAGE;
                 let pieces = self.split_pieces(&f, &w, first..end);
                 self.detach(&f, &mut w, None);
                 let kept = self.publish_pieces(&f, pieces);
