@@ -248,7 +248,7 @@ impl CacheInner {
                 let Some((file, e)) = isolated[k].take() else {
                     continue;
                 };
-                if self.try_evict(&file, &e) {
+                if self.try_evict(&file, &e, !direct) {
                     evicted += e.folio.nr_pages();
                 } else if !e.folio.test(FolioFlags::DETACHED) {
                     back[nr_back] = Some(e);
@@ -275,8 +275,8 @@ impl CacheInner {
     /// if it is still clean, unreferenced and unused: take its data lock
     /// without waiting, set `DETACHED`, leave a shadow carrying the
     /// eviction clock in its place and drop its bytes. Returns whether it
-    /// was evicted.
-    fn try_evict(&self, file: &Arc<FileShared>, e: &LruEntry) -> bool {
+    /// was evicted, counted as the background reclaimer's if `background`.
+    fn try_evict(&self, file: &Arc<FileShared>, e: &LruEntry, background: bool) -> bool {
         let folio = &e.folio;
         let Some(mut w) = folio.mem().try_lock() else {
             return false;
@@ -311,6 +311,11 @@ impl CacheInner {
             self.workingset.note_shadow(file.id, &e.file, folio.index());
         }
         w.release();
+        // The background count first: a snapshot never shows an eviction
+        // of the reclaimer's as a miss's.
+        if background {
+            bump(&self.counters.background_evictions, 1);
+        }
         bump(&self.counters.evictions, 1);
         true
     }

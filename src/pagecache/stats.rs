@@ -254,7 +254,7 @@ pub struct CacheStats {
     pub activations: u64,
     /// Folios evicted by reclaim.
     pub evictions: u64,
-    /// Pages of those evictions made by the background reclaimer (ahead
+    /// Folios of those evictions made by the background reclaimer (ahead
     /// of the readers), not by a miss over capacity
     /// ([`CacheConfig::background_reclaim`](super::CacheConfig::background_reclaim)).
     pub background_evictions: u64,
