@@ -110,6 +110,11 @@ enum Cmd {
         /// The writer's VFS, when not `--config`'s (unix or kx).
         #[arg(long)]
         writer_config: Option<String>,
+        /// Start an idle thread in every child first, as `run
+        /// --idle-thread` does: unix-VFS children on the kxarray
+        /// children's footing (a process with a second thread).
+        #[arg(long)]
+        idle_thread: bool,
     },
     /// A child process of `mp` and `coherence` (not for direct use).
     #[command(hide = true)]
@@ -127,6 +132,8 @@ enum Cmd {
         kx_cache: String,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        #[arg(long)]
+        idle_thread: bool,
     },
     /// The coherence cost: a kxarray reader's dropped pages, misses and
     /// pages read per one-row commit of another process; prints markdown
@@ -417,6 +424,7 @@ fn main() {
             seconds,
             kx_cache,
             writer_config,
+            idle_thread,
         } => println!(
             "{}",
             mp::mp(
@@ -425,7 +433,8 @@ fn main() {
                 writer_config.as_deref(),
                 readers,
                 seconds,
-                &kx_cache
+                &kx_cache,
+                idle_thread
             )
         ),
         Cmd::MpChild {
@@ -435,7 +444,13 @@ fn main() {
             seconds,
             kx_cache,
             seed,
+            idle_thread,
         } => {
+            if idle_thread {
+                std::thread::spawn(|| loop {
+                    std::thread::park();
+                });
+            }
             if role == "committer" {
                 mp::committer(&db);
             } else {

@@ -139,28 +139,40 @@ pub(crate) fn mp(
     readers: usize,
     seconds: f64,
     kx_cache: &str,
+    idle_thread: bool,
 ) -> String {
     let mut kids = Vec::new();
     for i in 0..=readers {
         let role = if i == 0 { "writer" } else { "reader" };
-        kids.push(spawn_child(&[
-            "--db".into(),
-            db.display().to_string(),
-            "--config".into(),
-            if i == 0 {
-                writer_config.unwrap_or(config).into()
-            } else {
-                config.into()
-            },
-            "--role".into(),
-            role.into(),
-            "--seconds".into(),
-            seconds.to_string(),
-            "--kx-cache".into(),
-            kx_cache.into(),
-            "--seed".into(),
-            (i as u64 + 11).to_string(),
-        ]));
+        let idle: &[String] = if idle_thread {
+            &["--idle-thread".to_string()]
+        } else {
+            &[]
+        };
+        kids.push(spawn_child(
+            &[
+                "--db".into(),
+                db.display().to_string(),
+                "--config".into(),
+                if i == 0 {
+                    writer_config.unwrap_or(config).into()
+                } else {
+                    config.into()
+                },
+                "--role".into(),
+                role.into(),
+                "--seconds".into(),
+                seconds.to_string(),
+                "--kx-cache".into(),
+                kx_cache.into(),
+                "--seed".into(),
+                (i as u64 + 11).to_string(),
+            ]
+            .iter()
+            .chain(idle)
+            .cloned()
+            .collect::<Vec<_>>(),
+        ));
     }
     for (_, out) in &mut kids {
         assert_eq!(read_line(out), "ready");
