@@ -33,6 +33,8 @@ DB=$DIR/cold-$ROWS.db
 [ "$KEYS" = scattered ] && DB=$DIR/cold-scattered-$ROWS.db
 # shellcheck source=db.sh
 . kxarray-sqlite/scripts/db.sh
+# shellcheck source=rounds.sh
+. kxarray-sqlite/scripts/rounds.sh
 make_db "$DB" "$ROWS" "$KEYS"
 scan() { # config -> seconds
   local uri
@@ -55,29 +57,6 @@ RAW=$DIR/cold-scan.tsv
 : >"$RAW"
 echo "date: $(date -Is); $(nproc) CPUs; load average: $(cut -d' ' -f1-3 /proc/loadavg); $DB: $(du -m "$DB" | cut -f1) MiB; $(sqlite3 --version | cut -d' ' -f1-2)"
 read -r -a cl <<<"$CONFIGS"
-for r in $(seq 1 "$ROUNDS"); do
-  k=${#cl[@]}
-  for ((i = 0; i < k; i++)); do
-    c=${cl[$(((i + r) % k))]}
-    s=$(scan "$c")
-    echo "$r $c $s" >>"$RAW"
-    echo "round $r $c: $s s" >&2
-  done
-done
+run_rounds "$RAW" "$ROUNDS" scan "${cl[@]}"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$RAW" <<'PY'
-import statistics, sys
-from collections import defaultdict
-runs = defaultdict(dict)
-for line in open(sys.argv[1]):
-    r, c, s = line.split()
-    runs[r][c] = float(s)
-configs = list(dict.fromkeys(c for v in runs.values() for c in v))
-print("| VFS | cold full scan, s: median (range) | unix / it per round: median (range) |")
-print("|---|---|---|")
-for c in configs:
-    xs = [v[c] for v in runs.values() if c in v]
-    rs = [v["unix"] / v[c] for v in runs.values() if c in v and "unix" in v]
-    ratio = f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if c != "unix" and rs else ""
-    print(f"| {c} | {statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f}) | {ratio} |")
-PY
+summarize_rounds "$RAW" unix "cold full scan, s"

@@ -21,6 +21,8 @@ command -v sqlite3 >/dev/null || { echo "needs the sqlite3 shell (apt-get instal
 cargo build --release -p kxarray-sqlite --lib >&2
 LIB=$PWD/target/release/libkxarray_sqlite
 mkdir -p "$DIR"
+# shellcheck source=rounds.sh
+. kxarray-sqlite/scripts/rounds.sh
 configs=(unix kx)
 [ -n "$BASE_LIB" ] && configs+=(kx@base)
 RAW=$DIR/wal-resident-scan.tsv
@@ -48,26 +50,6 @@ $scans
 SQL
   rm -f "$db" "$db-wal" "$db-shm"
 }
-for r in $(seq 1 "$ROUNDS"); do
-  k=${#configs[@]}
-  for ((i = 0; i < k; i++)); do
-    c=${configs[$(((i + r) % k))]}
-    echo "$r $c $(one "$c")" >>"$RAW"
-  done
-done
+run_rounds "$RAW" "$ROUNDS" one "${configs[@]}"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$RAW" <<'PY'
-import statistics as st, sys
-from collections import defaultdict
-runs = defaultdict(dict)
-for line in open(sys.argv[1]):
-    r, c, s = line.split()
-    runs[r][c] = float(s)
-configs = list(dict.fromkeys(c for v in runs.values() for c in v))
-print("| config | 30 scans, s | unix / it |")
-print("|---|---|---|")
-for c in configs:
-    v = [x[c] for x in runs.values()]
-    rr = [x["unix"] / x[c] for x in runs.values()]
-    print(f"| {c} | {st.median(v):.3f} ({min(v):.3f}-{max(v):.3f}) | {st.median(rr):.2f}x ({min(rr):.2f}-{max(rr):.2f}) |")
-PY
+summarize_rounds "$RAW" unix "30 scans, s"

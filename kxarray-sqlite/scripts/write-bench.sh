@@ -27,6 +27,8 @@ BASE=${BASE:-}
 cargo build --release -p kxarray-sqlite --example sqlite_bench >&2
 B=target/release/examples/sqlite_bench
 mkdir -p "$DIR"
+# shellcheck source=rounds.sh
+. kxarray-sqlite/scripts/rounds.sh
 read -r -a cl <<<"$CONFIGS"
 if [ -n "$BASE" ]; then
   for c in $CONFIGS; do [ "$c" = unix ] || cl+=("$c@base"); done
@@ -34,38 +36,13 @@ fi
 RAW=$DIR/write-bench.tsv
 : >"$RAW"
 echo "date: $(date -Is); $(nproc) CPUs; load average: $(cut -d' ' -f1-3 /proc/loadavg); workload $W"
-for r in $(seq 1 "$ROUNDS"); do
-  k=${#cl[@]}
-  for ((i = 0; i < k; i++)); do
-    c=${cl[$(((i + r) % k))]}
-    bin=$B conf=$c extra=()
-    if [[ $c == *@base ]]; then bin=$BASE conf=${c%@base}; fi
-    if [[ $conf == *+thread ]]; then conf=${conf%+thread} extra=(--idle-thread); fi
-    out=$({ /usr/bin/time -f "%U %S" "$bin" run --db "$DIR/w.db" --config "$conf" --workload "$W" "${extra[@]}"; } 2>&1)
-    secs=$(echo "$out" | head -1 | cut -f5)
-    cpu=$(echo "$out" | tail -1 | awk '{print $1 + $2}')
-    echo "$r $c $secs $cpu" >>"$RAW"
-  done
-done
+one() { # config -> wall-clock seconds and CPU seconds of one run
+  local c=$1 bin=$B conf=$1 extra=() out
+  if [[ $c == *@base ]]; then bin=$BASE conf=${c%@base}; fi
+  if [[ $conf == *+thread ]]; then conf=${conf%+thread} extra=(--idle-thread); fi
+  out=$({ /usr/bin/time -f "%U %S" "$bin" run --db "$DIR/w.db" --config "$conf" --workload "$W" "${extra[@]}"; } 2>&1)
+  echo "$(echo "$out" | head -1 | cut -f5) $(echo "$out" | tail -1 | awk '{print $1 + $2}')"
+}
+run_rounds "$RAW" "$ROUNDS" one "${cl[@]}"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$RAW" <<'PY'
-import statistics as st, sys
-from collections import defaultdict
-runs = defaultdict(dict)
-for line in open(sys.argv[1]):
-    r, c, s, cpu = line.split()
-    runs[r][c] = (float(s), float(cpu))
-configs = list(dict.fromkeys(c for v in runs.values() for c in v))
-base = configs[0] if "unix" not in configs else "unix"
-def med(xs):
-    return f"{st.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})"
-def ratio(xs):
-    return f"{st.median(xs):.2f}x ({min(xs):.2f}-{max(xs):.2f})"
-print(f"| config | wall, s | {base} / it | CPU, s | {base} / it, CPU |")
-print("|---|---|---|---|---|")
-for c in configs:
-    v = [x[c] for x in runs.values() if c in x]
-    rw = [x[base][0] / x[c][0] for x in runs.values() if c in x]
-    rc = [x[base][1] / x[c][1] for x in runs.values() if c in x and x[c][1] > 0]
-    print(f"| {c} | {med([a for a, _ in v])} | {ratio(rw)} | {med([b for _, b in v])} | {ratio(rc) if rc else '-'} |")
-PY
+summarize_rounds "$RAW" unix "wall, s" "CPU, s"

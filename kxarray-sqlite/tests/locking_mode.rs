@@ -48,6 +48,20 @@ fn expected(rows: i64) -> String {
     format!("{rows}|{}", rows * (rows - 1) / 2)
 }
 
+/// Hand the database over: `locking_mode=NORMAL`, then a transaction
+/// (which finds `rows` rows) releases the hold; a unix-VFS shell opened
+/// next finds the same rows and is returned.
+fn hand_over(db: &Connection, p: &std::path::Path, rows: i64) -> Shell {
+    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
+    assert_eq!(totals(db), expected(rows));
+    let mut sh = Shell::unix(p, 10_000);
+    assert_eq!(
+        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
+        expected(rows)
+    );
+    sh
+}
+
 /// A scan whose pages SQLite's own cache (10 pages) cannot hold: each is
 /// read from the VFS, here from the WAL.
 fn scan(db: &Connection) -> i64 {
@@ -158,13 +172,7 @@ fn the_hold_hands_the_wal_over_to_another_process_and_back() {
     probe.quit(); // with the error's status
 
     // Hand over: NORMAL, then a transaction releases the lock.
-    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
-    assert_eq!(totals(&db), expected(2000));
-    let mut sh = Shell::unix(&p, 10_000);
-    assert_eq!(
-        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
-        expected(2000)
-    );
+    let mut sh = hand_over(&db, &p, 2000);
     // The shell checkpoints and restarts the WAL, then writes frames from
     // its start: the offsets this process's cache held, other bytes now.
     sh.ok("PRAGMA wal_checkpoint(RESTART);");
@@ -193,13 +201,7 @@ fn the_hold_hands_the_wal_over_to_another_process_and_back() {
     assert_eq!(text(&db, "PRAGMA integrity_check"), "ok");
 
     // And over again: every frame of this hold is in the file.
-    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
-    assert_eq!(totals(&db), expected(2501));
-    let mut sh = Shell::unix(&p, 10_000);
-    assert_eq!(
-        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
-        expected(2501)
-    );
+    let mut sh = hand_over(&db, &p, 2501);
     assert_eq!(sh.one("PRAGMA integrity_check;"), "ok");
     assert!(sh.quit());
 }
@@ -239,13 +241,7 @@ fn a_rollback_journal_under_the_hold_and_handed_over() {
     assert_eq!(totals(&db), expected(1000));
     assert_eq!(scan(&db), 1000 * 300);
 
-    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
-    assert_eq!(totals(&db), expected(1000));
-    let mut sh = Shell::unix(&p, 10_000);
-    assert_eq!(
-        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
-        expected(1000)
-    );
+    let mut sh = hand_over(&db, &p, 1000);
     sh.ok("UPDATE t SET v = randomblob(300) WHERE n % 2 = 0;");
     sh.ok(
         "WITH RECURSIVE k(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM k WHERE i < 1499) \
@@ -264,13 +260,7 @@ fn a_rollback_journal_under_the_hold_and_handed_over() {
     );
     assert_eq!(totals(&db), expected(1500));
     assert_eq!(text(&db, "PRAGMA integrity_check"), "ok");
-    db.execute_batch("PRAGMA locking_mode=NORMAL;").unwrap();
-    assert_eq!(totals(&db), expected(1500));
-    let mut sh = Shell::unix(&p, 10_000);
-    assert_eq!(
-        sh.one("SELECT count(*) || '|' || sum(n) FROM t;"),
-        expected(1500)
-    );
+    let mut sh = hand_over(&db, &p, 1500);
     assert_eq!(sh.one("PRAGMA integrity_check;"), "ok");
     assert!(sh.quit());
 }
