@@ -311,8 +311,9 @@ impl CacheInner {
             self.workingset.note_shadow(file.id, &e.file, folio.index());
         }
         w.release();
-        // The background count first: a snapshot never shows an eviction
-        // of the reclaimer's as a miss's.
+        // The background count first, beside the eviction it counts (both
+        // Relaxed: a snapshot taken meanwhile may see one without the
+        // other; the counts agree once the pass is over).
         if background {
             bump(&self.counters.background_evictions, 1);
         }
