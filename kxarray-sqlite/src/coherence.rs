@@ -13,6 +13,19 @@
 //!   it last held a lock ([`Coherence::after_write`] records the file as a
 //!   writer leaves it). A hot journal rolled back by another process
 //!   rewrites the file, which moves its modification time;
+//! - **a hold's end** (a handle leaves EXCLUSIVE, [`Coherence::after_write`]):
+//!   the file is taken as this process's own only when what changed is
+//!   what this process wrote. [`Coherence::hold_start`] records the file
+//!   when EXCLUSIVE is granted (the signature of the last gap, unless the
+//!   WAL index is mapped: WAL checkpoints of other processes write the
+//!   file under SHARED); at the end, a hold that wrote nothing must find
+//!   the file exactly so, and one that wrote must find the header bytes
+//!   it wrote last ([`Coherence::wrote_header`]; its start's when it wrote
+//!   no page 1) and the length its cache has. Anything else (the file
+//!   rewritten under the lock by plain I/O: a backup restored under a
+//!   superlock, a test's file I/O) makes the state unknown, and the next
+//!   gap drops every cached page, as SQLite's own pager drops its cache
+//!   when the header moved;
 //! - **a WAL read transaction**: in WAL mode the database file changes only
 //!   when a checkpoint copies frames back. At a read transaction's first
 //!   read of the database (and when this process takes the checkpoint
@@ -33,7 +46,11 @@
 //!   generation's copied frames as above (`old_generation_pages`).
 //!   Anything else (two restarts, an old frame overwritten, `nBackfill`
 //!   went back: the index was rebuilt; a page-number region this process
-//!   cannot map): every cached page of the database is dropped. A checkpoint that grew or cut the
+//!   cannot map): every cached page of the database is dropped. So is
+//!   every page after this process takes the recovery lock (it rebuilds
+//!   the index from the WAL file: a superlock's holder may have replaced
+//!   the database and its WAL, and SQLite's own pager drops its cache
+//!   after a recovery too). A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
 //!   The read transaction's check waits for its first read of the
@@ -57,7 +74,9 @@
 //!
 //! Invariants:
 //! - `sig` is the file as this process last saw it under a lock, or
-//!   `None` (unknown: the next gap drops everything);
+//!   `None` (unknown: the next gap drops everything); a hold's end records
+//!   it only when every change since the hold started is this process's
+//!   own (see above), never merely what the file holds then;
 //! - `wal`, when `Some`, is a WAL-index state such that every cached page
 //!   of the database holds the file's bytes as of a moment when the index
 //!   showed that state or later; `None` after every lock gap (the next WAL
@@ -74,6 +93,8 @@
 //!   file before `xWrite` returns).
 
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
+pub(crate) use crate::filesig::Header;
+use crate::filesig::Sig;
 use crate::process::vfs_stats;
 use crate::shm::Shm;
 use crate::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
@@ -81,7 +102,6 @@ use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
@@ -102,30 +122,6 @@ pub(crate) struct Db<'a> {
     pub(crate) file: &'a CachedFile,
     /// Its name (for messages, and the WAL's name).
     pub(crate) path: &'a Path,
-}
-
-/// What the header and the size of a database file say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sig {
-    counter: [u8; 4],
-    valid_for: [u8; 4],
-    len: u64,
-    mtime: (i64, i64),
-}
-
-impl Sig {
-    fn read(fd: &File) -> io::Result<Sig> {
-        let mut h = [0u8; 100];
-        crate::fdio::pread_full(fd, &mut h, 0)?;
-        let m = fd.metadata()?;
-        let four = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3]];
-        Ok(Sig {
-            counter: four(24),
-            valid_for: four(92),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-        })
-    }
 }
 
 /// The WAL-index state the cache is valid against.
@@ -317,6 +313,9 @@ fn frame_pgno(shm: &Shm, frame: u32) -> Option<u32> {
 #[derive(Debug, Default)]
 pub(crate) struct Coherence {
     sig: Option<Sig>,
+    /// The header bytes this process last wrote to the file since `sig`
+    /// was recorded (a write of page 1), for the hold's end.
+    wrote_header: Option<Header>,
     wal: Option<WalSeen>,
     /// This process holds the checkpoint lock (after its check).
     own_ckpt: bool,
@@ -410,6 +409,7 @@ impl Coherence {
                 return Err(e);
             }
         };
+        self.wrote_header = None;
         if self.sig != Some(now) {
             self.sig = None;
             drop_all(inode)?;
@@ -418,10 +418,50 @@ impl Coherence {
         Ok(())
     }
 
-    /// A handle of this process leaves EXCLUSIVE: record the file as it
-    /// leaves it (its writes are in the file by now).
-    pub(crate) fn after_write(&mut self, inode: &Db<'_>) {
+    /// A handle of this process was granted EXCLUSIVE: the file as the
+    /// hold starts. The last gap's signature still says it unless another
+    /// process may have written since (`wal_index`: a WAL index is mapped,
+    /// and other processes' checkpoints write the file under SHARED), or
+    /// it is unknown; then it is read again (no other process holds a lock
+    /// now). Returns whether it was read (the caller forgets its record of
+    /// this process's writes with it).
+    pub(crate) fn hold_start(&mut self, inode: &Db<'_>, wal_index: bool) -> bool {
+        if self.sig.is_some() && !wal_index {
+            return false;
+        }
         self.sig = Sig::read(inode.fd).ok();
+        self.wrote_header = None;
+        true
+    }
+
+    /// This process wrote the header bytes `h` to the file (a write of
+    /// page 1).
+    pub(crate) fn wrote_header(&mut self, h: Header) {
+        self.wrote_header = Some(h);
+    }
+
+    /// A handle of this process leaves EXCLUSIVE (its writes are in the
+    /// file by now; `wrote`: whether this process wrote, truncated or grew
+    /// the file since the hold started): record the file as it is only if
+    /// what changed since the hold's start is what this process wrote (see
+    /// the module notes); else the state is unknown and the next gap drops
+    /// every cached page.
+    pub(crate) fn after_write(&mut self, inode: &Db<'_>, wrote: bool) {
+        let start = self.sig.take();
+        let header = self.wrote_header.take();
+        let Ok(now) = Sig::read(inode.fd) else {
+            return;
+        };
+        let ours = match start {
+            None => false,
+            Some(start) if !wrote => now == start,
+            Some(start) => {
+                now.header == header.unwrap_or(start.header) && now.len == inode.file.len()
+            }
+        };
+        if ours {
+            self.sig = Some(now);
+        }
     }
 
     /// The WAL check at a read lock, at the checkpoint lock and at a WAL
@@ -595,6 +635,11 @@ impl Coherence {
 
 /// `xShmLock`'s checkpoint lock slot (`WAL_CKPT_LOCK`, `wal.c`).
 pub(crate) const WAL_CKPT_LOCK: c_int = 1;
+/// The recovery lock slot (`WAL_RECOVER_LOCK`): taken exclusive only to
+/// rebuild the index from the WAL file (and by `test_superlock.c`'s
+/// superlock, which zeroes the index header so that the next reader
+/// rebuilds it).
+pub(crate) const WAL_RECOVER_LOCK: c_int = 2;
 /// The first reader slot, `WAL_READ_LOCK(0)`.
 pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
@@ -605,7 +650,9 @@ pub(crate) const WAL_READ_LOCK0: c_int = 3;
 /// run [`Coherence::wal_check`] first;
 /// the release of the checkpoint lock by its holder records the frames
 /// this process's checkpoint copied; the exclusive read locks 1-4 (taken
-/// only to restart the WAL) check, and their release records the restart.
+/// only to restart the WAL) check, and their release records the restart;
+/// the recovery lock forgets the index state (the next check drops every
+/// cached page).
 /// (The caller calls it before the lock for a release.)
 ///
 /// # Errors
@@ -637,6 +684,14 @@ pub(crate) fn on_shm_lock(
             coh.ckpt_end(shm);
             Ok(())
         }
+        ShmLockAction::Recover => {
+            // The index is rebuilt from the WAL file: its history says
+            // nothing of the database file any more (a superlock's holder
+            // may have replaced it), as SQLite's own pager takes a
+            // recovery as a change and drops its cache.
+            coh.wal = None;
+            Ok(())
+        }
         ShmLockAction::RestartEnd => {
             coh.restart_end(shm);
             Ok(())
@@ -666,6 +721,9 @@ pub(crate) enum ShmLockAction {
     CkptEnd,
     /// The release of the exclusive read locks 1-4.
     RestartEnd,
+    /// The recovery lock, taken by this process: the next check drops
+    /// every cached page.
+    Recover,
 }
 
 /// What [`on_shm_lock`] does for `xShmLock(offset, n, flags)` (`held_ckpt`:
@@ -680,7 +738,9 @@ pub(crate) fn shm_lock_action(
     let locking = flags & SQLITE_SHM_LOCK != 0;
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
+    let recover = offset <= WAL_RECOVER_LOCK && offset + n > WAL_RECOVER_LOCK;
     match (locking, excl) {
+        (true, true) if recover => Some(ShmLockAction::Recover),
         (true, false) if offset >= WAL_READ_LOCK0 => Some(ShmLockAction::ReadCheck),
         (true, true) if offset == WAL_CKPT_LOCK && n == 1 => Some(ShmLockAction::CkptBegin),
         (true, true) if restart => Some(ShmLockAction::RestartBegin),

@@ -146,6 +146,10 @@ pub(crate) struct Inode {
     pub(crate) uncached: bool,
     /// What the cache of a database last knew of the file and its WAL.
     pub(crate) coherence: Mutex<Coherence>,
+    /// A database: this process wrote, truncated or grew the file since
+    /// `coherence` last recorded it (set before the change is made; read
+    /// at a hold's end, `Coherence::after_write`).
+    pub(crate) wrote: AtomicBool,
     /// Shared mode: a database's hold under `locking_mode=EXCLUSIVE`, or
     /// the hold a journal's or WAL's cache is current for ([`Hold`]).
     pub(crate) hold: Arc<Hold>,
@@ -277,6 +281,7 @@ impl Inode {
             exclusive: false,
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
+            wrote: AtomicBool::new(false),
             hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
@@ -409,6 +414,37 @@ impl Inode {
         })
     }
 
+    /// Whether any handle of the process holds a lock on this file (shared
+    /// mode: SHARED or above; exclusive mode: the whole-range lock).
+    pub(crate) fn any_lock(&self) -> bool {
+        let st = lock(&self.locks);
+        st.shared > 0 || st.ofd
+    }
+
+    /// A database: this process is about to change the file (a write, a
+    /// truncation, a growth), for the hold's end (`wrote`).
+    #[inline]
+    pub(crate) fn note_change(&self) {
+        if self.is_db && !self.exclusive {
+            self.wrote.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A database: this process is about to write `data` at `off`
+    /// ([`note_change`](Inode::note_change), and the header bytes when it
+    /// writes page 1: `Coherence::wrote_header`).
+    #[inline]
+    pub(crate) fn note_write(&self, data: &[u8], off: u64) {
+        if self.is_db && !self.exclusive {
+            self.wrote.store(true, Ordering::Relaxed);
+            if off <= 24 {
+                if let Some(h) = crate::coherence::Header::written(data, off) {
+                    lock(&self.coherence).wrote_header(h);
+                }
+            }
+        }
+    }
+
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
     pub(crate) fn with_wal(self, wal: Option<WalSize>) -> Inode {
         Inode { wal, ..self }
@@ -427,6 +463,9 @@ impl Inode {
     /// The SQLite code and message for a failed OFD lock: `SQLITE_BUSY`
     /// for a conflict (counted), `io_code` otherwise.
     fn lock_error(&self, e: std::io::Error, io_code: c_int) -> (c_int, String) {
+        if !oslock::is_busy(&e) {
+            crate::lasterror::note_errno(&e);
+        }
         if oslock::is_busy(&e) {
             crate::process::vfs_stats()
                 .lock_conflicts
@@ -521,6 +560,7 @@ impl Inode {
                     let _ = oslock::set(fd, Kind::Unlock, 0, 0);
                     return Err((SQLITE_IOERR_LOCK, msg));
                 }
+                self.wrote.store(false, Ordering::Relaxed);
                 st.shared = 1;
             }
             r
@@ -539,6 +579,13 @@ impl Inode {
             Ok(()) => {
                 *level = want;
                 st.level = want;
+                if want == SQLITE_LOCK_EXCLUSIVE {
+                    // The file as the hold starts (see `coherence`).
+                    let wal_index = lock(&self.shm).strong_count() > 0;
+                    if lock(&self.coherence).hold_start(&self.db(), wal_index) {
+                        self.wrote.store(false, Ordering::Relaxed);
+                    }
+                }
                 Ok(SQLITE_OK)
             }
             Err((code, msg)) => {
@@ -581,6 +628,7 @@ impl Inode {
         let mut st = lock(&self.locks);
         let fd = &self.fd;
         let err = |code, e: std::io::Error| {
+            crate::lasterror::note_errno(&e);
             (
                 code,
                 format!("kxarray: unlocking {}: {e}", self.path.display()),
@@ -589,8 +637,10 @@ impl Inode {
         if *level > SQLITE_LOCK_SHARED {
             if *level == SQLITE_LOCK_EXCLUSIVE {
                 // The handle may have written: the file as this process
-                // leaves it (written back by now: `x_unlock`'s sync point).
-                lock(&self.coherence).after_write(&self.db());
+                // leaves it (written back by now: `x_unlock`'s sync point),
+                // if every change is its own.
+                let wrote = self.wrote.swap(false, Ordering::Relaxed);
+                lock(&self.coherence).after_write(&self.db(), wrote);
             }
             if want == SQLITE_LOCK_SHARED {
                 oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)
@@ -628,10 +678,13 @@ impl Inode {
         }
         match oslock::conflict(&self.fd, Kind::Write, RESERVED_BYTE, 1) {
             Ok(c) => Ok(c.is_some()),
-            Err(e) => Err((
-                SQLITE_IOERR_CHECKRESERVEDLOCK,
-                format!("kxarray: checking the lock of {}: {e}", self.path.display()),
-            )),
+            Err(e) => {
+                crate::lasterror::note_errno(&e);
+                Err((
+                    SQLITE_IOERR_CHECKRESERVEDLOCK,
+                    format!("kxarray: checking the lock of {}: {e}", self.path.display()),
+                ))
+            }
         }
     }
 
