@@ -335,13 +335,14 @@ fn sync_point(h: &Handle) -> c_int {
 /// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
 /// `SQLITE_FULL`), logging it with the file's path.
 fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
-    let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+    let errno = crate::lasterror::errno_of(e);
+    let code = if errno == libc::ENOSPC {
         SQLITE_FULL
     } else {
         code
     };
     let msg = format!("kxarray: {op} {}: {e}", h.inode.path.display());
-    failed(h, e.raw_os_error().unwrap_or(0), &msg);
+    failed(h, errno, &msg);
     api().log(code, &msg);
     code
 }
@@ -630,6 +631,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
         } else {
             h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len())
         };
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_FSTAT, "xFileSize") {
+            return rc;
+        }
         // SAFETY: SQLite passes a writable i64.
         unsafe { *size = len as i64 };
         SQLITE_OK

@@ -35,10 +35,36 @@ pub(crate) fn set_last_error(errno: c_int, message: &str) {
     set_message(message);
 }
 
-/// Record the `errno` of a failed system call (`io::Error`'s, 0 when it
-/// has none), leaving the message to the path that reports the failure.
+/// Record the `errno` of a failed system call ([`errno_of`]), leaving the
+/// message to the path that reports the failure.
 pub(crate) fn note_errno(e: &io::Error) {
-    ERRNO.with(|c| c.set(e.raw_os_error().unwrap_or(0)));
+    ERRNO.with(|c| c.set(errno_of(e)));
+}
+
+/// The `errno` behind an I/O error: the system call's own, or, for an
+/// error the page cache carried from an earlier write-back (which keeps
+/// its kind and message, as the kernel's `errseq` keeps an errno), the
+/// errno of its kind (`EIO` for a kind with none).
+pub(crate) fn errno_of(e: &io::Error) -> c_int {
+    use io::ErrorKind as K;
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    match e.kind() {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::StorageFull => libc::ENOSPC,
+        K::FileTooLarge => libc::EFBIG,
+        K::QuotaExceeded => libc::EDQUOT,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::Interrupted => libc::EINTR,
+        K::WouldBlock => libc::EAGAIN,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::ResourceBusy => libc::EBUSY,
+        K::InvalidInput => libc::EINVAL,
+        K::OutOfMemory => libc::ENOMEM,
+        _ => libc::EIO,
+    }
 }
 
 /// Record why this thread's VFS call failed (the `errno` noted stays).
@@ -111,6 +137,8 @@ mod tests {
             .unwrap();
         note_errno(&io::Error::from_raw_os_error(libc::EACCES));
         assert_eq!(read(64).0, libc::EACCES);
+        note_errno(&io::Error::new(io::ErrorKind::FileTooLarge, "writeback failed"));
+        assert_eq!(read(64).0, libc::EFBIG);
         clear();
         let (e, buf) = read(4);
         assert_eq!((e, buf[0]), (0, 0));
