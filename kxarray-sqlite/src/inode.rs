@@ -181,9 +181,45 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// neither use nor release; their caches may hold the parent's unwritten
 /// pages).
 fn table() -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
-    static T: OnceLock<Mutex<HashMap<Key, Arc<Inode>>>> = OnceLock::new();
+    this_process(lock(table_cell()))
+}
+
+type Table = Mutex<HashMap<Key, Arc<Inode>>>;
+
+fn table_cell() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| {
+        // SAFETY: `at_exit` is a plain function that never unwinds.
+        unsafe { libc::atexit(at_exit) };
+        Mutex::new(HashMap::new())
+    })
+}
+
+/// At the process's `exit` (a return from `main`, `exit(3)`: not a
+/// signal), write back every database's deferred writes, as the kernel's
+/// page cache keeps what a unix-VFS process wrote when it exits. (A kill
+/// loses them, and the journal or WAL SQLite relies on until its sync
+/// point still holds them: see `file`.) The table is skipped when another
+/// thread holds it.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Ok(t) = table_cell().try_lock() else {
+            return;
+        };
+        for inode in this_process(t).values() {
+            if inode.policy == WritePolicy::AtSyncPoint && !crate::process::write_back_only() {
+                let _ = inode.file.write_back(0..u64::MAX);
+            }
+        }
+    });
+}
+
+/// The table of this process: a child's after `fork` forgets its parent's
+/// (see [`table`]).
+fn this_process(
+    mut t: MutexGuard<'static, HashMap<Key, Arc<Inode>>>,
+) -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
     static PID: AtomicU32 = AtomicU32::new(0);
-    let mut t = lock(T.get_or_init(|| Mutex::new(HashMap::new())));
     let pid = std::process::id();
     if PID.swap(pid, Ordering::Relaxed) != pid {
         std::mem::forget(std::mem::take(&mut *t));
@@ -856,131 +892,4 @@ impl Inode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kxarray::backend::RamDisk;
-    use kxarray::pagecache::{CacheConfig, PageCache};
-
-    /// A database inode over `fd` (its cache a RAM disk), in `exclusive`
-    /// or shared mode.
-    fn inode_on(fd: File, exclusive: bool) -> Inode {
-        let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-        let file = cache.open(RamDisk::new(1 << 16)).unwrap();
-        Inode::new("t".into(), file, fd, false, true, true, WritePolicy::Cached)
-            .with_mode(exclusive, false)
-    }
-
-    fn open_rw(p: &std::path::Path) -> File {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(p)
-            .unwrap()
-    }
-
-    /// Two inodes over two descriptions of one file stand for two
-    /// processes (OFD locks of two descriptions conflict as two
-    /// processes' do); a third description takes the unix VFS's POSIX
-    /// locks.
-    #[test]
-    fn shared_mode_follows_os_unix_across_processes() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("db");
-        let (x, y) = (inode_on(open_rw(&p), false), inode_on(open_rw(&p), false));
-        let (ox, ox2, oy) = (next_owner(), next_owner(), next_owner());
-        let (mut lx, mut lx2, mut ly) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
-        // two readers in two processes
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(lock(&x.locks).shared, 2);
-        // RESERVED in x: seen by y through F_OFD_GETLK
-        assert_eq!(y.reserved(), Ok(false));
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        assert_eq!(y.reserved(), Ok(true));
-        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        // within x, a second handle cannot go above SHARED either
-        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        // EXCLUSIVE: busy (another handle of x is SHARED), left at PENDING
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(lx, SQLITE_LOCK_PENDING);
-        x.unlock(ox2, &mut lx2, SQLITE_LOCK_NONE).unwrap();
-        // still busy: y holds SHARED in its own process
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(lx, SQLITE_LOCK_PENDING);
-        // PENDING keeps a new reader of y's out
-        let oy2 = next_owner();
-        let mut ly2 = SQLITE_LOCK_NONE;
-        y.unlock(oy, &mut ly, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        assert_eq!(ly2, SQLITE_LOCK_NONE);
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
-        // the unix VFS's POSIX lock on the shared range conflicts
-        let posix = open_rw(&p);
-        // SAFETY: an all-zero `flock` is a valid value.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_RDLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
-        fl.l_start = SHARED_FIRST as _;
-        fl.l_len = 1;
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid descriptor and `flock`.
-        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
-        assert_eq!(r, -1);
-        // down to SHARED: y may read again, not write
-        x.unlock(ox, &mut lx, SQLITE_LOCK_SHARED).unwrap();
-        assert_eq!(lx, SQLITE_LOCK_SHARED);
-        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        // SAFETY: as above.
-        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
-        assert_eq!(r, 0);
-        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
-        y.unlock(oy2, &mut ly2, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(lock(&x.locks).level, SQLITE_LOCK_NONE);
-        // the POSIX reader alone keeps both out of EXCLUSIVE
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
-    }
-
-    #[test]
-    fn five_levels() {
-        let i = inode_on(tempfile::tempfile().unwrap(), true);
-        let (a, b) = (next_owner(), next_owner());
-        let (mut la, mut lb) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        assert!(i.reserved().unwrap());
-        // a second writer waits
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        assert_eq!(lb, SQLITE_LOCK_SHARED);
-        // a reader is still there: PENDING, busy
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(la, SQLITE_LOCK_PENDING);
-        // PENDING keeps new readers out
-        let c = next_owner();
-        let mut lc = SQLITE_LOCK_NONE;
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        assert_eq!(lc, SQLITE_LOCK_NONE);
-        i.unlock(b, &mut lb, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
-        assert_eq!(la, SQLITE_LOCK_EXCLUSIVE);
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        i.unlock(a, &mut la, SQLITE_LOCK_SHARED).unwrap();
-        assert!(!i.reserved().unwrap());
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        // b's failed RESERVED did not take a's: unlock of a non-owner is a no-op
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        i.unlock(c, &mut lc, SQLITE_LOCK_NONE).unwrap();
-        assert!(i.reserved().unwrap());
-        for (o, l) in [(a, &mut la), (b, &mut lb)] {
-            i.unlock(o, l, SQLITE_LOCK_NONE).unwrap();
-        }
-        assert!(!i.reserved().unwrap());
-        assert_eq!(lock(&i.locks).shared, 0);
-    }
-}
+mod tests;

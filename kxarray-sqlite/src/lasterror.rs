@@ -137,7 +137,10 @@ mod tests {
             .unwrap();
         note_errno(&io::Error::from_raw_os_error(libc::EACCES));
         assert_eq!(read(64).0, libc::EACCES);
-        note_errno(&io::Error::new(io::ErrorKind::FileTooLarge, "writeback failed"));
+        note_errno(&io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            "writeback failed",
+        ));
         assert_eq!(read(64).0, libc::EFBIG);
         clear();
         let (e, buf) = read(4);

@@ -431,9 +431,12 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     // later read-write opens of the file, and a database's OFD lock must
     // be a write lock to keep other processes' writers out (see `inode`).
     // The handle itself stays read-only when SQLite asked for that.
+    // A directory opens read-only only, as on the unix VFS (its reads then
+    // fail with EISDIR: SQLITE_IOERR_READ).
+    let is_dir = |e: &io::Error| e.raw_os_error() == Some(libc::EISDIR) && !want_write;
     let (fd, writable) = match open(true) {
         Ok(f) => (f, true),
-        Err(e) if denied(&e) && (!want_write || path.exists()) => {
+        Err(e) if (denied(&e) && (!want_write || path.exists())) || is_dir(&e) => {
             (open(false).map_err(cant_open)?, false)
         }
         Err(e) => return Err(cant_open(e)),

@@ -150,8 +150,7 @@ impl Superlock {
         let s = Superlock { db, file };
         assert_eq!(s.shm_lock(2, 1, ffi::SQLITE_SHM_LOCK), 0);
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the open file's methods, alive while it is open.
-        let map = unsafe { (*(*s.file).pMethods).xShmMap }.unwrap();
+        let map = s.methods().xShmMap.unwrap();
         // SAFETY: region 0 of 32 KiB, extended if missing.
         assert_eq!(unsafe { map(s.file, 0, 32 * 1024, 1, &mut p) }, 0);
         // SAFETY: the mapped region holds at least 32 bytes; the recovery
@@ -161,9 +160,16 @@ impl Superlock {
         s
     }
 
+    /// The open file's methods, alive while it is open.
+    fn methods(&self) -> &ffi::sqlite3_io_methods {
+        // SAFETY: the open file ...
+        let m = unsafe { (*self.file).pMethods };
+        // SAFETY: ... and its methods table.
+        unsafe { &*m }
+    }
+
     fn shm_lock(&self, at: i32, n: i32, op: i32) -> i32 {
-        // SAFETY: the open file's methods.
-        let lock = unsafe { (*(*self.file).pMethods).xShmLock }.unwrap();
+        let lock = self.methods().xShmLock.unwrap();
         // SAFETY: its own method, on slots within the eight.
         unsafe { lock(self.file, at, n, op | ffi::SQLITE_SHM_EXCLUSIVE) }
     }

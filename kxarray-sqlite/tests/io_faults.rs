@@ -16,7 +16,7 @@ mod common;
 
 use kxarray_sqlite::fault;
 use rusqlite::{ffi, Connection, OpenFlags};
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_int;
 use std::path::Path;
 
 fn open(db: &Path, vfs: &str) -> Connection {
@@ -26,15 +26,74 @@ fn open(db: &Path, vfs: &str) -> Connection {
     Connection::open_with_flags_and_vfs(db, OpenFlags::default(), vfs).unwrap()
 }
 
-/// The main database's `sqlite3_file` and its methods.
-fn main_file(c: &Connection) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
-    let mut f: *mut ffi::sqlite3_file = std::ptr::null_mut();
-    // SAFETY: FILE_POINTER takes a sqlite3_file** it fills.
-    let rc = unsafe { common::file_control(c, ffi::SQLITE_FCNTL_FILE_POINTER, (&raw mut f).cast()) };
-    assert_eq!(rc, 0);
-    // SAFETY: the open file's methods live while it is open (the caller
-    // keeps the connection).
-    (f, unsafe { &*(*f).pMethods })
+/// The main database file of a connection, its methods called directly.
+struct File<'c> {
+    f: *mut ffi::sqlite3_file,
+    m: &'c ffi::sqlite3_io_methods,
+}
+
+impl<'c> File<'c> {
+    fn of(c: &'c Connection) -> File<'c> {
+        let mut f: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: FILE_POINTER takes a sqlite3_file** it fills.
+        let rc =
+            unsafe { common::file_control(c, ffi::SQLITE_FCNTL_FILE_POINTER, (&raw mut f).cast()) };
+        assert_eq!(rc, 0);
+        // SAFETY: the open file (it lives as long as the connection) ...
+        let m = unsafe { (*f).pMethods };
+        // SAFETY: ... and its methods with it.
+        let m = unsafe { &*m };
+        File { f, m }
+    }
+    fn read(&self, buf: &mut [u8; 4096], off: i64) -> c_int {
+        // SAFETY: the file's own method, a buffer of 4096 bytes.
+        unsafe { self.m.xRead.unwrap()(self.f, buf.as_mut_ptr().cast(), 4096, off) }
+    }
+    fn write(&self, buf: &[u8; 4096], off: i64) -> c_int {
+        // SAFETY: as in `read`.
+        unsafe { self.m.xWrite.unwrap()(self.f, buf.as_ptr().cast(), 4096, off) }
+    }
+    fn size(&self) -> (c_int, i64) {
+        let mut n = 0;
+        // SAFETY: the file's own method, a writable i64.
+        (unsafe { self.m.xFileSize.unwrap()(self.f, &mut n) }, n)
+    }
+    fn sync(&self) -> c_int {
+        // SAFETY: the file's own method.
+        unsafe { self.m.xSync.unwrap()(self.f, ffi::SQLITE_SYNC_NORMAL) }
+    }
+    fn truncate(&self, n: i64) -> c_int {
+        // SAFETY: the file's own method.
+        unsafe { self.m.xTruncate.unwrap()(self.f, n) }
+    }
+    fn lock(&self, l: c_int) -> c_int {
+        // SAFETY: the file's own method.
+        unsafe { self.m.xLock.unwrap()(self.f, l) }
+    }
+    fn unlock(&self, l: c_int) -> c_int {
+        // SAFETY: the file's own method.
+        unsafe { self.m.xUnlock.unwrap()(self.f, l) }
+    }
+    fn reserved(&self) -> c_int {
+        let mut r = 0;
+        // SAFETY: the file's own method, a writable int.
+        unsafe { self.m.xCheckReservedLock.unwrap()(self.f, &mut r) }
+    }
+}
+
+/// The registered kxarray VFS's `xDelete` and `xAccess` of `name`.
+fn vfs_delete_access(name: &std::ffi::CStr) -> (c_int, c_int) {
+    // SAFETY: a NUL-terminated name.
+    let vfs = unsafe { ffi::sqlite3_vfs_find(c"kxarray".as_ptr()) };
+    assert!(!vfs.is_null());
+    // SAFETY: the registered VFS, alive for the process.
+    let v = unsafe { &*vfs };
+    let mut out: c_int = 0;
+    // SAFETY: its own methods, a NUL-terminated name, a writable int.
+    let d = unsafe { v.xDelete.unwrap()(vfs, name.as_ptr(), 0) };
+    // SAFETY: as above.
+    let a = unsafe { v.xAccess.unwrap()(vfs, name.as_ptr(), ffi::SQLITE_ACCESS_EXISTS, &mut out) };
+    (d, a)
 }
 
 #[test]
@@ -44,92 +103,55 @@ fn each_operation_fails_with_the_unix_vfs_s_code() {
     let c = open(&db, "kxarray");
     c.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(9000));")
         .unwrap();
-    let (f, m) = main_file(&c);
+    let f = File::of(&c);
     let mut buf = [0u8; 4096];
-    let p = buf.as_mut_ptr().cast::<c_void>();
-    // SAFETY (every call below): the open file's own methods, with a
-    // buffer of 4096 bytes and offsets inside the file.
-    let read = |off: i64| unsafe { m.xRead.unwrap()(f, p, 4096, off) };
-    let size = || {
-        let mut n = 0i64;
-        // SAFETY: as above.
-        (unsafe { m.xFileSize.unwrap()(f, &mut n) }, n)
-    };
-    let before = size().1;
+    let before = f.size().1;
 
     fault::fail_io_at(3, false);
-    assert_eq!([read(0), read(0), read(0), read(0)], [0, 0, ffi::SQLITE_IOERR_READ, 0]);
+    let reads: Vec<c_int> = (0..4).map(|_| f.read(&mut buf, 0)).collect();
+    assert_eq!(reads, [0, 0, ffi::SQLITE_IOERR_READ, 0]);
     assert_eq!(fault::hits(), 1);
 
     fault::fail_io_at(1, false);
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xLock.unwrap()(f, ffi::SQLITE_LOCK_SHARED) }, 0, "locks are not counted");
-    assert_eq!(size().0, ffi::SQLITE_IOERR_FSTAT);
-
+    assert_eq!(f.lock(ffi::SQLITE_LOCK_SHARED), 0, "locks are not counted");
+    assert_eq!(f.size().0, ffi::SQLITE_IOERR_FSTAT);
     fault::fail_io_at(1, false);
-    let mut res = 0;
-    // SAFETY: as above.
-    let rc = unsafe { m.xCheckReservedLock.unwrap()(f, &mut res) };
-    assert_eq!(rc, ffi::SQLITE_IOERR_CHECKRESERVEDLOCK);
+    assert_eq!(f.reserved(), ffi::SQLITE_IOERR_CHECKRESERVEDLOCK);
 
-    // SAFETY: as above (RESERVED, then EXCLUSIVE: this connection's alone).
-    assert_eq!(unsafe { m.xLock.unwrap()(f, ffi::SQLITE_LOCK_RESERVED) }, 0);
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xLock.unwrap()(f, ffi::SQLITE_LOCK_EXCLUSIVE) }, 0);
+    assert_eq!(f.lock(ffi::SQLITE_LOCK_RESERVED), 0);
+    assert_eq!(f.lock(ffi::SQLITE_LOCK_EXCLUSIVE), 0);
     // a failed write was taken, as os_unix.c's pwrite had taken it
     let page = [7u8; 4096];
     fault::fail_io_at(1, false);
-    // SAFETY: as above.
-    let rc = unsafe { m.xWrite.unwrap()(f, page.as_ptr().cast(), 4096, 4096) };
-    assert_eq!(rc, ffi::SQLITE_IOERR_WRITE);
-    assert_eq!((read(4096), buf), (0, page));
+    assert_eq!(f.write(&page, 4096), ffi::SQLITE_IOERR_WRITE);
+    assert_eq!(f.read(&mut buf, 4096), 0);
+    assert_eq!(buf, page);
     fault::disk_full_at(1);
-    // SAFETY: as above.
-    let rc = unsafe { m.xWrite.unwrap()(f, page.as_ptr().cast(), 4096, 8192) };
-    assert_eq!(rc, ffi::SQLITE_FULL);
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xSync.unwrap()(f, ffi::SQLITE_SYNC_NORMAL) }, ffi::SQLITE_FULL, "the disk stays full");
+    assert_eq!(f.write(&page, 8192), ffi::SQLITE_FULL);
+    assert_eq!(f.sync(), ffi::SQLITE_FULL, "the disk stays full");
     fault::clear();
     fault::fail_io_at(1, false);
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xSync.unwrap()(f, ffi::SQLITE_SYNC_NORMAL) }, ffi::SQLITE_IOERR_FSYNC);
+    assert_eq!(f.sync(), ffi::SQLITE_IOERR_FSYNC);
     // a failed truncation did nothing
     fault::fail_io_at(1, false);
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xTruncate.unwrap()(f, 4096) }, ffi::SQLITE_IOERR_TRUNCATE);
-    assert!(size().1 >= before);
-    // the errno of an injected fault
-    let mut last = 0;
-    // SAFETY: LAST_ERRNO takes an int*.
-    unsafe { common::file_control(&c, ffi::SQLITE_FCNTL_LAST_ERRNO, (&raw mut last).cast()) };
-    assert_eq!(last, 0, "the handle's own failures only");
-    // SAFETY: as above.
-    assert_eq!(unsafe { m.xSync.unwrap()(f, ffi::SQLITE_SYNC_NORMAL) }, 0);
-    // SAFETY: as above (back to no lock; the write back happens here).
-    assert_eq!(unsafe { m.xUnlock.unwrap()(f, ffi::SQLITE_LOCK_NONE) }, 0);
+    assert_eq!(f.truncate(4096), ffi::SQLITE_IOERR_TRUNCATE);
+    assert!(f.size().1 >= before);
+    assert_eq!(f.sync(), 0);
+    assert_eq!(f.unlock(ffi::SQLITE_LOCK_NONE), 0);
 
-    // the VFS's own: xDelete and xAccess
-    // SAFETY: a NUL-terminated name.
-    let vfs = unsafe { ffi::sqlite3_vfs_find(c"kxarray".as_ptr()) };
+    // the VFS's own: xDelete (did nothing) and xAccess
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"x").unwrap();
     let name = std::ffi::CString::new(victim.to_str().unwrap()).unwrap();
-    fault::fail_io_at(1, false);
-    // SAFETY: the VFS's own methods, a NUL-terminated name.
-    let del = unsafe { (*vfs).xDelete }.unwrap();
-    // SAFETY: as above.
-    assert_eq!(unsafe { del(vfs, name.as_ptr(), 0) }, ffi::SQLITE_IOERR_DELETE);
-    assert!(victim.exists(), "a failed delete deleted nothing");
-    fault::fail_io_at(1, false);
-    let mut out: c_int = 0;
-    // SAFETY: as above.
-    let access = unsafe { (*vfs).xAccess }.unwrap();
-    // SAFETY: as above.
-    let rc = unsafe { access(vfs, name.as_ptr(), ffi::SQLITE_ACCESS_EXISTS, &mut out) };
-    assert_eq!(rc, ffi::SQLITE_IOERR_ACCESS);
+    fault::fail_io_at(1, true);
+    assert_eq!(
+        vfs_delete_access(&name),
+        (ffi::SQLITE_IOERR_DELETE, ffi::SQLITE_IOERR_ACCESS)
+    );
     fault::clear();
+    assert!(victim.exists(), "a failed delete deleted nothing");
     drop(c);
-    // what the file holds: the page written by the "failed" write
+    // what the file holds: the page of the "failed" write
     let disk = std::fs::read(&db).unwrap();
     assert_eq!(&disk[4096..8192], &page[..]);
 }

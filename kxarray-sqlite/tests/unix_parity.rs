@@ -100,8 +100,10 @@ fn unix_parity_child() {
                     .execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(1000000));")
                     .unwrap_err();
                 let code = e.sqlite_error().map_or(-1, |e| e.extended_code);
-                // SAFETY: a live connection.
-                let sys = unsafe { ffi::sqlite3_system_errno(c.handle()) };
+                // SAFETY: the raw handle is only passed to SQLite ...
+                let h = unsafe { c.handle() };
+                // SAFETY: ... while the connection lives.
+                let sys = unsafe { ffi::sqlite3_system_errno(h) };
                 let mut last = -1;
                 // SAFETY: LAST_ERRNO takes an int*.
                 let rc = unsafe {
@@ -141,7 +143,11 @@ fn a_failed_write_says_its_errno_as_on_unix() {
         let (ok, rest) = p.wait();
         assert!(ok, "{rest:?}");
         let fields = |l: &str| l.split(' ').skip(1).map(String::from).collect::<Vec<_>>();
-        assert_eq!(fields(&kx), fields(&unix), "journal_mode={journal}: {unix} / {kx}");
+        assert_eq!(
+            fields(&kx),
+            fields(&unix),
+            "journal_mode={journal}: {unix} / {kx}"
+        );
         // SQLITE_IOERR_WRITE or SQLITE_FULL, errno EFBIG, and the file
         // control answered
         let f = fields(&unix);
@@ -189,7 +195,11 @@ fn external_reader(vfs: &str, reader: &str) -> (i32, i32, i32) {
 fn another_process_s_wal_reader_is_an_external_reader() {
     for vfs in ["unix", "kxarray"] {
         for reader in ["unix", "kxarray"] {
-            assert_eq!(external_reader(vfs, reader), (0, 1, 0), "{vfs} beside a {reader} reader");
+            assert_eq!(
+                external_reader(vfs, reader),
+                (0, 1, 0),
+                "{vfs} beside a {reader} reader"
+            );
         }
     }
 }

@@ -183,7 +183,9 @@ pub(super) unsafe extern "C" fn x_file_control(
                 let p = unsafe { arg_mut::<i64>(arg) };
                 let new = *p;
                 *p = h.mmap_limit;
-                if new >= 0 {
+                // As the unix VFS: the limit stays while SQLite holds a
+                // fetched page (`nFetchOut`).
+                if new >= 0 && !h.fetches.any_lent() {
                     h.mmap_limit = new;
                     if new == 0 {
                         h.fetches.forget_all();

@@ -72,7 +72,8 @@ fn chunk(f: &mut SplitFile, i: usize, create: bool) -> Result<*mut ffi::sqlite3_
     if i > 0 && !create {
         let mut exists = 0;
         // SAFETY: the VFS's own method, a NUL-terminated name.
-        let rc = unsafe { v.xAccess.unwrap()(f.below, name, ffi::SQLITE_ACCESS_EXISTS, &mut exists) };
+        let rc =
+            unsafe { v.xAccess.unwrap()(f.below, name, ffi::SQLITE_ACCESS_EXISTS, &mut exists) };
         if rc != 0 || exists == 0 {
             return Ok(null_mut());
         }
@@ -81,7 +82,11 @@ fn chunk(f: &mut SplitFile, i: usize, create: bool) -> Result<*mut ffi::sqlite3_
     // SAFETY: a non-zero size.
     let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<ffi::sqlite3_file>();
     assert!(!p.is_null());
-    let flags = if i == 0 { f.flags } else { f.flags | ffi::SQLITE_OPEN_CREATE };
+    let flags = if i == 0 {
+        f.flags
+    } else {
+        f.flags | ffi::SQLITE_OPEN_CREATE
+    };
     let mut out = 0;
     // SAFETY: `p` has szOsFile bytes; the name lives as long as the chunk.
     let rc = unsafe { v.xOpen.unwrap()(f.below, name, p, flags, &mut out) };
@@ -105,8 +110,10 @@ unsafe fn state<'a>(file: *mut ffi::sqlite3_file) -> &'a mut SplitFile {
 }
 
 fn methods(c: *mut ffi::sqlite3_file) -> &'static ffi::sqlite3_io_methods {
-    // SAFETY: an open chunk's methods live while it is open.
-    unsafe { &*(*c).pMethods }
+    // SAFETY: an open chunk (its object lives while it is open) ...
+    let m = unsafe { (*c).pMethods };
+    // SAFETY: ... and its methods with it.
+    unsafe { &*m }
 }
 
 /// Where byte `off` lies: (chunk, offset in it, bytes left in the chunk).
@@ -139,7 +146,12 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
     rc
 }
 
-unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_read(
+    file: *mut ffi::sqlite3_file,
+    buf: *mut c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: a file of this shim.
     let f = unsafe { state(file) };
     let (mut done, amt) = (0i64, i64::from(amt));
@@ -162,7 +174,9 @@ unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, buf: *mut c_void, amt:
         if rc != 0 {
             if rc == ffi::SQLITE_IOERR_SHORT_READ {
                 // SAFETY: past this piece (the chunk zeroed its own part).
-                unsafe { at.add(n as usize).write_bytes(0, (amt - done - n) as usize) };
+                let rest = unsafe { at.add(n as usize) };
+                // SAFETY: to the end of SQLite's buffer.
+                unsafe { rest.write_bytes(0, (amt - done - n) as usize) };
             }
             return rc;
         }
@@ -171,7 +185,12 @@ unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, buf: *mut c_void, amt:
     0
 }
 
-unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
+unsafe extern "C" fn x_write(
+    file: *mut ffi::sqlite3_file,
+    buf: *const c_void,
+    amt: c_int,
+    off: i64,
+) -> c_int {
     // SAFETY: a file of this shim.
     let f = unsafe { state(file) };
     let (mut done, amt) = (0i64, i64::from(amt));
@@ -182,10 +201,10 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, a
             Ok(c) => c,
             Err(rc) => return rc,
         };
-        // SAFETY: inside SQLite's buffer; the chunk's own method.
-        let rc = unsafe {
-            methods(c).xWrite.unwrap()(c, buf.cast::<u8>().add(done as usize).cast(), n as c_int, o)
-        };
+        // SAFETY: inside SQLite's buffer of `amt` bytes.
+        let at = unsafe { buf.cast::<u8>().add(done as usize) };
+        // SAFETY: the chunk's own method.
+        let rc = unsafe { methods(c).xWrite.unwrap()(c, at.cast(), n as c_int, o) };
         if rc != 0 {
             return rc;
         }
@@ -283,7 +302,11 @@ unsafe extern "C" fn x_check_reserved(file: *mut ffi::sqlite3_file, out: *mut c_
     // SAFETY: chunk 0's own method.
     unsafe { methods(c).xCheckReservedLock.unwrap()(c, out) }
 }
-unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+unsafe extern "C" fn x_file_control(
+    file: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
     let c = first(file);
     // SAFETY: chunk 0's own method.
     unsafe { methods(c).xFileControl.unwrap()(c, op, arg) }
@@ -298,12 +321,23 @@ unsafe extern "C" fn x_device(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: chunk 0's own method.
     unsafe { methods(c).xDeviceCharacteristics.unwrap()(c) }
 }
-unsafe extern "C" fn x_shm_map(file: *mut ffi::sqlite3_file, r: c_int, sz: c_int, ext: c_int, out: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn x_shm_map(
+    file: *mut ffi::sqlite3_file,
+    r: c_int,
+    sz: c_int,
+    ext: c_int,
+    out: *mut *mut c_void,
+) -> c_int {
     let c = first(file);
     // SAFETY: chunk 0's own method.
     unsafe { methods(c).xShmMap.unwrap()(c, r, sz, ext, out) }
 }
-unsafe extern "C" fn x_shm_lock(file: *mut ffi::sqlite3_file, o: c_int, n: c_int, fl: c_int) -> c_int {
+unsafe extern "C" fn x_shm_lock(
+    file: *mut ffi::sqlite3_file,
+    o: c_int,
+    n: c_int,
+    fl: c_int,
+) -> c_int {
     let c = first(file);
     // SAFETY: chunk 0's own method.
     unsafe { methods(c).xShmLock.unwrap()(c, o, n, fl) }
@@ -355,7 +389,9 @@ unsafe extern "C" fn v_open(
 ) -> c_int {
     let f = file.cast::<SplitFile>();
     let state = SplitFile {
-        base: ffi::sqlite3_file { pMethods: std::ptr::null() },
+        base: ffi::sqlite3_file {
+            pMethods: std::ptr::null(),
+        },
         below: below_vfs(vfs),
         name0: name,
         names: Vec::new(),
@@ -384,22 +420,29 @@ unsafe extern "C" fn v_open(
     0
 }
 
-unsafe extern "C" fn v_delete(vfs: *mut ffi::sqlite3_vfs, name: *const c_char, sync: c_int) -> c_int {
+unsafe extern "C" fn v_delete(
+    vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    sync: c_int,
+) -> c_int {
     let b = below_vfs(vfs);
-    // SAFETY: the VFS below's own method.
-    let rc = unsafe { (*b).xDelete.unwrap()(b, name, sync) };
+    // SAFETY: the VFS below, registered for the life of the process.
+    let bv = unsafe { &*b };
+    let (del, access) = (bv.xDelete.unwrap(), bv.xAccess.unwrap());
+    // SAFETY: its own method.
+    let rc = unsafe { del(b, name, sync) };
     // SAFETY: a NUL-terminated name.
     let base = unsafe { CStr::from_ptr(name) }.to_bytes().to_vec();
     for i in 1.. {
         let n = CString::new([&base[..], format!("{i:03}").as_bytes()].concat()).unwrap();
         let mut exists = 0;
         // SAFETY: the VFS below's own methods.
-        unsafe { (*b).xAccess.unwrap()(b, n.as_ptr(), ffi::SQLITE_ACCESS_EXISTS, &mut exists) };
+        unsafe { access(b, n.as_ptr(), ffi::SQLITE_ACCESS_EXISTS, &mut exists) };
         if exists == 0 {
             break;
         }
         // SAFETY: as above.
-        unsafe { (*b).xDelete.unwrap()(b, n.as_ptr(), sync) };
+        unsafe { del(b, n.as_ptr(), sync) };
     }
     rc
 }
@@ -408,8 +451,10 @@ macro_rules! forward {
     ($name:ident, $field:ident, ($($a:ident: $t:ty),*) -> $r:ty) => {
         unsafe extern "C" fn $name(vfs: *mut ffi::sqlite3_vfs, $($a: $t),*) -> $r {
             let b = below_vfs(vfs);
-            // SAFETY: the VFS below's own method, with SQLite's arguments.
-            unsafe { (*b).$field.unwrap()(b, $($a),*) }
+            // SAFETY: the VFS below, registered for the life of the process.
+            let f = unsafe { (*b).$field }.unwrap();
+            // SAFETY: its own method, with SQLite's arguments.
+            unsafe { f(b, $($a),*) }
         }
     };
 }
