@@ -200,7 +200,9 @@ fn table_cell() -> &'static Table {
 /// page cache keeps what a unix-VFS process wrote when it exits. (A kill
 /// loses them, and the journal or WAL SQLite relies on until its sync
 /// point still holds them: see `file`.) The table is skipped when another
-/// thread holds it.
+/// thread holds it. (Registered with `atexit` from the library itself:
+/// glibc runs it at `dlclose` too, and the loadable extension asks to stay
+/// loaded anyway.)
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let Ok(t) = table_cell().try_lock() else {
