@@ -28,7 +28,7 @@ fn names(c: &Connection) -> Vec<String> {
         .collect()
 }
 
-/// The case in rollback mode: a second connection holds EXCLUSIVE
+/// The rollback-mode case: a second connection holds EXCLUSIVE
 /// (`BEGIN EXCLUSIVE`, writing nothing) while the file is overwritten with
 /// another database's bytes; the first connection then reads the new file.
 fn overwritten_under_begin_exclusive(vfs: &str) -> Vec<String> {
