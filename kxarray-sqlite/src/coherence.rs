@@ -13,6 +13,19 @@
 //!   it last held a lock ([`Coherence::after_write`] records the file as a
 //!   writer leaves it). A hot journal rolled back by another process
 //!   rewrites the file, which moves its modification time;
+//! - **a hold's end** (a handle leaves EXCLUSIVE, [`Coherence::after_write`]):
+//!   the file is taken as this process's own only when what changed is
+//!   what this process wrote. [`Coherence::hold_start`] records the file
+//!   when EXCLUSIVE is granted (the signature of the last gap, unless the
+//!   WAL index is mapped: WAL checkpoints of other processes write the
+//!   file under SHARED); at the end, a hold that wrote nothing must find
+//!   the file exactly so, and one that wrote must find the header bytes
+//!   it wrote last ([`Coherence::wrote_header`]; its start's when it wrote
+//!   no page 1) and the length its cache has. Anything else (the file
+//!   rewritten under the lock by plain I/O: a backup restored under a
+//!   superlock, a test's file I/O) makes the state unknown, and the next
+//!   gap drops every cached page, as SQLite's own pager drops its cache
+//!   when the header moved;
 //! - **a WAL read transaction**: in WAL mode the database file changes only
 //!   when a checkpoint copies frames back. At a read transaction's first
 //!   read of the database (and when this process takes the checkpoint
@@ -33,7 +46,11 @@
 //!   generation's copied frames as above (`old_generation_pages`).
 //!   Anything else (two restarts, an old frame overwritten, `nBackfill`
 //!   went back: the index was rebuilt; a page-number region this process
-//!   cannot map): every cached page of the database is dropped. A checkpoint that grew or cut the
+//!   cannot map): every cached page of the database is dropped. So is
+//!   every page after this process takes the recovery lock (it rebuilds
+//!   the index from the WAL file: a superlock's holder may have replaced
+//!   the database and its WAL, and SQLite's own pager drops its cache
+//!   after a recovery too). A checkpoint that grew or cut the
 //!   file also costs the pages from the lower end on
 //!   (`CachedFile::refresh_len`).
 //!   The read transaction's check waits for its first read of the
@@ -57,7 +74,9 @@
 //!
 //! Invariants:
 //! - `sig` is the file as this process last saw it under a lock, or
-//!   `None` (unknown: the next gap drops everything);
+//!   `None` (unknown: the next gap drops everything); a hold's end records
+//!   it only when every change since the hold started is this process's
+//!   own (see above), never merely what the file holds then;
 //! - `wal`, when `Some`, is a WAL-index state such that every cached page
 //!   of the database holds the file's bytes as of a moment when the index
 //!   showed that state or later; `None` after every lock gap (the next WAL
@@ -74,6 +93,8 @@
 //!   file before `xWrite` returns).
 
 use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
+pub(crate) use crate::filesig::Header;
+use crate::filesig::Sig;
 use crate::process::vfs_stats;
 use crate::shm::Shm;
 use crate::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
@@ -81,7 +102,6 @@ use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
 
@@ -102,30 +122,6 @@ pub(crate) struct Db<'a> {
     pub(crate) file: &'a CachedFile,
     /// Its name (for messages, and the WAL's name).
     pub(crate) path: &'a Path,
-}
-
-/// What the header and the size of a database file say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Sig {
-    counter: [u8; 4],
-    valid_for: [u8; 4],
-    len: u64,
-    mtime: (i64, i64),
-}
-
-impl Sig {
-    fn read(fd: &File) -> io::Result<Sig> {
-        let mut h = [0u8; 100];
-        crate::fdio::pread_full(fd, &mut h, 0)?;
-        let m = fd.metadata()?;
-        let four = |at: usize| [h[at], h[at + 1], h[at + 2], h[at + 3]];
-        Ok(Sig {
-            counter: four(24),
-            valid_for: four(92),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-        })
-    }
 }
 
 /// The WAL-index state the cache is valid against.
@@ -317,6 +313,9 @@ fn frame_pgno(shm: &Shm, frame: u32) -> Option<u32> {
 #[derive(Debug, Default)]
 pub(crate) struct Coherence {
     sig: Option<Sig>,
+    /// The header bytes this process last wrote to the file since `sig`
+    /// was recorded (a write of page 1), for the hold's end.
+    wrote_header: Option<Header>,
     wal: Option<WalSeen>,
     /// This process holds the checkpoint lock (after its check).
     own_ckpt: bool,
@@ -410,6 +409,7 @@ impl Coherence {
                 return Err(e);
             }
         };
+        self.wrote_header = None;
         if self.sig != Some(now) {
             self.sig = None;
             drop_all(inode)?;
@@ -418,10 +418,50 @@ impl Coherence {
         Ok(())
     }
 
-    /// A handle of this process leaves EXCLUSIVE: record the file as it
-    /// leaves it (its writes are in the file by now).
-    pub(crate) fn after_write(&mut self, inode: &Db<'_>) {
+    /// A handle of this process was granted EXCLUSIVE: the file as the
+    /// hold starts. The last gap's signature still says it unless another
+    /// process may have written since (`wal_index`: a WAL index is mapped,
+    /// and other processes' checkpoints write the file under SHARED), or
+    /// it is unknown; then it is read again (no other process holds a lock
+    /// now). Returns whether it was read (the caller forgets its record of
+    /// this process's writes with it).
+    pub(crate) fn hold_start(&mut self, inode: &Db<'_>, wal_index: bool) -> bool {
+        if self.sig.is_some() && !wal_index {
+            return false;
+        }
         self.sig = Sig::read(inode.fd).ok();
+        self.wrote_header = None;
+        true
+    }
+
+    /// This process wrote the header bytes `h` to the file (a write of
+    /// page 1).
+    pub(crate) fn wrote_header(&mut self, h: Header) {
+        self.wrote_header = Some(h);
+    }
+
+    /// A handle of this process leaves EXCLUSIVE (its writes are in the
+    /// file by now; `wrote`: whether this process wrote, truncated or grew
+    /// the file since the hold started): record the file as it is only if
+    /// what changed since the hold's start is what this process wrote (see
+    /// the module notes); else the state is unknown and the next gap drops
+    /// every cached page.
+    pub(crate) fn after_write(&mut self, inode: &Db<'_>, wrote: bool) {
+        let start = self.sig.take();
+        let header = self.wrote_header.take();
+        let Ok(now) = Sig::read(inode.fd) else {
+            return;
+        };
+        let ours = match start {
+            None => false,
+            Some(start) if !wrote => now == start,
+            Some(start) => {
+                now.header == header.unwrap_or(start.header) && now.len == inode.file.len()
+            }
+        };
+        if ours {
+            self.sig = Some(now);
+        }
     }
 
     /// The WAL check at a read lock, at the checkpoint lock and at a WAL
@@ -595,6 +635,11 @@ impl Coherence {
 
 /// `xShmLock`'s checkpoint lock slot (`WAL_CKPT_LOCK`, `wal.c`).
 pub(crate) const WAL_CKPT_LOCK: c_int = 1;
+/// The recovery lock slot (`WAL_RECOVER_LOCK`): taken exclusive only to
+/// rebuild the index from the WAL file (and by `test_superlock.c`'s
+/// superlock, which zeroes the index header so that the next reader
+/// rebuilds it).
+pub(crate) const WAL_RECOVER_LOCK: c_int = 2;
 /// The first reader slot, `WAL_READ_LOCK(0)`.
 pub(crate) const WAL_READ_LOCK0: c_int = 3;
 
@@ -605,7 +650,9 @@ pub(crate) const WAL_READ_LOCK0: c_int = 3;
 /// run [`Coherence::wal_check`] first;
 /// the release of the checkpoint lock by its holder records the frames
 /// this process's checkpoint copied; the exclusive read locks 1-4 (taken
-/// only to restart the WAL) check, and their release records the restart.
+/// only to restart the WAL) check, and their release records the restart;
+/// the recovery lock forgets the index state (the next check drops every
+/// cached page).
 /// (The caller calls it before the lock for a release.)
 ///
 /// # Errors
@@ -637,6 +684,14 @@ pub(crate) fn on_shm_lock(
             coh.ckpt_end(shm);
             Ok(())
         }
+        ShmLockAction::Recover => {
+            // The index is rebuilt from the WAL file: its history says
+            // nothing of the database file any more (a superlock's holder
+            // may have replaced it), as SQLite's own pager takes a
+            // recovery as a change and drops its cache.
+            coh.wal = None;
+            Ok(())
+        }
         ShmLockAction::RestartEnd => {
             coh.restart_end(shm);
             Ok(())
@@ -666,6 +721,9 @@ pub(crate) enum ShmLockAction {
     CkptEnd,
     /// The release of the exclusive read locks 1-4.
     RestartEnd,
+    /// The recovery lock, taken by this process: the next check drops
+    /// every cached page.
+    Recover,
 }
 
 /// What [`on_shm_lock`] does for `xShmLock(offset, n, flags)` (`held_ckpt`:
@@ -680,7 +738,9 @@ pub(crate) fn shm_lock_action(
     let locking = flags & SQLITE_SHM_LOCK != 0;
     let excl = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let restart = excl && offset == WAL_READ_LOCK0 + 1 && n == 4;
+    let recover = offset <= WAL_RECOVER_LOCK && offset + n > WAL_RECOVER_LOCK;
     match (locking, excl) {
+        (true, true) if recover => Some(ShmLockAction::Recover),
         (true, false) if offset >= WAL_READ_LOCK0 => Some(ShmLockAction::ReadCheck),
         (true, true) if offset == WAL_CKPT_LOCK && n == 1 => Some(ShmLockAction::CkptBegin),
         (true, true) if restart => Some(ShmLockAction::RestartBegin),
@@ -693,269 +753,4 @@ pub(crate) fn shm_lock_action(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kxarray::aio::{Completion, IoBufMut};
-    use kxarray::backend::{Backend, ReadBuf};
-    use kxarray::pagecache::{Advice, CacheConfig, PageCache};
-    use std::sync::mpsc;
-    use std::sync::{Arc, Condvar, Mutex};
-    use std::time::Duration;
-
-    /// "The other process" of the WAL tests: a unix-VFS connection (the
-    /// kxarray VFS registered for the test's own), no automatic
-    /// checkpoint, a table `t(x)` holding 0, the WAL checkpointed empty.
-    fn other_process(db: &std::path::Path) -> rusqlite::Connection {
-        crate::register(crate::Api::linked::<()>(), false).unwrap();
-        let other = rusqlite::Connection::open(db).unwrap();
-        other
-            .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
-                 CREATE TABLE t(x); INSERT INTO t VALUES(0);
-                 PRAGMA wal_checkpoint(TRUNCATE);",
-            )
-            .unwrap();
-        other
-    }
-
-    /// A file in memory whose batched reads (readahead's fills) copy the
-    /// bytes at once and then, while `hold` is set, wait before they
-    /// complete: a read in flight that fetched the bytes from before a
-    /// change another process makes meanwhile.
-    #[derive(Debug, Default)]
-    struct HeldReads {
-        bytes: Mutex<Vec<u8>>,
-        hold: Mutex<bool>,
-        released: Condvar,
-        copied: Mutex<Option<mpsc::Sender<()>>>,
-    }
-
-    impl HeldReads {
-        fn copy(&self, buf: &mut [u8], offset: u64) -> usize {
-            let b = self.bytes.lock().unwrap();
-            let at = (offset as usize).min(b.len());
-            let n = buf.len().min(b.len() - at);
-            buf[..n].copy_from_slice(&b[at..at + n]);
-            n
-        }
-    }
-
-    impl Backend for HeldReads {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-            Ok(self.copy(buf, offset))
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-            let mut b = self.bytes.lock().unwrap();
-            let end = offset as usize + buf.len();
-            if b.len() < end {
-                b.resize(end, 0);
-            }
-            b[offset as usize..end].copy_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&self) -> io::Result<()> {
-            Ok(())
-        }
-        fn len(&self) -> io::Result<u64> {
-            Ok(self.bytes.lock().unwrap().len() as u64)
-        }
-        fn set_len(&self, len: u64) -> io::Result<()> {
-            self.bytes.lock().unwrap().resize(len as usize, 0);
-            Ok(())
-        }
-        fn read_many(&self, reqs: Vec<(u64, ReadBuf)>) -> Vec<Completion<ReadBuf>> {
-            let done: Vec<_> = reqs
-                .into_iter()
-                .map(|(at, mut buf)| (self.copy(buf.as_mut_slice(), at), buf))
-                .collect();
-            if let Some(tx) = self.copied.lock().unwrap().take() {
-                let _ = tx.send(());
-            }
-            let mut hold = self.hold.lock().unwrap();
-            while *hold {
-                hold = self.released.wait(hold).unwrap();
-            }
-            done.into_iter()
-                .map(|(n, buf)| Completion::ready(Ok(n), buf))
-                .collect()
-        }
-    }
-
-    thread_local! {
-        /// What another process does right after this thread's next read
-        /// lock was checked (run once).
-        static AFTER_READ_CHECK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-            std::cell::RefCell::new(None);
-    }
-
-    /// Issue 38's stale page, the second way: this process checkpoints,
-    /// and another process's checkpoint starts the moment this one lets go
-    /// of the checkpoint lock and copies the frames committed since. The
-    /// record of what this process's own checkpoint copied (pages written
-    /// through its cache, not dropped) was taken after the release, so it
-    /// took the other checkpoint's frames for its own and never dropped
-    /// their pages. Before the fix the last read returned the old row.
-    #[test]
-    fn a_checkpoint_right_after_this_process_s_own_is_seen() {
-        use rusqlite::{Connection, OpenFlags};
-        use std::cell::Cell;
-        use std::rc::Rc;
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("own.db");
-        let other = Rc::new(other_process(&db));
-        // a reader of the other process, whose mark keeps this process's
-        // checkpoint from copying the last commit (and the WAL from
-        // restarting)
-        let reader = Rc::new(Connection::open(&db).unwrap());
-        let kx = Connection::open_with_flags(
-            format!("file:{}?vfs=kxarray", db.display()),
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .unwrap();
-        kx.execute_batch("PRAGMA wal_autocheckpoint=0").unwrap();
-        let x = |c: &Connection| c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0));
-        assert_eq!(x(&kx).unwrap(), 0); // the table's page, cached from the file
-        other.execute("UPDATE t SET x = 1", []).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        assert_eq!(x(&reader).unwrap(), 1); // its mark: the commit of 1
-        other.execute("UPDATE t SET x = 2", []).unwrap();
-        let copied = Rc::new(Cell::new((-1, -1)));
-        let (o, r, c) = (Rc::clone(&other), Rc::clone(&reader), Rc::clone(&copied));
-        crate::shm::AFTER_UNLOCK.with(|h| {
-            *h.borrow_mut() = Some((
-                WAL_CKPT_LOCK,
-                Box::new(move || {
-                    r.execute_batch("COMMIT").unwrap();
-                    let n = o
-                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                        })
-                        .unwrap();
-                    c.set(n);
-                }),
-            ));
-        });
-        // this process copies the commit of 1 (written through its cache)
-        let (log, mine) = kx
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-            })
-            .unwrap();
-        assert!(
-            0 < mine && mine < log,
-            "this process's checkpoint copied {mine} of {log}"
-        );
-        let (log2, theirs) = copied.get();
-        assert!(
-            theirs == log2 && theirs > mine,
-            "the other checkpoint copied {theirs} of {log2} frames"
-        );
-        assert_eq!(
-            x(&kx).unwrap(),
-            2,
-            "a read after the other process's checkpoint"
-        );
-    }
-
-    /// Run (once) what the test put in [`AFTER_READ_CHECK`].
-    pub(super) fn after_read_check() {
-        if let Some(f) = AFTER_READ_CHECK.with(|h| h.borrow_mut().take()) {
-            f();
-        }
-    }
-
-    /// Issue 38's stale page, the bank test's: another process's
-    /// checkpoint ends after this process's read lock was checked (which
-    /// saw nothing copied) and before SQLite loads `nBackfill`, so SQLite
-    /// reads the copied page from the database file, where the cache
-    /// still holds its old bytes. The checkpoint runs in the window
-    /// exactly (a unix-VFS connection of this process, from a hook after
-    /// the check). Before the fix the read returned the old row.
-    #[test]
-    fn a_checkpoint_between_the_read_lock_and_the_first_read_is_seen() {
-        use rusqlite::{Connection, OpenFlags};
-        use std::cell::Cell;
-        use std::rc::Rc;
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("window.db");
-        let other = Rc::new(other_process(&db));
-        let kx = Connection::open_with_flags(
-            format!("file:{}?vfs=kxarray", db.display()),
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .unwrap();
-        let x = |c: &Connection| c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0));
-        assert_eq!(x(&kx).unwrap(), 0); // the table's page, cached from the file
-        other.execute("UPDATE t SET x = 1", []).unwrap(); // in the WAL only
-        let copied = Rc::new(Cell::new((-1, -1)));
-        let (o, c) = (Rc::clone(&other), Rc::clone(&copied));
-        AFTER_READ_CHECK.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                let r = o
-                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                    })
-                    .unwrap();
-                c.set(r);
-            }))
-        });
-        let seen = x(&kx).unwrap();
-        let (log, done) = copied.get();
-        assert!(
-            log > 0 && done == log,
-            "the checkpoint in the window copied {done} of {log} frames"
-        );
-        assert_eq!(seen, 1, "a read after another process's checkpoint");
-    }
-
-    /// Issue 38's stale page: a readahead folio of 16 pages whose read was
-    /// in flight while another process's checkpoint wrote one of its pages
-    /// and this process dropped that page. The drop must wait for the read
-    /// and take the folio, else the old bytes land after it and are served.
-    /// Before the fix the drop passed the folio over (not readable yet, so
-    /// seen as one page, and a folio only partly inside a dropped range
-    /// stays).
-    #[test]
-    fn a_drop_takes_a_folio_whose_read_is_in_flight() {
-        const PAGE: usize = 4096;
-        let mem = Arc::new(HeldReads::default());
-        mem.bytes.lock().unwrap().resize(16 * PAGE, 1);
-        let cache = PageCache::new(CacheConfig::default().max_folio_order(4).flusher(false));
-        let file = cache.open(Arc::clone(&mem)).unwrap();
-        *mem.hold.lock().unwrap() = true;
-        let (copied_tx, copied) = mpsc::channel();
-        *mem.copied.lock().unwrap() = Some(copied_tx);
-        std::thread::scope(|s| {
-            // readahead of the 16 pages: it copies the old bytes, then waits
-            let fill = s.spawn(|| file.advise(0, 16 * PAGE as u64, Advice::WillNeed));
-            copied.recv().unwrap();
-            // another process's checkpoint writes database page 3 (cache page 2)
-            mem.write_at(&[2; PAGE], 2 * PAGE as u64).unwrap();
-            // ... and this process drops it, while the read is in flight
-            let (done_tx, done) = mpsc::channel();
-            let file = &file;
-            let drop = s.spawn(move || {
-                let r = drop_pages(file, &mut vec![3], PAGE as u64);
-                let _ = done_tx.send(());
-                r
-            });
-            // A drop that waits for the read blocks here until it is let
-            // go; one that does not is done. Either way the read lands now.
-            let _ = done.recv_timeout(Duration::from_millis(300));
-            *mem.hold.lock().unwrap() = false;
-            mem.released.notify_all();
-            fill.join().unwrap().unwrap();
-            drop.join().unwrap().unwrap();
-        });
-        let mut b = [0u8; PAGE];
-        file.read_at(&mut b, 2 * PAGE as u64).unwrap();
-        assert!(
-            b.iter().all(|&x| x == 2),
-            "page 3 after the drop holds {} (the bytes from before the checkpoint)",
-            b[0]
-        );
-        let mut other = [0u8; PAGE];
-        file.read_at(&mut other, 5 * PAGE as u64).unwrap();
-        assert!(other.iter().all(|&x| x == 1));
-    }
-}
+mod tests;

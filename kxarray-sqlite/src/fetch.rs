@@ -329,6 +329,11 @@ impl Fetches {
         self.seen.fill(-1);
     }
 
+    /// Whether any pointer handed out is not released yet.
+    pub(crate) fn any_lent(&self) -> bool {
+        !self.out.is_empty() || self.hot.iter().flatten().any(|h| h.lent > 0)
+    }
+
     /// Pointers handed out and not yet released (for tests).
     #[cfg(test)]
     fn lent(&self) -> usize {

@@ -194,6 +194,7 @@ pub(crate) const SQLITE_SYNC_DATAONLY: c_int = 0x0000_0010;
 
 // File control opcodes (xFileControl).
 pub(crate) const SQLITE_FCNTL_LOCKSTATE: c_int = 1;
+pub(crate) const SQLITE_FCNTL_LAST_ERRNO: c_int = 4;
 pub(crate) const SQLITE_FCNTL_SIZE_HINT: c_int = 5;
 pub(crate) const SQLITE_FCNTL_CHUNK_SIZE: c_int = 6;
 pub(crate) const SQLITE_FCNTL_PERSIST_WAL: c_int = 10;
@@ -206,6 +207,7 @@ pub(crate) const SQLITE_FCNTL_HAS_MOVED: c_int = 20;
 pub(crate) const SQLITE_FCNTL_SYNC: c_int = 21;
 pub(crate) const SQLITE_FCNTL_CKPT_DONE: c_int = 37;
 pub(crate) const SQLITE_FCNTL_CKPT_START: c_int = 39;
+pub(crate) const SQLITE_FCNTL_EXTERNAL_READER: c_int = 40;
 
 // Device characteristics (xDeviceCharacteristics).
 pub(crate) const SQLITE_IOCAP_ATOMIC: c_int = 0x0000_0001;

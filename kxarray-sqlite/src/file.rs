@@ -55,10 +55,12 @@ use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
 use kxarray::pagecache::PageCache;
 use std::io;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+
+mod fcntl;
 
 /// The page size of the cache's folios.
 const PAGE: i64 = kxarray::filemap::PAGE_SIZE as i64;
@@ -119,6 +121,9 @@ pub(crate) struct Handle {
     /// handle started the hold that is on (`hold`).
     pub(crate) locking_exclusive: bool,
     pub(crate) holding: bool,
+    /// The `errno` of the handle's last failed operation
+    /// (`SQLITE_FCNTL_LAST_ERRNO`).
+    pub(crate) last_errno: std::cell::Cell<c_int>,
 }
 
 /// How many fetches a handle counts before adding them to the process's
@@ -228,6 +233,7 @@ impl Handle {
             readonly_shm: false,
             locking_exclusive: false,
             holding: false,
+            last_errno: std::cell::Cell::new(0),
         }
     }
 }
@@ -244,7 +250,7 @@ pub(crate) static METHODS: sqlite3_io_methods = sqlite3_io_methods {
     xLock: Some(x_lock),
     xUnlock: Some(x_unlock),
     xCheckReservedLock: Some(x_check_reserved_lock),
-    xFileControl: Some(x_file_control),
+    xFileControl: Some(fcntl::x_file_control),
     xSectorSize: Some(x_sector_size),
     xDeviceCharacteristics: Some(x_device_characteristics),
     xShmMap: Some(x_shm_map),
@@ -329,15 +335,29 @@ fn sync_point(h: &Handle) -> c_int {
 /// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
 /// `SQLITE_FULL`), logging it with the file's path.
 fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
-    let code = if e.raw_os_error() == Some(libc::ENOSPC) {
+    let errno = crate::lasterror::errno_of(e);
+    let code = if errno == libc::ENOSPC {
         SQLITE_FULL
     } else {
         code
     };
-    api().log(
-        code,
-        &format!("kxarray: {op} {}: {e}", h.inode.path.display()),
-    );
+    let msg = format!("kxarray: {op} {}: {e}", h.inode.path.display());
+    failed(h, errno, &msg);
+    api().log(code, &msg);
+    code
+}
+
+/// Record a failure of handle `h` (`errno`, 0 when no system call failed)
+/// as its last errno and the thread's last error (`lasterror`).
+fn failed(h: &Handle, errno: c_int, msg: &str) {
+    h.last_errno.set(errno);
+    crate::lasterror::set_last_error(errno, msg);
+}
+
+/// A lock method's failure (its errno noted by `inode`): recorded, logged.
+fn lock_failed(h: &Handle, code: c_int, msg: &str) -> c_int {
+    failed(h, crate::lasterror::last_errno(), msg);
+    api().log(code, msg);
     code
 }
 
@@ -396,6 +416,8 @@ unsafe extern "C" fn x_read(
             } else {
                 read_fd(h, out, off)
             }
+        } else if h.lockless() {
+            h.lockless_read(&mut out[..want], off)
         } else if h.read_once() {
             read_uncached(h, &mut out[..want], off)
         } else {
@@ -412,6 +434,9 @@ unsafe extern "C" fn x_read(
                     }
                 }
             }
+        }
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_READ, "xRead") {
+            return rc;
         }
         match read {
             Ok(got) if got == n => SQLITE_OK,
@@ -445,21 +470,6 @@ fn read_uncached(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
     Ok(got)
 }
 
-/// Whether `SQLITE_FCNTL_SIZE_HINT` with `want` is a checkpoint's final
-/// size to grow a buffered database to, so that its pages are written
-/// through inside the file (`x_write`): only from a length of whole 4 KiB
-/// pages to another, so that no page a reader filled under the old length
-/// straddles it (the same reasoning as `walsize`'s).
-fn checkpoint_grows(h: &Handle, want: i64) -> bool {
-    h.inode.is_db
-        && !h.inode.direct
-        && h.inode.checkpointing.load(Ordering::Relaxed)
-        && !crate::process::write_back_only()
-        && want > 0
-        && want % PAGE == 0
-        && h.inode.file.len().is_multiple_of(PAGE as u64)
-}
-
 unsafe extern "C" fn x_write(
     file: *mut sqlite3_file,
     buf: *const c_void,
@@ -485,6 +495,7 @@ unsafe extern "C" fn x_write(
         }
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+        h.inode.note_write(data, off);
         // A held reference to a folio written here would make the write
         // copy the folio: let go of them first (by the folio each holds,
         // which may be larger than SQLite's page).
@@ -504,7 +515,16 @@ unsafe extern "C" fn x_write(
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
-            return SQLITE_OK;
+            return crate::fault::write_fault().unwrap_or(SQLITE_OK);
+        }
+        // A database written by a handle that never locks is written
+        // through: it has no sync point of its own (`lockless`).
+        if h.lockless() && h.inode.policy == WritePolicy::AtSyncPoint {
+            if let Err(e) = h.lockless_write(data, off) {
+                return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
+            }
+            vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
+            return crate::fault::write_fault().unwrap_or(SQLITE_OK);
         }
         let through = h.inode.policy == WritePolicy::Through
             || (h.inode.checkpointing.load(Ordering::Relaxed) && !h.inode.direct);
@@ -520,7 +540,7 @@ unsafe extern "C" fn x_write(
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
         vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
-        SQLITE_OK
+        crate::fault::write_fault().unwrap_or(SQLITE_OK)
     })
 }
 
@@ -528,6 +548,10 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_TRUNCATE, "xTruncate") {
+            return rc;
+        }
+        h.inode.note_change();
         let mut size = size;
         if h.chunk > 0 {
             // As the unix VFS: round up to the chunk size.
@@ -569,7 +593,11 @@ unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
         // make it durable with fdatasync, as the unix VFS does on Linux
         // (`sync_data`: `sync` would run fsync, which also commits the
         // inode's timestamps, a journal commit per transaction the unix
-        // VFS does not pay).
+        // VFS does not pay). An injected fault fails it before anything is
+        // written back (`fault`).
+        if let Some(rc) = crate::fault::sync_fault() {
+            return rc;
+        }
         let r = if h.inode.uncached {
             h.inode.fd.sync_data()
         } else {
@@ -595,7 +623,7 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
         if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_FSTAT) {
             return rc;
         }
-        let len = if h.inode.uncached {
+        let len = if h.inode.uncached || h.lockless_sized() {
             match h.inode.fd.metadata() {
                 Ok(m) => m.len(),
                 Err(e) => return io_code(h, "fstat", &e, SQLITE_IOERR_FSTAT),
@@ -603,6 +631,9 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
         } else {
             h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len())
         };
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_FSTAT, "xFileSize") {
+            return rc;
+        }
         // SAFETY: SQLite passes a writable i64.
         unsafe { *size = len as i64 };
         SQLITE_OK
@@ -619,10 +650,7 @@ unsafe extern "C" fn x_lock(file: *mut sqlite3_file, level: c_int) -> c_int {
         h.update_hold();
         match r {
             Ok(code) => code,
-            Err((code, msg)) => {
-                api().log(code, &msg);
-                code
-            }
+            Err((code, msg)) => lock_failed(h, code, &msg),
         }
     })
 }
@@ -644,10 +672,7 @@ unsafe extern "C" fn x_unlock(file: *mut sqlite3_file, level: c_int) -> c_int {
         h.update_hold();
         match r {
             Ok(()) => rc,
-            Err((code, msg)) => {
-                api().log(code, &msg);
-                code
-            }
+            Err((code, msg)) => lock_failed(h, code, &msg),
         }
     })
 }
@@ -656,185 +681,17 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_CHECKRESERVEDLOCK, "xCheckReservedLock")
+        {
+            return rc;
+        }
         let (yes, rc) = match h.inode.reserved() {
             Ok(r) => (r, SQLITE_OK),
-            Err((code, msg)) => {
-                api().log(code, &msg);
-                (false, code)
-            }
+            Err((code, msg)) => (false, lock_failed(h, code, &msg)),
         };
         // SAFETY: SQLite passes a writable int.
         unsafe { *out = c_int::from(yes) };
         rc
-    })
-}
-
-/// `SQLITE_FCNTL_PRAGMA`: `kx_stats` and `kx_settings`; anything else is
-/// SQLite's (`SQLITE_NOTFOUND`).
-///
-/// # Safety
-/// - `args` is the `char*[3]` SQLite passes with this opcode.
-unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
-    debug_assert!(!args.is_null());
-    // SAFETY: per the caller, slot 1 exists ...
-    let slot = unsafe { args.add(1) };
-    // SAFETY: ... and holds the pragma's name ...
-    let zname = unsafe { *slot };
-    // SAFETY: ... NUL-terminated.
-    let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
-    // SAFETY: per the caller, `args` is SQLite's char*[3] (noted for the hold).
-    unsafe { h.note_locking_mode(&name, args) };
-    let text =
-        match name.to_ascii_lowercase().as_str() {
-            "kx_stats" => {
-                h.book_fetches();
-                crate::stats::stats_text(&h.cache)
-            }
-            "kx_settings" => {
-                format!(
-            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
-             budget={} locking={}",
-            crate::process::configured_capacity(),
-            u8::from(h.inode.direct),
-            u8::from(h.settings.fetch),
-            u8::from(h.settings.pressure),
-            u8::from(h.children.is_some()),
-            h.mmap_limit,
-            if h.inode.is_db { 4096 } else { 512 },
-            u8::from(crate::process::budget_stats().is_some()),
-            if h.inode.exclusive { "exclusive" } else { "shared" },
-        )
-            }
-            _ => return SQLITE_NOTFOUND,
-        };
-    let p = api().malloc_str(&text);
-    if p.is_null() {
-        return SQLITE_NOMEM;
-    }
-    // SAFETY: slot 0 is where SQLite takes the result (it frees it with
-    // sqlite3_free; `p` came from sqlite3_malloc).
-    unsafe { *args = p };
-    SQLITE_OK
-}
-
-/// The argument of a file control, as the type its opcode documents.
-///
-/// # Safety
-/// - `arg` points to a valid, writable `T` for the duration of the call
-///   (SQLite's documented argument type for the opcode).
-unsafe fn arg_mut<'a, T>(arg: *mut c_void) -> &'a mut T {
-    debug_assert!(!arg.is_null());
-    // SAFETY: per the caller.
-    unsafe { &mut *arg.cast::<T>() }
-}
-
-/// `SQLITE_FCNTL_POWERSAFE_OVERWRITE` and `PERSIST_WAL`: a negative value
-/// asks for the flag, another sets it.
-fn get_or_set(v: &mut c_int, flag: &mut bool) {
-    if *v < 0 {
-        *v = c_int::from(*flag);
-    } else {
-        *flag = *v != 0;
-    }
-}
-
-unsafe extern "C" fn x_file_control(file: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
-    guard(|| {
-        // SAFETY: SQLite calls methods on a file it opened (see `handle`).
-        let h = unsafe { handle(file) };
-        match op {
-            SQLITE_FCNTL_LOCKSTATE => {
-                // SAFETY: SQLite passes an int* with this opcode.
-                *unsafe { arg_mut::<c_int>(arg) } = h.level;
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_VFSNAME => {
-                let p = api().malloc_str(crate::VFS_NAME);
-                // SAFETY: SQLite passes a char** with this opcode.
-                *unsafe { arg_mut::<*mut c_char>(arg) } = p;
-                if p.is_null() {
-                    SQLITE_NOMEM
-                } else {
-                    SQLITE_OK
-                }
-            }
-            // SAFETY: SQLite passes a char*[3] with this opcode.
-            SQLITE_FCNTL_PRAGMA => unsafe { pragma(h, arg.cast()) },
-            SQLITE_FCNTL_CHUNK_SIZE => {
-                // SAFETY: SQLite passes an int* with this opcode.
-                h.chunk = i64::from((*unsafe { arg_mut::<c_int>(arg) }).max(0));
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_SIZE_HINT => {
-                // As the unix VFS: with a chunk size, grow the file to the
-                // hint rounded up to whole chunks (zeros); without one, a
-                // hint changes nothing.
-                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
-                let want = *unsafe { arg_mut::<i64>(arg) };
-                let size = if h.chunk > 0 && want > 0 {
-                    (want + h.chunk - 1) / h.chunk * h.chunk
-                } else if checkpoint_grows(h, want) {
-                    // A checkpoint's final size: grown now, its pages are
-                    // written through inside the file (see `x_write`).
-                    want
-                } else {
-                    0
-                };
-                if size as u64 > h.inode.file.len() && !h.readonly {
-                    if let Err(e) = h.inode.file.set_len(size as u64) {
-                        return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
-                    }
-                }
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_MMAP_SIZE => {
-                // SAFETY: SQLite passes an sqlite3_int64* with this opcode.
-                let p = unsafe { arg_mut::<i64>(arg) };
-                let new = *p;
-                *p = h.mmap_limit;
-                if new >= 0 {
-                    h.mmap_limit = new;
-                    if new == 0 {
-                        h.fetches.forget_all();
-                    }
-                }
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_POWERSAFE_OVERWRITE => {
-                // SAFETY: SQLite passes an int* with this opcode.
-                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.psow);
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_PERSIST_WAL => {
-                // SAFETY: SQLite passes an int* with this opcode.
-                get_or_set(unsafe { arg_mut::<c_int>(arg) }, &mut h.persist_wal);
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_HAS_MOVED => {
-                let moved = match h.key {
-                    None => false,
-                    Some(key) => std::fs::metadata(&h.inode.path)
-                        .map(|m| {
-                            use std::os::unix::fs::MetadataExt;
-                            (m.dev(), m.ino()) != key
-                        })
-                        .unwrap_or(true),
-                };
-                // SAFETY: SQLite passes an int* with this opcode.
-                *unsafe { arg_mut::<c_int>(arg) } = c_int::from(moved);
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_CKPT_START => {
-                h.inode.checkpointing.store(true, Ordering::Relaxed);
-                SQLITE_OK
-            }
-            SQLITE_FCNTL_CKPT_DONE => {
-                h.inode.checkpointing.store(false, Ordering::Relaxed);
-                sync_point(h)
-            }
-            SQLITE_FCNTL_SYNC => sync_point(h),
-            _ => SQLITE_NOTFOUND,
-        }
     })
 }
 
@@ -946,7 +803,7 @@ unsafe extern "C" fn x_fetch(
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
         let amt = i64::from(amt);
-        if !h.settings.fetch || h.mmap_limit <= 0 || off < 0 || amt <= 0 {
+        if !h.settings.fetch || h.mmap_limit <= 0 || off < 0 || amt <= 0 || h.lockless() {
             return SQLITE_OK;
         }
         if let Err(rc) = h.inode.recheck_wal(h.shm.as_mut(), SQLITE_IOERR_READ) {

@@ -146,6 +146,10 @@ pub(crate) struct Inode {
     pub(crate) uncached: bool,
     /// What the cache of a database last knew of the file and its WAL.
     pub(crate) coherence: Mutex<Coherence>,
+    /// A database: this process wrote, truncated or grew the file since
+    /// `coherence` last recorded it (set before the change is made; read
+    /// at a hold's end, `Coherence::after_write`).
+    pub(crate) wrote: AtomicBool,
     /// Shared mode: a database's hold under `locking_mode=EXCLUSIVE`, or
     /// the hold a journal's or WAL's cache is current for ([`Hold`]).
     pub(crate) hold: Arc<Hold>,
@@ -177,9 +181,47 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// neither use nor release; their caches may hold the parent's unwritten
 /// pages).
 fn table() -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
-    static T: OnceLock<Mutex<HashMap<Key, Arc<Inode>>>> = OnceLock::new();
+    this_process(lock(table_cell()))
+}
+
+type Table = Mutex<HashMap<Key, Arc<Inode>>>;
+
+fn table_cell() -> &'static Table {
+    static T: OnceLock<Table> = OnceLock::new();
+    T.get_or_init(|| {
+        // SAFETY: `at_exit` is a plain function that never unwinds.
+        unsafe { libc::atexit(at_exit) };
+        Mutex::new(HashMap::new())
+    })
+}
+
+/// At the process's `exit` (a return from `main`, `exit(3)`: not a
+/// signal), write back every database's deferred writes, as the kernel's
+/// page cache keeps what a unix-VFS process wrote when it exits. (A kill
+/// loses them, and the journal or WAL SQLite relies on until its sync
+/// point still holds them: see `file`.) The table is skipped when another
+/// thread holds it. (Registered with `atexit` from the library itself:
+/// glibc runs it at `dlclose` too, and the loadable extension asks to stay
+/// loaded anyway.)
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let Ok(t) = table_cell().try_lock() else {
+            return;
+        };
+        for inode in this_process(t).values() {
+            if inode.policy == WritePolicy::AtSyncPoint && !crate::process::write_back_only() {
+                let _ = inode.file.write_back(0..u64::MAX);
+            }
+        }
+    });
+}
+
+/// The table of this process: a child's after `fork` forgets its parent's
+/// (see [`table`]).
+fn this_process(
+    mut t: MutexGuard<'static, HashMap<Key, Arc<Inode>>>,
+) -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
     static PID: AtomicU32 = AtomicU32::new(0);
-    let mut t = lock(T.get_or_init(|| Mutex::new(HashMap::new())));
     let pid = std::process::id();
     if PID.swap(pid, Ordering::Relaxed) != pid {
         std::mem::forget(std::mem::take(&mut *t));
@@ -277,6 +319,7 @@ impl Inode {
             exclusive: false,
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
+            wrote: AtomicBool::new(false),
             hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
@@ -409,6 +452,37 @@ impl Inode {
         })
     }
 
+    /// Whether any handle of the process holds a lock on this file (shared
+    /// mode: SHARED or above; exclusive mode: the whole-range lock).
+    pub(crate) fn any_lock(&self) -> bool {
+        let st = lock(&self.locks);
+        st.shared > 0 || st.ofd
+    }
+
+    /// A database: this process is about to change the file (a write, a
+    /// truncation, a growth), for the hold's end (`wrote`).
+    #[inline]
+    pub(crate) fn note_change(&self) {
+        if self.is_db && !self.exclusive {
+            self.wrote.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A database: this process is about to write `data` at `off`
+    /// ([`note_change`](Inode::note_change), and the header bytes when it
+    /// writes page 1: `Coherence::wrote_header`).
+    #[inline]
+    pub(crate) fn note_write(&self, data: &[u8], off: u64) {
+        if self.is_db && !self.exclusive {
+            self.wrote.store(true, Ordering::Relaxed);
+            if off <= 24 {
+                if let Some(h) = crate::coherence::Header::written(data, off) {
+                    lock(&self.coherence).wrote_header(h);
+                }
+            }
+        }
+    }
+
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
     pub(crate) fn with_wal(self, wal: Option<WalSize>) -> Inode {
         Inode { wal, ..self }
@@ -427,6 +501,9 @@ impl Inode {
     /// The SQLite code and message for a failed OFD lock: `SQLITE_BUSY`
     /// for a conflict (counted), `io_code` otherwise.
     fn lock_error(&self, e: std::io::Error, io_code: c_int) -> (c_int, String) {
+        if !oslock::is_busy(&e) {
+            crate::lasterror::note_errno(&e);
+        }
         if oslock::is_busy(&e) {
             crate::process::vfs_stats()
                 .lock_conflicts
@@ -521,6 +598,7 @@ impl Inode {
                     let _ = oslock::set(fd, Kind::Unlock, 0, 0);
                     return Err((SQLITE_IOERR_LOCK, msg));
                 }
+                self.wrote.store(false, Ordering::Relaxed);
                 st.shared = 1;
             }
             r
@@ -539,6 +617,13 @@ impl Inode {
             Ok(()) => {
                 *level = want;
                 st.level = want;
+                if want == SQLITE_LOCK_EXCLUSIVE {
+                    // The file as the hold starts (see `coherence`).
+                    let wal_index = lock(&self.shm).strong_count() > 0;
+                    if lock(&self.coherence).hold_start(&self.db(), wal_index) {
+                        self.wrote.store(false, Ordering::Relaxed);
+                    }
+                }
                 Ok(SQLITE_OK)
             }
             Err((code, msg)) => {
@@ -581,6 +666,7 @@ impl Inode {
         let mut st = lock(&self.locks);
         let fd = &self.fd;
         let err = |code, e: std::io::Error| {
+            crate::lasterror::note_errno(&e);
             (
                 code,
                 format!("kxarray: unlocking {}: {e}", self.path.display()),
@@ -589,8 +675,10 @@ impl Inode {
         if *level > SQLITE_LOCK_SHARED {
             if *level == SQLITE_LOCK_EXCLUSIVE {
                 // The handle may have written: the file as this process
-                // leaves it (written back by now: `x_unlock`'s sync point).
-                lock(&self.coherence).after_write(&self.db());
+                // leaves it (written back by now: `x_unlock`'s sync point),
+                // if every change is its own.
+                let wrote = self.wrote.swap(false, Ordering::Relaxed);
+                lock(&self.coherence).after_write(&self.db(), wrote);
             }
             if want == SQLITE_LOCK_SHARED {
                 oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)
@@ -628,10 +716,13 @@ impl Inode {
         }
         match oslock::conflict(&self.fd, Kind::Write, RESERVED_BYTE, 1) {
             Ok(c) => Ok(c.is_some()),
-            Err(e) => Err((
-                SQLITE_IOERR_CHECKRESERVEDLOCK,
-                format!("kxarray: checking the lock of {}: {e}", self.path.display()),
-            )),
+            Err(e) => {
+                crate::lasterror::note_errno(&e);
+                Err((
+                    SQLITE_IOERR_CHECKRESERVEDLOCK,
+                    format!("kxarray: checking the lock of {}: {e}", self.path.display()),
+                ))
+            }
         }
     }
 
@@ -803,131 +894,4 @@ impl Inode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kxarray::backend::RamDisk;
-    use kxarray::pagecache::{CacheConfig, PageCache};
-
-    /// A database inode over `fd` (its cache a RAM disk), in `exclusive`
-    /// or shared mode.
-    fn inode_on(fd: File, exclusive: bool) -> Inode {
-        let cache = PageCache::new(CacheConfig::default().capacity(1 << 20).flusher(false));
-        let file = cache.open(RamDisk::new(1 << 16)).unwrap();
-        Inode::new("t".into(), file, fd, false, true, true, WritePolicy::Cached)
-            .with_mode(exclusive, false)
-    }
-
-    fn open_rw(p: &std::path::Path) -> File {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(p)
-            .unwrap()
-    }
-
-    /// Two inodes over two descriptions of one file stand for two
-    /// processes (OFD locks of two descriptions conflict as two
-    /// processes' do); a third description takes the unix VFS's POSIX
-    /// locks.
-    #[test]
-    fn shared_mode_follows_os_unix_across_processes() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("db");
-        let (x, y) = (inode_on(open_rw(&p), false), inode_on(open_rw(&p), false));
-        let (ox, ox2, oy) = (next_owner(), next_owner(), next_owner());
-        let (mut lx, mut lx2, mut ly) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
-        // two readers in two processes
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(lock(&x.locks).shared, 2);
-        // RESERVED in x: seen by y through F_OFD_GETLK
-        assert_eq!(y.reserved(), Ok(false));
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        assert_eq!(y.reserved(), Ok(true));
-        assert_eq!(y.lock(oy, &mut ly, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        // within x, a second handle cannot go above SHARED either
-        assert_eq!(x.lock(ox2, &mut lx2, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        // EXCLUSIVE: busy (another handle of x is SHARED), left at PENDING
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(lx, SQLITE_LOCK_PENDING);
-        x.unlock(ox2, &mut lx2, SQLITE_LOCK_NONE).unwrap();
-        // still busy: y holds SHARED in its own process
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(lx, SQLITE_LOCK_PENDING);
-        // PENDING keeps a new reader of y's out
-        let oy2 = next_owner();
-        let mut ly2 = SQLITE_LOCK_NONE;
-        y.unlock(oy, &mut ly, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        assert_eq!(ly2, SQLITE_LOCK_NONE);
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
-        // the unix VFS's POSIX lock on the shared range conflicts
-        let posix = open_rw(&p);
-        // SAFETY: an all-zero `flock` is a valid value.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_RDLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
-        fl.l_start = SHARED_FIRST as _;
-        fl.l_len = 1;
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid descriptor and `flock`.
-        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
-        assert_eq!(r, -1);
-        // down to SHARED: y may read again, not write
-        x.unlock(ox, &mut lx, SQLITE_LOCK_SHARED).unwrap();
-        assert_eq!(lx, SQLITE_LOCK_SHARED);
-        assert_eq!(y.lock(oy2, &mut ly2, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        // SAFETY: as above.
-        let r = unsafe { libc::fcntl(posix.as_raw_fd(), libc::F_SETLK, &fl) };
-        assert_eq!(r, 0);
-        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
-        y.unlock(oy2, &mut ly2, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(lock(&x.locks).level, SQLITE_LOCK_NONE);
-        // the POSIX reader alone keeps both out of EXCLUSIVE
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
-    }
-
-    #[test]
-    fn five_levels() {
-        let i = inode_on(tempfile::tempfile().unwrap(), true);
-        let (a, b) = (next_owner(), next_owner());
-        let (mut la, mut lb) = (SQLITE_LOCK_NONE, SQLITE_LOCK_NONE);
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        assert!(i.reserved().unwrap());
-        // a second writer waits
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_BUSY));
-        assert_eq!(lb, SQLITE_LOCK_SHARED);
-        // a reader is still there: PENDING, busy
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
-        assert_eq!(la, SQLITE_LOCK_PENDING);
-        // PENDING keeps new readers out
-        let c = next_owner();
-        let mut lc = SQLITE_LOCK_NONE;
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        assert_eq!(lc, SQLITE_LOCK_NONE);
-        i.unlock(b, &mut lb, SQLITE_LOCK_NONE).unwrap();
-        assert_eq!(i.lock(a, &mut la, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_OK));
-        assert_eq!(la, SQLITE_LOCK_EXCLUSIVE);
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_BUSY));
-        i.unlock(a, &mut la, SQLITE_LOCK_SHARED).unwrap();
-        assert!(!i.reserved().unwrap());
-        assert_eq!(i.lock(c, &mut lc, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        // b's failed RESERVED did not take a's: unlock of a non-owner is a no-op
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
-        assert_eq!(i.lock(b, &mut lb, SQLITE_LOCK_RESERVED), Ok(SQLITE_OK));
-        i.unlock(c, &mut lc, SQLITE_LOCK_NONE).unwrap();
-        assert!(i.reserved().unwrap());
-        for (o, l) in [(a, &mut la), (b, &mut lb)] {
-            i.unlock(o, l, SQLITE_LOCK_NONE).unwrap();
-        }
-        assert!(!i.reserved().unwrap());
-        assert_eq!(lock(&i.locks).shared, 0);
-    }
-}
+mod tests;

@@ -51,10 +51,10 @@
 //! hold it shared would refuse them anyway.
 
 use crate::ffi::{
-    SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_LOCK, SQLITE_IOERR_SHMLOCK,
-    SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE, SQLITE_OK, SQLITE_READONLY,
-    SQLITE_READONLY_CANTINIT, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK, SQLITE_SHM_NLOCK,
-    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_FSTAT, SQLITE_IOERR_LOCK,
+    SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE,
+    SQLITE_OK, SQLITE_READONLY, SQLITE_READONLY_CANTINIT, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
+    SQLITE_SHM_NLOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
 use crate::oslock::{self, Kind};
 use std::alloc::Layout;
@@ -182,7 +182,21 @@ impl Shm {
         db: &File,
         readonly_shm: bool,
     ) -> Result<(Shm, c_int), (c_int, String)> {
-        let mode = db.metadata().map(|m| m.mode() & 0o777).unwrap_or(0o644);
+        // The database's mode, past the umask, and (as root) its owner:
+        // every user who may write the database must be able to write its
+        // index (`filemode`, as `unixOpenSharedMemory`).
+        let meta = db.metadata().map_err(|e| {
+            crate::lasterror::note_errno(&e);
+            (
+                SQLITE_IOERR_FSTAT,
+                format!("kxarray: fstat of the database of {}: {e}", path.display()),
+            )
+        })?;
+        let how = crate::filemode::Create {
+            mode: meta.mode() & 0o777,
+            owner: Some((meta.uid(), meta.gid())),
+        };
+        let mode = how.mode;
         let open = |write: bool| {
             let mut o = OpenOptions::new();
             o.read(true)
@@ -198,13 +212,15 @@ impl Shm {
             _ => match open(false) {
                 Ok(f) => (f, true),
                 Err(e) => {
+                    crate::lasterror::note_errno(&e);
                     return Err((
                         SQLITE_CANTOPEN,
                         format!("kxarray: open {}: {e}", path.display()),
-                    ))
+                    ));
                 }
             },
         };
+        crate::filemode::settle(&fd, how);
         let shm = Shm::with_file(Some(ShmFile {
             fd,
             path,
@@ -442,6 +458,22 @@ impl Shm {
             // write it with plain stores: an atomic load reads a whole word.
             unsafe { &*p }.load(Ordering::Acquire)
         }))
+    }
+
+    /// Whether another process holds a lock on a WAL read-mark slot (3 to
+    /// 7: `SQLITE_FCNTL_EXTERNAL_READER`, as `unixFcntlExternalReader`:
+    /// `F_GETLK` sees other processes' locks, never this one's, and
+    /// `F_OFD_GETLK` on this process's one description of the file sees
+    /// the same). Always false for an index in process memory.
+    ///
+    /// # Errors
+    /// `fcntl`'s error.
+    pub(crate) fn external_reader(&self) -> std::io::Result<bool> {
+        let Some(f) = &self.file else {
+            return Ok(false);
+        };
+        let n = i64::from(SQLITE_SHM_NLOCK) - 3;
+        Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 3, n)?.is_some())
     }
 
     /// Delete the `-shm` file (the last handle unmapped with SQLite's

@@ -352,6 +352,10 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let mut out_flags = flags;
 
     if name.is_null() {
+        // As the unix VFS's temporary name, counted for an injected fault.
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR, "xOpen of a temporary file") {
+            return Err((rc, "kxarray: injected fault in xOpen".into()));
+        }
         // A temporary file: anonymous, gone when closed.
         let fd = tempfile::tempfile()
             .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: temporary file: {e}")))?;
@@ -374,9 +378,27 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let create = flags & SQLITE_OPEN_CREATE != 0;
     let want_write = flags & SQLITE_OPEN_READWRITE != 0;
     let nofollow = flags & SQLITE_OPEN_NOFOLLOW != 0;
+    // The mode and owner a new file gets, as the unix VFS gives them
+    // (`filemode`: a journal or WAL exactly its database's mode).
+    let modeof = if is_db && flags & SQLITE_OPEN_URI != 0 {
+        // SAFETY: a main database name from xOpen.
+        unsafe { api.uri_parameter(name, c"modeof") }.map(PathBuf::from)
+    } else {
+        None
+    };
+    let how =
+        crate::filemode::create_mode(&path, flags, modeof.as_deref()).map_err(|(code, e)| {
+            crate::lasterror::note_errno(&e);
+            (
+                code,
+                format!("kxarray: the mode for {}: {e}", path.display()),
+            )
+        })?;
     let open = |write: bool| {
         let mut o = OpenOptions::new();
-        o.read(true).write(write).mode(0o644);
+        o.read(true)
+            .write(write)
+            .mode(how.map_or(crate::filemode::DEFAULT_MODE, |c| c.mode));
         if nofollow {
             o.custom_flags(libc::O_NOFOLLOW);
         }
@@ -390,6 +412,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         o.open(&path)
     };
     let cant_open = |e: io::Error| {
+        crate::lasterror::note_errno(&e);
         let code = if nofollow && e.raw_os_error() == Some(libc::ELOOP) {
             SQLITE_CANTOPEN_SYMLINK
         } else {
@@ -408,14 +431,23 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     // later read-write opens of the file, and a database's OFD lock must
     // be a write lock to keep other processes' writers out (see `inode`).
     // The handle itself stays read-only when SQLite asked for that.
+    // A directory opens read-only only, as on the unix VFS (its reads then
+    // fail with EISDIR: SQLITE_IOERR_READ).
+    let is_dir = |e: &io::Error| e.raw_os_error() == Some(libc::EISDIR) && !want_write;
     let (fd, writable) = match open(true) {
         Ok(f) => (f, true),
-        Err(e) if denied(&e) && (!want_write || path.exists()) => {
+        Err(e) if (denied(&e) && (!want_write || path.exists())) || is_dir(&e) => {
             (open(false).map_err(cant_open)?, false)
         }
         Err(e) => return Err(cant_open(e)),
     };
-    let key = inode::key_of(&fd).map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: fstat: {e}")))?;
+    if let Some(how) = how {
+        crate::filemode::settle(&fd, how);
+    }
+    let key = inode::key_of(&fd).map_err(|e| {
+        crate::lasterror::note_errno(&e);
+        (SQLITE_CANTOPEN, format!("kxarray: fstat: {e}"))
+    })?;
     let delete_on_close = flags & SQLITE_OPEN_DELETEONCLOSE != 0;
     if delete_on_close {
         // As the unix VFS: unlink now, the descriptor keeps the file.
@@ -528,6 +560,8 @@ unsafe extern "C" fn x_open(
         };
         // SAFETY: now initialized, and ours until xOpen returns.
         let kf = unsafe { &mut *file.cast::<KxFile>() };
+        // A failure answers `xGetLastError` with this open's errno only.
+        crate::lasterror::clear();
         // SAFETY: `name` is what SQLite passes to xOpen.
         match unsafe { open(name, flags) } {
             Ok((h, got)) => {
@@ -541,6 +575,7 @@ unsafe extern "C" fn x_open(
                 SQLITE_OK
             }
             Err((code, msg)) => {
+                crate::lasterror::set_message(&msg);
                 api().log(code, &msg);
                 code
             }
@@ -566,6 +601,9 @@ unsafe extern "C" fn x_delete(
     sync_dir: c_int,
 ) -> c_int {
     guard(|| {
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_DELETE, "xDelete") {
+            return rc;
+        }
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
         // A journal or WAL goes only once its database's pages are in the
@@ -622,6 +660,9 @@ unsafe extern "C" fn x_access(
     out: *mut c_int,
 ) -> c_int {
     guard(|| {
+        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_ACCESS, "xAccess") {
+            return rc;
+        }
         // SAFETY: SQLite passes a NUL-terminated name.
         let path = unsafe { path_of(name) };
         let yes = match flags {
@@ -768,7 +809,8 @@ unsafe extern "C" fn x_sleep(_vfs: *mut sqlite3_vfs, micros: c_int) -> c_int {
     micros
 }
 
-/// Milliseconds since the Julian epoch (noon, 24 November 4714 BC).
+/// Milliseconds since the Julian epoch (noon, 24 November 4714 BC), from
+/// the system clock (when there is no default VFS to ask).
 fn julian_ms() -> i64 {
     const UNIX_EPOCH_JULIAN_MS: i64 = 24_405_875 * 8_640_000;
     let since = std::time::SystemTime::now()
@@ -778,22 +820,42 @@ fn julian_ms() -> i64 {
     UNIX_EPOCH_JULIAN_MS + since
 }
 
+// The time is the default (unix) VFS's: it honours SQLite's test clock
+// (`sqlite3_current_time` in a test build), and one process then has one
+// clock whichever VFS a connection uses.
+
 unsafe extern "C" fn x_current_time(_vfs: *mut sqlite3_vfs, out: *mut f64) -> c_int {
+    if let Some((d, f)) = forward().and_then(|(d, v)| v.xCurrentTime.map(|f| (d, f))) {
+        // SAFETY: the default VFS's own method, with the argument SQLite
+        // gave this one.
+        return unsafe { f(d, out) };
+    }
     // SAFETY: SQLite passes a writable double.
     unsafe { *out = julian_ms() as f64 / 86_400_000.0 };
     SQLITE_OK
 }
 
 unsafe extern "C" fn x_current_time_int64(_vfs: *mut sqlite3_vfs, out: *mut i64) -> c_int {
+    let fwd = forward().and_then(|(d, v)| {
+        let f = if v.iVersion >= 2 {
+            v.xCurrentTimeInt64
+        } else {
+            None
+        };
+        f.map(|f| (d, f))
+    });
+    if let Some((d, f)) = fwd {
+        // SAFETY: as in x_current_time.
+        return unsafe { f(d, out) };
+    }
     // SAFETY: SQLite passes a writable i64.
     unsafe { *out = julian_ms() };
     SQLITE_OK
 }
 
-unsafe extern "C" fn x_get_last_error(
-    _vfs: *mut sqlite3_vfs,
-    _n: c_int,
-    _out: *mut c_char,
-) -> c_int {
-    0
+/// `xGetLastError`: this thread's last failure (`lasterror`): its
+/// `errno`, and its message into `out`.
+unsafe extern "C" fn x_get_last_error(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
+    // SAFETY: SQLite passes null or `n` writable bytes.
+    unsafe { crate::lasterror::get_last_error(n, out) }
 }

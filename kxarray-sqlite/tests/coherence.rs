@@ -313,6 +313,11 @@ impl Methods {
         unsafe { self.m.xWrite.unwrap()(self.f, data.as_ptr().cast(), data.len() as i32, off) }
     }
 
+    fn lock(&self, level: i32) -> i32 {
+        // SAFETY: the file's own method.
+        unsafe { self.m.xLock.unwrap()(self.f, level) }
+    }
+
     fn fetch(&self, off: i64, amt: i32) -> *mut std::os::raw::c_void {
         let mut p = std::ptr::null_mut();
         // SAFETY: the file's own method with a writable out-pointer.
@@ -363,6 +368,11 @@ fn unfetch_releases_the_reference_of_its_own_pointer() {
     let db = open(&p, "").unwrap();
     let m = Methods::of(&db);
     let page = |b: u8| vec![b; 1024];
+    // the locks SQLite holds when it writes and fetches (a handle that
+    // never locks is a shim's chunk, served from the file: `lockless`)
+    for level in [1, 2, 4] {
+        assert_eq!(m.lock(level), 0);
+    }
     assert_eq!(m.write(&page(1).repeat(8), 0), 0);
     assert_eq!(m.set_mmap_size(1 << 20), 0);
     let p1 = m.fetch(0, 1024);
@@ -393,6 +403,8 @@ fn unfetch_releases_the_reference_of_its_own_pointer() {
     );
     assert_eq!(m.unfetch(0, p2), 0);
     assert_eq!(m.unfetch(0, std::ptr::null_mut()), 0);
+    // SAFETY: the file's own method, back to no lock.
+    assert_eq!(unsafe { m.m.xUnlock.unwrap()(m.f, 0) }, 0);
 }
 
 /// A read-write connection opened after a read-only one of the same file

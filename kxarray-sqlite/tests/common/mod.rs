@@ -5,6 +5,7 @@
 
 pub(crate) mod bank;
 pub(crate) mod procs;
+pub(crate) mod split;
 
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
