@@ -12,16 +12,20 @@
 //! They need root and a memory cgroup they can make: a child of the test's
 //! own cgroup v1 memory directory (`/sys/fs/cgroup/memory/...`), or on
 //! cgroup v2 a child of the root with the memory controller enabled;
-//! elsewhere (and without the `sqlite3` shell) they print SKIPPED.
+//! elsewhere (and without the `sqlite3` shell) they report themselves
+//! ignored, with the reason.
 //! `KX_BUDGET_TEST_MB` changes the size of each of the five databases
 //! (default 300 MB), `KX_BUDGET_TEST_SHARED_MB` the eight's one database
 //! (default 150 MB), and `KX_BUDGET_TEST_PARAMS` adds URI parameters to
 //! every open: `KX_BUDGET_TEST_PARAMS=kx_budget=0` shows what the tests
 //! guard against (processes killed, the tests fail).
 
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
 mod common;
 
-use common::{load_arg, shell};
+use common::load_arg;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -204,24 +208,18 @@ fn field(text: &str, name: &str) -> Option<u64> {
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
-/// The SKIPPED reason, or the cgroup the test runs in.
-fn cgroup_or_skip() -> Option<Cgroup> {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return None;
-    }
+/// The cgroup the test runs in; the test skips without the shell or a
+/// memory cgroup it can make.
+fn cgroup_or_skip() -> Cgroup {
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     match Cgroup::make(LIMIT) {
-        Ok(c) => Some(c),
-        Err(why) => {
-            eprintln!("SKIPPED: no memory cgroup could be made ({why})");
-            None
-        }
+        Ok(c) => c,
+        Err(why) => harness::skip_now(format!("no memory cgroup could be made ({why})")),
     }
 }
 
-#[test]
 fn five_shells_in_a_small_cgroup_are_not_killed() {
-    let Some(cg) = cgroup_or_skip() else { return };
+    let cg = cgroup_or_skip();
     let mb = env_number("KX_BUDGET_TEST_MB", 300);
     let rows = mb * 1_000_000 / BLOB;
     let dir = tempfile::tempdir().unwrap();
@@ -297,9 +295,8 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
 /// others' commits through its own cache), scans twice more with a
 /// commit after each, and sees its own three rows. Afterwards the
 /// database holds 24 rows and passes `PRAGMA integrity_check`.
-#[test]
 fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
-    let Some(cg) = cgroup_or_skip() else { return };
+    let cg = cgroup_or_skip();
     let mb = env_number("KX_BUDGET_TEST_SHARED_MB", 150);
     let rows = mb * 1_000_000 / BLOB;
     let dir = tempfile::tempdir().unwrap();
@@ -424,12 +421,8 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
 /// The VFS joins the budget by default (`kx_settings` says `budget=1`,
 /// `kx_stats` has the `budget_*` fields, the cache's capacity is its
 /// share); `kx_budget=0` opts out (a fixed capacity, no fields).
-#[test]
 fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return;
-    }
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     let run = |params: &str| {
@@ -458,3 +451,11 @@ fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
     assert!(!off.contains("budget_share"), "{off}");
     assert_eq!(field(&off, "capacity"), Some(64 << 20), "{off}");
 }
+
+harness::main!(
+    tests: [
+        five_shells_in_a_small_cgroup_are_not_killed,
+        eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed,
+        the_vfs_joins_by_default_and_kx_budget_0_opts_out,
+    ],
+);
