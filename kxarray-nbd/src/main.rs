@@ -192,7 +192,7 @@ fn run(args: Args) -> Result<(), String> {
             } else {
                 FileBackend::create(path)
             };
-            let f = f.map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = f.map_err(|e| e.to_string())?;
             if f.len().map_err(|e| e.to_string())? < args.size {
                 f.set_len(args.size)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
