@@ -1,5 +1,5 @@
-//! The I/O engine across `fork` and under a refused `io_uring_enter`
-//! (issue 36, points 1 and 2), each through the public API in a forked
+//! The I/O engine across `fork` and under a refused `io_uring_enter`,
+//! each through the public API in a forked
 //! child whose exit status the parent checks.
 //!
 //! The tests fork, so they take one lock each: a child is then made while

@@ -1,4 +1,4 @@
-//! The I/O engine's limits and threads (issue 36, points 3, 4 and 7): the
+//! The I/O engine's limits and threads: the
 //! pool's bound, ring sizes up to the kernel's limit, the thread
 //! completions run on, and a drop with a request that never completes.
 //! Each test runs on every engine the machine has.

@@ -94,7 +94,7 @@ fn replay_api_corpus() {
     replay(&files, |d| api::run_bytes(d, on));
 }
 
-/// Inputs that reproduced a known issue-8 defect, replayed with the
+/// Inputs that reproduced a known defect, replayed with the
 /// defect-reaching operations on once `KNOWN_DEFECTS_FIXED` is set (until
 /// then with their safe variants, which must pass).
 fn replay_api_regressions() {
@@ -102,7 +102,7 @@ fn replay_api_regressions() {
     replay(&corpus("api", "regressions"), |d| api::run_bytes(d, on));
 }
 
-/// The hand-written issue-8 seeds: each passes with its class off (the
+/// The hand-written known-defect seeds: each passes with its class off (the
 /// safe variant), and with it on once `KNOWN_DEFECTS_FIXED`.
 fn replay_api_known_defect_seeds() {
     for (class, name, input) in api::known_defect_seeds() {

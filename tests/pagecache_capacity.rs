@@ -1,4 +1,4 @@
-//! Recycled frames and the run-time capacity (issue 30): a frame handed
+//! Recycled frames and the run-time capacity: a frame handed
 //! out again never shows a reader its former folio's bytes; `set_capacity`
 //! under concurrent readers and writers loses nothing and drops nothing
 //! dirty; the statistics agree with each other and with the capacity.

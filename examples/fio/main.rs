@@ -40,7 +40,7 @@
 //! every engine starts cold: the kxarray cache empty, the kernel's holding
 //! none of the file. The clock starts when every job has built its engine.
 //!
-//! **Misses** (issue 31): `--direct` puts an `O_DIRECT` `FileBackend`
+//! **Misses**: `--direct` puts an `O_DIRECT` `FileBackend`
 //! below the kxarray cache (the only copy of a page in memory is the
 //! cache's; the kernel reads nothing ahead); `--iodepth N` keeps N reads in
 //! flight per job: the job hands N blocks at a time to the engine's batch

@@ -1,4 +1,4 @@
-//! The server's cached backend in the shared memory budget (issue 37): it
+//! The server's cached backend in the shared memory budget: it
 //! joins by default (a slot with its pid in the registry of its cgroup or
 //! machine), `--no-budget` keeps it out, and a server killed with SIGKILL
 //! has its slot freed by the next look.

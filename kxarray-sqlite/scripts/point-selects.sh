@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 38's "regression to win back": the stock sqlite3 shell, QUERIES point
+# The "regression to win back": the stock sqlite3 shell, QUERIES point
 # selects in ONE statement over a table of ROWS rows of 400 bytes
 # (scripts/db.sh's database), warm:
 #

@@ -1,7 +1,7 @@
 //! Stock `sqlite3` shells in one memory cgroup through the VFS with
-//! default settings (issue 37): five each scanning its own database three
-//! times, and eight sharing one database in WAL mode (issue 38's shared
-//! locking), each scanning it three times and writing a few rows.
+//! default settings: five each scanning its own database three times, and
+//! eight sharing one database in WAL mode, each scanning it three times
+//! and writing a few rows.
 //!
 //! Before the shared budget each process sized its cache from the cgroup
 //! alone: 256 MiB each (a quarter of 512 MiB raised to the 256 MiB floor),
@@ -281,9 +281,9 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Eight shells on ONE database in WAL mode (issue 38's shared locking: a
-/// real `-shm`, SQLite's locks, each process's cache kept coherent), in
-/// the 512 MiB cgroup. The database (150 MB) is sized so that eight
+/// Eight shells on ONE database in WAL mode (shared locking: a real
+/// `-shm`, SQLite's locks, each process's cache kept coherent), in the
+/// 512 MiB cgroup. The database (150 MB) is sized so that eight
 /// caches at the un-budgeted default (256 MiB each, each holding the
 /// whole database after a scan: 1.2 GB) exceed the limit; with
 /// `KX_BUDGET_TEST_PARAMS=kx_budget=0` the kernel kills some.

@@ -69,8 +69,8 @@ fn a_commit_of_another_process_between_open_and_first_lock_is_seen() {
 /// VFS in another process while it reads: as beside a unix-VFS reader, the
 /// writer commits (a WAL reader never blocks a writer), and the reader's
 /// next transaction sees that commit, never a stale snapshot beside a
-/// commit that happened. (Before issue 38 the writer got "database is
-/// locked".)
+/// commit that happened. (When the VFS held one lock for a connection's
+/// whole life, the writer got "database is locked".)
 fn a_read_only_open_reads_beside_wal_writers() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();

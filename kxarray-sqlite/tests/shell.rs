@@ -138,7 +138,7 @@ fn ld_preload_registers_the_vfs_in_an_unmodified_program() {
     assert!(lines.iter().any(|l| l.starts_with(&cache)), "{out}");
 }
 
-/// The issue-38 defect: beside a process that has the database open on
+/// Beside a process that has the database open on
 /// kxarray (default, shared locking), the stock shell on the unix VFS and a
 /// second kxarray process read and write it, and each sees the others'
 /// commits at its next transaction. (Before, both got "database is

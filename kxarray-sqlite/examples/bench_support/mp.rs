@@ -1,4 +1,4 @@
-//! The multi-process rows of `sqlite_bench` (issue 38), included by it:
+//! The multi-process rows of `sqlite_bench`, included by it:
 //!
 //! - `mp`: WAL mode, one writer process (single-row UPDATE commits,
 //!   synchronous=NORMAL) and `--readers` reader processes (uniform point
