@@ -14,9 +14,11 @@
 //! at any point with [`skip_now`] or [`require`] (an unwind the harness
 //! reports as skipped, not failed). Built on
 //! `libtest-mimic`, which takes libtest's command line (`--exact`,
-//! `--ignored`, `--skip`, `--test-threads`, `--list`...); it does not
-//! capture output, so what a test prints shows as it runs. Shared by the
-//! three crates' tests (`#[path]`).
+//! `--ignored`, `--skip`, `--test-threads`, `--list`...). It does not
+//! capture what a test prints (that shows as it runs); panic messages are
+//! kept and shown only when a test failed (or at once with
+//! `--nocapture`), as libtest shows them. Shared by the three crates'
+//! tests (`#[path]`).
 //!
 //! Invariant (checked by `tests/front_door.rs`): a `harness = false` test
 //! file has no `#[test]` function, which libtest-mimic would never run.
@@ -125,12 +127,23 @@ pub(crate) fn run(tests: Vec<Test>) -> ! {
             .ok()
             .and_then(|v| v.parse().ok());
     }
-    // A skip's unwind is not a panic to report.
+    // A skip's unwind is not a panic to report. Other panics' messages
+    // (with their location) are kept, not printed, as libtest's output
+    // capture keeps them: many tests panic on purpose (in the code under
+    // test's threads too); they are printed at the end if a test failed,
+    // and at once with --nocapture.
     let default_hook = std::panic::take_hook();
+    let nocapture = args.nocapture;
     std::panic::set_hook(Box::new(move |info| {
-        if info.payload().downcast_ref::<Skip>().is_none() {
-            default_hook(info)
+        if info.payload().downcast_ref::<Skip>().is_some() {
+            return;
         }
+        if nocapture {
+            return default_hook(info);
+        }
+        let thread = std::thread::current();
+        let line = format!("thread '{}' {info}", thread.name().unwrap_or("<unnamed>"));
+        PANICS.lock().unwrap_or_else(|e| e.into_inner()).push(line);
     }));
     let trials = tests
         .into_iter()
@@ -154,8 +167,21 @@ pub(crate) fn run(tests: Vec<Test>) -> ! {
             }
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit()
+    let conclusion = libtest_mimic::run(&args, trials);
+    if conclusion.has_failed() {
+        let panics = PANICS.lock().unwrap_or_else(|e| e.into_inner());
+        if !panics.is_empty() {
+            eprintln!("\npanics during the run (the failing tests' among them):");
+            for p in panics.iter() {
+                eprintln!("  {p}");
+            }
+        }
+    }
+    conclusion.exit()
 }
+
+/// The panic messages of the run, kept for a failing run's report.
+static PANICS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// The `main` of a `harness = false` test binary: its tests, and the
 /// child-process entries its tests start (`--ignored --exact NAME`).
