@@ -134,6 +134,7 @@ fn the_checks_reject_planted_problems() {
         format!("{i} #12"),
         ["merge h3", "8-wal"].concat(),
         ["se", "ed 004"].concat(),
+        ["(se", "ed `000_bc9e.txt`)"].concat(),
     ] {
         assert_eq!(history_references(&bad).len(), 1, "{bad}");
     }

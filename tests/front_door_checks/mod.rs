@@ -620,6 +620,10 @@ pub(crate) fn history_references(text: &str) -> Vec<(usize, String)> {
                 out.push((n + 1, line.trim().to_string()));
             }
         }
+        // a seed file (`000_bc9eebafdc41bc11.txt`)
+        if l.contains("seed `0") {
+            out.push((n + 1, line.trim().to_string()));
+        }
         // a branch name: h, digits, a dash, a letter, at a word start
         for i in 0..b.len() {
             let starts = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
