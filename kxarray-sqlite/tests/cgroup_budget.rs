@@ -202,10 +202,20 @@ fn spawn_in(cg: &Cgroup) -> std::process::Child {
         .unwrap()
 }
 
-/// The value of `name=` in a `kx_stats` line, if there.
+/// The value of `name=` in a `kx_stats` text, if there.
 fn field(text: &str, name: &str) -> Option<u64> {
     text.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Whether a line of the shell's output is one of `kx_stats`'s
+/// (`name=value`, a size followed by its MiB), not a query's answer.
+fn is_stat(line: &str) -> bool {
+    line.split_once('=').is_some_and(|(k, _)| {
+        !k.is_empty()
+            && k.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    })
 }
 
 /// The cgroup the test runs in; the test skips without the shell or a
@@ -266,7 +276,8 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let answers: Vec<&str> = stdout.lines().take(SCANS).collect();
-        let stats = stdout.lines().nth(SCANS).unwrap_or("");
+        let stats: Vec<&str> = stdout.lines().skip(SCANS).filter(|l| is_stat(l)).collect();
+        let stats = stats.join(" ");
         eprintln!("process {i}: {:?}; {stats}", out.status);
         if !out.status.success() {
             failures.push(format!("process {i}: {:?}, stderr {stderr:?}", out.status));
@@ -364,20 +375,15 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
     for (i, out) in outputs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let answers: Vec<&str> = stdout
-            .lines()
-            .filter(|l| !l.starts_with("capacity="))
-            .collect();
-        let stats = stdout
-            .lines()
-            .find(|l| l.starts_with("capacity="))
-            .unwrap_or("");
+        let answers: Vec<&str> = stdout.lines().filter(|l| !is_stat(l)).collect();
+        let stats: Vec<&str> = stdout.lines().filter(|l| is_stat(l)).collect();
+        let stats = stats.join(" ");
         eprintln!(
             "process {i}: {:?}; after the barrier capacity={:?} budget_share={:?} budget_members={:?}",
             out.status,
-            field(stats, "capacity"),
-            field(stats, "budget_share"),
-            field(stats, "budget_members")
+            field(&stats, "capacity"),
+            field(&stats, "budget_share"),
+            field(&stats, "budget_members")
         );
         keys.push(
             stats

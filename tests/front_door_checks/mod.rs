@@ -621,7 +621,7 @@ pub(crate) fn history_references(text: &str) -> Vec<(usize, String)> {
             }
         }
         // a seed file (`000_bc9eebafdc41bc11.txt`)
-        if l.contains("seed `0") {
+        if l.contains(&["seed `", "0"].concat()) {
             out.push((n + 1, line.trim().to_string()));
         }
         // a branch name: h, digits, a dash, a letter, at a word start
