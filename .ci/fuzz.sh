@@ -5,7 +5,7 @@
 # missing (FUZZ_INSTALL=0 skips instead). Exits non-zero if a target
 # crashes (the crash input is left in fuzz/artifacts/<target>/).
 #
-# The api target's operations that reach the known issue-8 defects
+# The api target's operations that reach the known defects
 # (`KNOWN_DEFECTS_FIXED` in tests/fuzz_common/api.rs) are on only once
 # that constant is true, so CI stays green while the fixes are pending;
 # KX_FUZZ_KNOWN_DEFECT_OPS overrides (1: all, 0: none, or a list).

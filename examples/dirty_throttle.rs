@@ -1,4 +1,4 @@
-//! Seed 003's table on this machine: buffered writes of sizes from half to
+//! The table on this machine: buffered writes of sizes from half to
 //! twice the dirty limit into a backend throttled to a fixed bandwidth,
 //! with the global dirty count read once per `ratelimit_pages` pages
 //! (`balance_dirty_pages_ratelimited`) against read on every dirtied page.
@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Seed 003's table: ratelimited vs global-read dirty throttling.
+/// The table: ratelimited vs global-read dirty throttling.
 #[derive(Parser, Debug)]
 struct Args {
     /// Page cache capacity in MiB (the dirty limit is 20% of it).
@@ -244,7 +244,7 @@ fn main() -> io::Result<()> {
     let cap = a.cache_mib << 20;
     let limit = cap / 5;
     println!(
-        "dirty throttling (seed 003): cache {} MiB, dirty limit {} MiB (background {} MiB), backend {} MiB/s, {} writer(s) of {} B, {} rounds{}",
+        "dirty throttling: cache {} MiB, dirty limit {} MiB (background {} MiB), backend {} MiB/s, {} writer(s) of {} B, {} rounds{}",
         a.cache_mib,
         limit >> 20,
         (cap / 10) >> 20,

@@ -1,4 +1,5 @@
-//! The seed's fio job in user space: random 4 KiB cached reads from a file
+//! The fio job of Kairui Song's `__filemap_add_folio` series (the kernel's
+//! change that `add_folio` follows), in user space: random 4 KiB cached reads from a file
 //! whose page cache is capped below the file size, so most misses refault
 //! over a shadow entry.
 //!
@@ -11,7 +12,7 @@
 //! A real temporary file (`--file-mib`, default 128) with deterministic
 //! contents is created in `std::env::temp_dir()` and removed at the end.
 //! By default misses copy the page from a RAM image of that file (`--backend
-//! ram`, the analog of the seed's `brd` RAM disk, so the page cache and not a
+//! ram`, the analog of the series' `brd` RAM disk, so the page cache and not a
 //! syscall dominates a miss); `--backend file` `pread`s it from the file.
 //! `--threads` readers (default 4) each pick a random page; a read looks the
 //! folio up lock-free (`lookup`); on a miss it reads the page, builds an
@@ -24,7 +25,7 @@
 //!
 //! `--thp` first populates the whole cache with order-9 folios and evicts
 //! them (order-9 shadows over the whole file), so the first order-0 miss in
-//! each 2 MiB region must split a THP-sized shadow, as in the seed's THP test.
+//! each 2 MiB region must split a THP-sized shadow, as in the series' THP test.
 //!
 //! Without `--legacy` both algorithms run for `--seconds` each, in the same
 //! process, on separate address spaces, in alternating slices of about
@@ -90,7 +91,7 @@ impl Pattern {
 }
 
 /// Where misses read from: the temporary file (`pread`), or a RAM copy of
-/// it, the analog of the seed's `brd` RAM disk, so the page cache rather
+/// it, the analog of the series' `brd` RAM disk, so the page cache rather
 /// than the syscall dominates a miss.
 enum Backend {
     File(File),
@@ -167,7 +168,7 @@ impl Mode {
     }
 }
 
-/// The seed's fio job in user space: random cached 4 KiB reads through a
+/// The `__filemap_add_folio` series' fio job in user space: random cached 4 KiB reads through a
 /// page cache smaller than the file, one-walk `add_folio` against the
 /// legacy algorithm.
 #[derive(Parser, Debug)]
@@ -182,7 +183,7 @@ struct Config {
     /// Run the legacy algorithm only.
     #[arg(long)]
     legacy: bool,
-    /// First populate and evict order-9 folios (the seed's THP case).
+    /// First populate and evict order-9 folios (the series' THP case).
     #[arg(long)]
     thp: bool,
     /// Size of the temporary file in MiB.
@@ -201,7 +202,7 @@ struct Config {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum BackendKind {
-    /// A RAM copy of the file (the seed's brd device).
+    /// A RAM copy of the file (the series' brd device).
     Ram,
     /// `pread` from the temporary file.
     File,
@@ -297,7 +298,7 @@ impl Cache {
         }
     }
 
-    /// The seed's THP pre-phase: every 2 MiB of the file cached as an
+    /// The series' THP pre-phase: every 2 MiB of the file cached as an
     /// order-9 folio, then reclaimed, leaving order-9 shadows.
     fn populate_thp(&self, pages: u64, file: &Backend) {
         let mut buf = vec![0u8; PAGE_SIZE << 9];
@@ -638,7 +639,7 @@ fn main() -> ExitCode {
     println!(
         "backend: {}",
         if cfg.backend == BackendKind::Ram {
-            "ram (a RAM copy of the file, like the seed's brd device)"
+            "ram (a RAM copy of the file, like the series' brd device)"
         } else {
             "file (pread)"
         }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before/after evidence for an engine change (issue 9's "Measures").
+# Before/after evidence for an engine change.
 #
 #   scripts/engine-compare.sh BEFORE AFTER [OUT.md]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kxarray's page cache against the kernel's (issue 23), one harness for all:
+# kxarray's page cache against the kernel's, one harness for all:
 # the fio example (examples/fio) with --engine kxarray|psync|mmap|memcpy|null,
 # the same job loop, random stream, clock reads and histogram for every
 # engine, every cache warm before the clock starts (the kernel's is never
@@ -9,8 +9,8 @@
 #   scripts/vs-kernel.sh [table]     the table (default): ROUNDS interleaved rounds
 #   scripts/vs-kernel.sh fio-check   the harness's psync/mmap rows against the real fio
 #   scripts/vs-kernel.sh callgrind   instructions per I/O of the hit paths
-#   scripts/vs-kernel.sh miss        4 KiB random read_at misses against fio psync (issue 30)
-#   scripts/vs-kernel.sh cold        cold misses (O_DIRECT, empty caches) against the real fio, and NBD (issue 31)
+#   scripts/vs-kernel.sh miss        4 KiB random read_at misses against fio psync
+#   scripts/vs-kernel.sh cold        cold misses (O_DIRECT, empty caches) against the real fio, and NBD
 #
 # table: rows = file size (SIZES: a 256 MiB file the page cache holds, a
 # 1 MiB file the CPU caches hold) x pattern (ROWS: 4 KiB and 64 KiB random
@@ -58,7 +58,7 @@
 # each function's own instructions per I/O (the same difference, per
 # function, from callgrind_annotate).
 #
-# miss: the miss path (issue 30). A MISS_SIZE file (2g) held by the
+# miss: the miss path. A MISS_SIZE file (2g) held by the
 # kernel's cache (read once with cat before every round), 4 KiB random
 # reads, MISS_JOBS jobs ("1 2"), interleaved in an order rotated per row
 # and round:
@@ -102,7 +102,7 @@
 # the 3 rounds on the 2-core development machine (fio-check with ROUNDS=5
 # RUNTIME=3: 5 min; callgrind: 1 min 35 s).
 #
-# cold (issue 31): the miss path on a cold start, against the real fio on
+# cold: the miss path on a cold start, against the real fio on
 # the same COLD_SIZE file (2g, in DIR: not tmpfs, which refuses O_DIRECT),
 # every run a fresh process with the file dropped from the kernel's cache
 # first (posix_fadvise DONTNEED), RUNTIME seconds (2), rows COLD_ROWS

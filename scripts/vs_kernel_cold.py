@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cold-miss table of `scripts/vs-kernel.sh cold` (issue 31): kxarray's
+"""The cold-miss table of `scripts/vs-kernel.sh cold`: kxarray's
 fio example (`--direct --cold`) and the NBD server beside the real fio on
 the same file, cold, interleaved rounds; a row per target of the issue with
 the ratio's median and range over the rounds.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables for scripts/vs-kernel.sh (issue 23): medians over interleaved
+"""Tables for scripts/vs-kernel.sh: medians over interleaved
 rounds of the fio example's `result:` lines, and the ratios the issue's
 targets name.
 
@@ -85,7 +85,7 @@ def table(path):
             print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
         ratios(r, order, rounds)
         before_after(r, order, rounds, engines)
-    print("\nTargets (issue 23): read_at / psync >= 1.2 on every 256m row and on every 70/30 mix (randrw) row; read_at / mmap")
+    print("\nTargets: read_at / psync >= 1.2 on every 256m row and on every 70/30 mix (randrw) row; read_at / mmap")
     print(">= 1.0 on every 256m row; zero-copy / psync >= 3 and zero-copy+touch / psync+touch >= 1.5 on every row; on the 1m")
     print("rows read_at's time per I/O at most 1.3x memcpy's (the gross ratio carries the mark; the net one is for reading).")
 
@@ -221,7 +221,7 @@ def fio_json(path):
 
 
 def miss(path):
-    """The miss-path table (issue 30): median IOPS per jobs and tool, and
+    """The miss-path table: median IOPS per jobs and tool, and
     the ratios of the kxarray rows to fio's psync (and the harness's),
     each the median of the per-round ratios with its range."""
     runs = defaultdict(dict)  # (round, jobs) -> tool -> iops
@@ -244,7 +244,7 @@ def miss(path):
             return f"{med(xs):.2f}x ({xs[0]:.2f}-{xs[-1]:.2f})"
         print(f"| {jobs} | " + " | ".join(cells) + f" | {ratio('kx-grow', 'fio')} | {ratio('kx-steady', 'fio')} | "
               f"{ratio('kx-grow', 'psync')} | {ratio('kx-steady', 'psync')} |")
-    print("target (issue 30): every kxarray / fio psync ratio at least 0.67x")
+    print("target: every kxarray / fio psync ratio at least 0.67x")
     if any(r.get("kx-steady@before") or r.get("kx-grow@before") for r in runs.values()):
         print()
         print("| jobs | grow@before KIOPS | grow KIOPS | grow after / before | steady@before KIOPS | steady KIOPS | steady after / before |")

@@ -3,6 +3,8 @@
 //! synchronous defaults of `RamDisk` and of a backend written without
 //! them, and through `Arc<dyn Backend>`.
 
+mod harness;
+
 mod aio_common;
 
 use aio_common::{engines, pattern};
@@ -61,7 +63,6 @@ fn mixed_batch(b: &dyn Backend, what: &str) {
 
 use kxarray::aio::IoBuf;
 
-#[test]
 fn file_backends_submit_to_each_engine() {
     for (name, engine) in engines() {
         let dir = tempfile::tempdir().unwrap();
@@ -71,7 +72,9 @@ fn file_backends_submit_to_each_engine() {
         let mut backends = vec![("buffered", buffered)];
         match FileBackend::create_direct(&dir.path().join("d")) {
             Ok(d) => backends.push(("direct", d.with_engine(engine.clone()))),
-            Err(e) => eprintln!("{name}: O_DIRECT SKIPPED: {e}"),
+            Err(e) => eprintln!(
+                "{name}: no O_DIRECT here, buffered only (o_direct_ran_here says so): {e}"
+            ),
         }
         for (mode, b) in backends {
             let what = format!("{name}/{mode}");
@@ -149,7 +152,6 @@ impl Backend for Plain {
     }
 }
 
-#[test]
 fn backends_without_an_engine_keep_working_through_the_defaults() {
     let ram = RamDisk::new(LEN as u64);
     fill(&ram);
@@ -165,3 +167,24 @@ fn backends_without_an_engine_keep_working_through_the_defaults() {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::StorageFull, "as write_at: {e}");
 }
+
+/// Reported as ignored, with the reason, when io_uring cannot be set up
+/// here: the tests above then ran on the thread pool alone.
+fn io_uring_ran_here() -> harness::Outcome {
+    aio_common::uring_here().map_err(harness::Skip)
+}
+
+/// Reported as ignored, with the reason, when the temporary directory
+/// refuses `O_DIRECT`: the tests above then skipped their direct halves.
+fn o_direct_ran_here() -> harness::Outcome {
+    aio_common::direct_here().map_err(harness::Skip)
+}
+
+harness::main!(
+    tests: [
+        file_backends_submit_to_each_engine,
+        backends_without_an_engine_keep_working_through_the_defaults,
+        io_uring_ran_here,
+        o_direct_ran_here,
+    ],
+);

@@ -4,6 +4,8 @@
 //! alive by the engine after its handle is dropped, forgotten or unwound,
 //! futures, and hostile wakers.
 
+mod harness;
+
 mod aio_common;
 
 use aio_common::{block_on, engines, pattern, patterned_file};
@@ -39,7 +41,6 @@ fn next(x: &mut u64) -> u64 {
     *x
 }
 
-#[test]
 fn many_reads_in_flight_from_several_threads_return_the_right_bytes() {
     let (_path, file) = patterned_file(FILE_LEN);
     for (name, engine) in engines() {
@@ -77,7 +78,6 @@ fn many_reads_in_flight_from_several_threads_return_the_right_bytes() {
     }
 }
 
-#[test]
 fn writes_in_flight_land_where_they_were_sent() {
     for (name, engine) in engines() {
         let file = Arc::new(tempfile::tempfile().unwrap());
@@ -99,7 +99,7 @@ fn writes_in_flight_land_where_they_were_sent() {
 }
 
 /// A file opened with `O_DIRECT` on the temporary directory, if its
-/// filesystem allows it (tmpfs does not).
+/// filesystem allows it (`o_direct_ran_here` reports it when not).
 fn direct_file(len: usize) -> Option<(tempfile::TempPath, Arc<File>)> {
     use std::os::unix::fs::OpenOptionsExt;
     let (path, _) = patterned_file(len);
@@ -110,13 +110,12 @@ fn direct_file(len: usize) -> Option<(tempfile::TempPath, Arc<File>)> {
     {
         Ok(f) => Some((path, Arc::new(f))),
         Err(e) => {
-            eprintln!("O_DIRECT SKIPPED on the temporary directory: {e}");
+            eprintln!("no O_DIRECT on the temporary directory: {e}");
             None
         }
     }
 }
 
-#[test]
 fn an_error_reaches_its_own_request_only() {
     let (_path, good) = patterned_file(FILE_LEN);
     let dir = Arc::new(File::open(std::env::temp_dir()).unwrap());
@@ -299,14 +298,12 @@ fn abandoned_read_keeps_its_buffer(
     assert_eq!(&got[..10], b"late bytes", "{name}");
 }
 
-#[test]
 fn a_dropped_handle_leaves_its_buffer_with_the_engine_until_completion() {
     for (name, engine) in engines() {
         abandoned_read_keeps_its_buffer(&engine, name, drop);
     }
 }
 
-#[test]
 fn a_handle_dropped_by_a_panic_leaves_its_buffer_with_the_engine() {
     for (name, engine) in engines() {
         abandoned_read_keeps_its_buffer(&engine, name, |c| {
@@ -320,7 +317,6 @@ fn a_handle_dropped_by_a_panic_leaves_its_buffer_with_the_engine() {
     }
 }
 
-#[test]
 fn a_future_dropped_after_its_first_poll_leaves_its_buffer_with_the_engine() {
     for (name, engine) in engines() {
         abandoned_read_keeps_its_buffer(&engine, name, |mut c| {
@@ -331,7 +327,6 @@ fn a_future_dropped_after_its_first_poll_leaves_its_buffer_with_the_engine() {
     }
 }
 
-#[test]
 fn a_forgotten_handle_leaks_its_buffer_but_never_frees_it_early() {
     for (name, engine) in engines() {
         let (r, mut w) = pipe();
@@ -346,7 +341,6 @@ fn a_forgotten_handle_leaks_its_buffer_but_never_frees_it_early() {
     }
 }
 
-#[test]
 fn futures_complete_under_a_plain_block_on_and_in_any_order() {
     let (_path, file) = patterned_file(FILE_LEN);
     for (name, engine) in engines() {
@@ -387,7 +381,6 @@ fn poll_with<F: Fn() + Send + Sync + 'static, B: Send + 'static>(c: &mut Complet
     assert!(std::pin::Pin::new(c).poll(&mut cx).is_pending());
 }
 
-#[test]
 fn hostile_wakers_neither_stop_nor_deadlock_the_engine() {
     let (_path, file) = patterned_file(FILE_LEN);
     for (name, engine) in engines() {
@@ -441,7 +434,6 @@ fn hostile_wakers_neither_stop_nor_deadlock_the_engine() {
     }
 }
 
-#[test]
 fn dropping_an_engine_waits_for_its_requests() {
     for (name, engine) in engines() {
         let (r, mut w) = pipe();
@@ -462,7 +454,6 @@ fn dropping_an_engine_waits_for_its_requests() {
 /// The line saying which engine runs is one `info` record of the `log`
 /// facade (a child process with a logger printing records on its standard
 /// output), never written to standard error by the library itself.
-#[test]
 fn the_environment_variable_forces_the_global_engine() {
     if let Ok(want) = std::env::var("KX_AIO_CHILD_EXPECT") {
         aio_common::log_to_stdout();
@@ -507,3 +498,33 @@ fn the_environment_variable_forces_the_global_engine() {
         );
     }
 }
+
+/// Reported as ignored, with the reason, when io_uring cannot be set up
+/// here: the tests above then ran on the thread pool alone.
+fn io_uring_ran_here() -> harness::Outcome {
+    aio_common::uring_here().map_err(harness::Skip)
+}
+
+/// Reported as ignored, with the reason, when the temporary directory
+/// refuses `O_DIRECT`: the tests above then skipped their direct halves.
+fn o_direct_ran_here() -> harness::Outcome {
+    aio_common::direct_here().map_err(harness::Skip)
+}
+
+harness::main!(
+    tests: [
+        many_reads_in_flight_from_several_threads_return_the_right_bytes,
+        writes_in_flight_land_where_they_were_sent,
+        an_error_reaches_its_own_request_only,
+        a_dropped_handle_leaves_its_buffer_with_the_engine_until_completion,
+        a_handle_dropped_by_a_panic_leaves_its_buffer_with_the_engine,
+        a_future_dropped_after_its_first_poll_leaves_its_buffer_with_the_engine,
+        a_forgotten_handle_leaks_its_buffer_but_never_frees_it_early,
+        futures_complete_under_a_plain_block_on_and_in_any_order,
+        hostile_wakers_neither_stop_nor_deadlock_the_engine,
+        dropping_an_engine_waits_for_its_requests,
+        the_environment_variable_forces_the_global_engine,
+        io_uring_ran_here,
+        o_direct_ran_here,
+    ],
+);

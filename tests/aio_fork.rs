@@ -1,9 +1,11 @@
-//! The I/O engine across `fork` and under a refused `io_uring_enter`
-//! (issue 36, points 1 and 2), each through the public API in a forked
+//! The I/O engine across `fork` and under a refused `io_uring_enter`,
+//! each through the public API in a forked
 //! child whose exit status the parent checks.
 //!
 //! The tests fork, so they take one lock each: a child is then made while
 //! no other test of this file runs.
+
+mod harness;
 
 mod aio_common;
 
@@ -36,7 +38,6 @@ fn is_pattern(buf: &[u8], offset: u64) -> bool {
 /// and a wait); the parent's stay pending until the parent writes its
 /// pipes, then return exactly those bytes; no completion reaches the
 /// parent's rings for a request it does not have.
-#[test]
 fn a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     let (_path, file) = patterned_file(1 << 16);
@@ -112,7 +113,6 @@ fn a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents() {
 /// Point 1, the child's side of a request the parent submitted before the
 /// fork: on io_uring it fails in the child (it completes in the parent
 /// only) instead of leaving the child waiting for ever.
-#[test]
 fn a_parents_request_fails_in_the_child_instead_of_hanging() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     for (name, engine) in engines() {
@@ -135,7 +135,6 @@ fn a_parents_request_fails_in_the_child_instead_of_hanging() {
 /// Point 2, at setup: under a filter that refuses `io_uring_enter` only,
 /// forcing io_uring fails with the error, and `Auto` falls back to the
 /// pool saying why, and reads through it.
-#[test]
 fn a_refused_io_uring_enter_is_seen_at_setup() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     if engines().len() < 2 {
@@ -178,7 +177,6 @@ fn a_refused_io_uring_enter_is_seen_at_setup() {
 /// first read submitted then fails with the error instead of hanging, a
 /// read the kernel had taken before still completes, the engine moves to
 /// its pool for every later request, and dropping it returns.
-#[test]
 fn a_refused_io_uring_enter_after_setup_fails_over_to_the_pool() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     if engines().len() < 2 {
@@ -253,8 +251,7 @@ const SKIP: i32 = 77;
 /// unavailable here), else a failure.
 fn check_status(status: Option<i32>) {
     if status == Some(SKIP) {
-        eprintln!("SKIPPED: seccomp(2) filters cannot be installed here");
-        return;
+        harness::skip_now("seccomp(2) filters cannot be installed here");
     }
     assert_eq!(status, Some(0), "exit status");
 }
@@ -287,3 +284,19 @@ impl ReadExactCompat for &std::fs::File {
         std::io::Read::read_exact(&mut self, buf)
     }
 }
+
+/// Reported as ignored, with the reason, when io_uring cannot be set up
+/// here: the tests above then ran on the thread pool alone.
+fn io_uring_ran_here() -> harness::Outcome {
+    aio_common::uring_here().map_err(harness::Skip)
+}
+
+harness::main!(
+    tests: [
+        a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents,
+        a_parents_request_fails_in_the_child_instead_of_hanging,
+        a_refused_io_uring_enter_is_seen_at_setup,
+        a_refused_io_uring_enter_after_setup_fails_over_to_the_pool,
+        io_uring_ran_here,
+    ],
+);

@@ -4,6 +4,8 @@
 //! `kx-aio-*`) and the caller parked in `Completion::wait` use almost no
 //! CPU. Its own test binary, so no other test's I/O runs meanwhile.
 
+mod harness;
+
 mod aio_common;
 
 use aio_common::{engine_threads, engines, my_tid, thread_cpu_ns};
@@ -32,7 +34,6 @@ fn cpu_over(d: Duration, extra: &[String]) -> (u64, Vec<(String, u64)>) {
     (total, each)
 }
 
-#[test]
 fn engine_threads_and_waiters_use_no_cpu_when_idle() {
     for (name, engine) in engines() {
         // Warm up: some I/O, so every thread has run.
@@ -84,3 +85,16 @@ fn engine_threads_and_waiters_use_no_cpu_when_idle() {
         );
     }
 }
+
+/// Reported as ignored, with the reason, when io_uring cannot be set up
+/// here: the tests above then ran on the thread pool alone.
+fn io_uring_ran_here() -> harness::Outcome {
+    aio_common::uring_here().map_err(harness::Skip)
+}
+
+harness::main!(
+    tests: [
+        engine_threads_and_waiters_use_no_cpu_when_idle,
+        io_uring_ran_here,
+    ],
+);

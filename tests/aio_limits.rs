@@ -1,7 +1,9 @@
-//! The I/O engine's limits and threads (issue 36, points 3, 4 and 7): the
+//! The I/O engine's limits and threads: the
 //! pool's bound, ring sizes up to the kernel's limit, the thread
 //! completions run on, and a drop with a request that never completes.
 //! Each test runs on every engine the machine has.
+
+mod harness;
 
 mod aio_common;
 
@@ -35,7 +37,6 @@ fn like(engine: &IoEngine, settings: IoSettings) -> IoEngine {
 /// at most its depth of requests; the others run on the submitter, so
 /// 2,000 reads of 64 KiB do not pile up (they did: all queued, 626 MiB
 /// for 10,000 in the issue). Every read returns the right bytes.
-#[test]
 fn a_stalled_pool_holds_at_most_its_depth_of_requests() {
     let depth = 16;
     let pool = IoEngine::new(
@@ -76,7 +77,6 @@ fn a_stalled_pool_holds_at_most_its_depth_of_requests() {
 /// 32,768 entries were refused: a completion queue four times as large is
 /// over the kernel's limit), and `describe` reports the sizes the kernel
 /// made, not the number asked for.
-#[test]
 fn ring_sizes_up_to_the_kernels_limit_work_and_are_reported_as_made() {
     if engines().len() < 2 {
         return; // no io_uring here
@@ -107,7 +107,6 @@ fn ring_sizes_up_to_the_kernels_limit_work_and_are_reported_as_made() {
 /// own: the others' callbacks and wakers must still run on the engine's
 /// thread, not on this one (they did on io_uring, whose waiters reaped
 /// the ring themselves).
-#[test]
 fn callbacks_and_wakers_never_run_on_another_callers_waiting_thread() {
     let (_path, file) = patterned_file(1 << 20);
     for (name, engine) in engines() {
@@ -201,7 +200,6 @@ use std::future::Future;
 /// read's buffer is never written after it is handed back: the request
 /// ends with the bytes written later, or with an error and its buffer
 /// untouched.
-#[test]
 fn dropping_an_engine_with_a_request_that_never_completes_returns() {
     for (name, engine) in engines() {
         let own = like(&engine, IoSettings::default().rings(1).threads(1));
@@ -226,3 +224,19 @@ fn dropping_an_engine_with_a_request_that_never_completes_returns() {
         }
     }
 }
+
+/// Reported as ignored, with the reason, when io_uring cannot be set up
+/// here: the tests above then ran on the thread pool alone.
+fn io_uring_ran_here() -> harness::Outcome {
+    aio_common::uring_here().map_err(harness::Skip)
+}
+
+harness::main!(
+    tests: [
+        a_stalled_pool_holds_at_most_its_depth_of_requests,
+        ring_sizes_up_to_the_kernels_limit_work_and_are_reported_as_made,
+        callbacks_and_wakers_never_run_on_another_callers_waiting_thread,
+        dropping_an_engine_with_a_request_that_never_completes_returns,
+        io_uring_ran_here,
+    ],
+);

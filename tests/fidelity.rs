@@ -1,5 +1,4 @@
-//! Regression tests for kernel fidelity and contract breaks (issue 8,
-//! sections 3 and 4): cmpxchg's raw comparison and range checks, erasing
+//! Regression tests for kernel fidelity and contract breaks: cmpxchg's raw comparison and range checks, erasing
 //! through cmpxchg on allocating arrays, alloc_cyclic's array-wide wrap flag
 //! and 32-bit wrap, the read-only page-cache array, and loom models that
 //! honour `LOOM_MAX_PREEMPTIONS`.

@@ -1,4 +1,4 @@
-//! What the `api` fuzz target found beyond issue 8, each as the smallest
+//! What the `api` fuzz target found beyond the known defects, each as the smallest
 //! reproduction: defects (fixed, kept as regression tests) and behaviour
 //! the fuzzer flagged that turned out to be the kernel's (pinned, with the
 //! reason).
@@ -83,7 +83,7 @@ fn alloc_after_store_range_overwrites_it() {
 
 /// A cursor that loads an empty index, is reset under a new lock and
 /// stores there, twice (the `api` target's reused-cursor op with a `reset`,
-/// so not the stale-cursor defect of issue 8); then inserting a
+/// so not the known stale-cursor defect); then inserting a
 /// reservation far away grows the tree and leaves a child whose recorded
 /// offset is wrong: `check_invariants` reports "child at slot 0 of node at
 /// 0x0 has shift 6 offset 1". Input: `fuzz/found/api/reset-cursor-then-insert-grows-bad-offset`.

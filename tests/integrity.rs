@@ -1,5 +1,5 @@
-//! Regression tests for the integrity defects of issue 8 (section 2, the
-//! split value contract of section 3, and panic safety of section 5): each
+//! Regression tests for the tree's integrity defects (and the split value
+//! contract, and panic safety): each
 //! one drove the tree into an inconsistent state, lost part of a write, or
 //! panicked under the lock before the fix.
 

@@ -5,7 +5,8 @@
 //!
 //! Every loop runs at the kernel's size except `check_multi_store_advanced`
 //! (orders 0..14 instead of 0..20: the full run, `multi_store_advanced_full`,
-//! is `#[ignore]`d because it takes about a minute in a debug build).
+//! is ignored unless asked for (`-- --ignored`): it takes about a minute in
+//! a debug build).
 //! No analog here: `check_split_2` (`xas_try_split`) and
 //! `check_create_range_3` (a cursor put into an error state by hand).
 
@@ -329,7 +330,8 @@ fn multi_store_advanced() {
 }
 
 #[test]
-#[ignore]
+#[ignore = "the kernel's full orders 0..20, about a minute in a debug build: \
+            cargo test --release --test kernel_multi -- --ignored"]
 fn multi_store_advanced_full() {
     multi_store_advanced_upto(20);
 }

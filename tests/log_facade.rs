@@ -1,4 +1,4 @@
-//! The library never prints on its own (issue 36, point 8): the I/O
+//! The library never prints on its own: the I/O
 //! engine's line, its warnings and the pressure monitor's default sink are
 //! records of the `log` facade, silent until the application installs a
 //! logger. Each test looks at the records a capturing logger got, or at

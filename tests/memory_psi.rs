@@ -1,11 +1,13 @@
 //! The pressure monitor on the kernel's real PSI, where this machine has
 //! it: it starts, blocks in `poll` without spinning (its thread's CPU time
 //! over a second stays near zero), leaves the capacity alone without
-//! pressure, and stops promptly when dropped. Skipped, with a message,
-//! where PSI is unavailable. Alone in its file so that no other monitor
+//! pressure, and stops promptly when dropped. Reported ignored, with the
+//! reason, where PSI is unavailable. Alone in its file so that no other monitor
 //! thread of the same name runs in this process meanwhile.
 
 #![cfg(target_os = "linux")]
+
+mod harness;
 
 use kxarray::memory::{
     LogSink, PressureConfig, PressureMonitor, Psi, Resizable, Trigger, THREAD_NAME,
@@ -42,13 +44,11 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
     None
 }
 
-#[test]
 fn real_psi_blocks_and_stops() {
     let proc_root = Path::new("/proc");
     let cgroup_root = Path::new("/sys/fs/cgroup");
     if let Err(e) = Psi::for_process(proc_root, cgroup_root, &Trigger::default()) {
-        println!("skipped: PSI unavailable on this machine: {e}");
-        return;
+        harness::skip_now(format!("PSI unavailable on this machine: {e}"));
     }
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let l = Arc::clone(&lines);
@@ -103,3 +103,9 @@ fn real_psi_blocks_and_stops() {
     );
     assert_eq!(thread_cpu_ns(THREAD_NAME), None, "the thread is gone");
 }
+
+harness::main!(
+    tests: [
+        real_psi_blocks_and_stops,
+    ],
+);

@@ -10,6 +10,8 @@
 //! `super::{b, c}` (siblings). Run with `cargo test --test module_graph`; a
 //! failure prints the cycle.
 
+mod harness;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -171,16 +173,18 @@ fn graphs(src: &Path) -> (Graph, BTreeMap<String, Graph>) {
     (top, folders)
 }
 
-/// The servers' crates run one way too (checked when they are there: a
-/// packaged `kxarray` has no workspace around it).
-#[test]
+/// The servers' crates run one way too (a packaged `kxarray` has no
+/// workspace around it: the test reports itself ignored there).
 fn no_import_cycle_in_the_servers() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if root.join("Cargo.toml.orig").exists() && !root.join("kxarray-sqlite").is_dir() {
+        harness::skip_now(
+            "a packaged crate has no kxarray-nbd/ or kxarray-sqlite/: run it in a clone",
+        );
+    }
     for krate in ["kxarray-nbd", "kxarray-sqlite"] {
         let src = root.join(krate).join("src");
-        if !src.is_dir() {
-            continue;
-        }
+        assert!(src.is_dir(), "{} is missing", src.display());
         let (top, folders) = graphs(&src);
         assert!(top.len() >= 5, "{krate}: found {} modules", top.len());
         if let Some(c) = cycle(&top) {
@@ -197,7 +201,6 @@ fn no_import_cycle_in_the_servers() {
     }
 }
 
-#[test]
 fn no_import_cycle_anywhere_in_src() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (top, folders) = graphs(&src);
@@ -229,7 +232,6 @@ fn no_import_cycle_anywhere_in_src() {
 /// `sync` shim, `backend` uses it and never the page cache, and inside
 /// `aio` the engines sit on the in-flight record, which sits on the
 /// buffers and the completion side.
-#[test]
 fn the_io_engine_sits_below_backend() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (top, folders) = graphs(&src);
@@ -256,7 +258,6 @@ fn the_io_engine_sits_below_backend() {
 }
 
 /// The checker itself finds a cycle when there is one.
-#[test]
 fn the_checker_sees_a_planted_cycle() {
     let dir = std::env::temp_dir().join(format!("kx-modgraph-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -282,3 +283,12 @@ fn the_checker_sees_a_planted_cycle() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+harness::main!(
+    tests: [
+        no_import_cycle_in_the_servers,
+        no_import_cycle_anywhere_in_src,
+        the_io_engine_sits_below_backend,
+        the_checker_sees_a_planted_cycle,
+    ],
+);

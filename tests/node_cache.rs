@@ -2,14 +2,14 @@
 //! that then exits leaves only the one spare region (this binary has no
 //! other test, so no other tree holds a region).
 
+mod harness;
+
 use kxarray::{node_cache, Entry, XArray};
 
-#[test]
 fn regions_come_and_go_back_but_the_spare() {
     let s = node_cache::stats();
     if !s.cached {
-        eprintln!("SKIPPED: nodes come from the global allocator in this build");
-        return;
+        harness::skip_now("nodes come from the global allocator in this build");
     }
     assert_eq!(s.regions, 0, "no tree yet");
     let per_region = s.region_bytes / s.node_stride - 1;
@@ -53,3 +53,9 @@ fn regions_come_and_go_back_but_the_spare() {
     assert_eq!(node_cache::stats().regions, 1);
     drop(xa);
 }
+
+harness::main!(
+    tests: [
+        regions_come_and_go_back_but_the_spare,
+    ],
+);

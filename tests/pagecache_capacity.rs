@@ -1,4 +1,4 @@
-//! Recycled frames and the run-time capacity (issue 30): a frame handed
+//! Recycled frames and the run-time capacity: a frame handed
 //! out again never shows a reader its former folio's bytes; `set_capacity`
 //! under concurrent readers and writers loses nothing and drops nothing
 //! dirty; the statistics agree with each other and with the capacity.
@@ -379,4 +379,23 @@ fn stats_follow_the_capacity() {
     let mut b = [0u8; 3];
     file.read_at(&mut b, (2 << 20) - 3).unwrap();
     assert_eq!(b, [5; 3], "written back before it was evicted");
+}
+
+/// A capacity that cannot be meant is refused the same way when a cache
+/// is made as when it is resized: less than a page is `TooSmall`, more
+/// than `MAX_CAPACITY` `TooLarge` (never rounded up to one page).
+#[test]
+fn a_capacity_is_refused_alike_at_configuration_and_at_run_time() {
+    for bytes in [0, 1, PAGE - 1, MAX_CAPACITY + 1] {
+        let config = CacheConfig::default().capacity(bytes).flusher(false);
+        let made = PageCache::try_new(config.clone()).map(|c| c.capacity());
+        let resized = PageCache::new(CacheConfig::default().flusher(false)).set_capacity(bytes);
+        assert_eq!(made.map(drop), resized, "{bytes}");
+        assert_eq!(config.validate(), resized, "{bytes}");
+        assert!(resized.is_err(), "{bytes}");
+        let panicked = std::panic::catch_unwind(|| PageCache::new(config)).is_err();
+        assert!(panicked, "PageCache::new({bytes}) made a cache");
+    }
+    let c = PageCache::try_new(CacheConfig::default().capacity(PAGE).flusher(false)).unwrap();
+    assert_eq!(c.capacity(), PAGE);
 }

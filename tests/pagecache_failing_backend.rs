@@ -1,4 +1,4 @@
-//! A failing backend under a shrink (issue 36, point 5): a 64 MiB cache
+//! A failing backend under a shrink: a 64 MiB cache
 //! holding 16 MiB of dirty data whose backend fails every write (`EIO`)
 //! is shrunk to one page, then written to. Writers must finish (a bounded
 //! join is the hang detector, not a speed target), the backend must not
@@ -223,7 +223,7 @@ fn shrink_then_write(flusher: bool) {
     assert_eq!((s.dirty_bytes, s.unwritable_bytes), (0, 0), "{s:?}");
 }
 
-/// Issue 36, point 5, without the flusher: the writers write back
+/// Without the flusher: the writers write back
 /// themselves (the throttle) and each miss's reclaim writes dirty victims
 /// back (`pageout`): with a failing backend that was a retry storm (129
 /// failed writes per page written) and the cache grew to many MiB.
@@ -232,7 +232,7 @@ fn a_failing_backend_under_a_shrink_neither_storms_nor_grows_without_the_flusher
     shrink_then_write(false);
 }
 
-/// Issue 36, point 5, with the flusher: one throttle episode held a writer
+/// With the flusher: one throttle episode held a writer
 /// for about 28 s and 1,024 writes did not finish in 20 s.
 #[test]
 fn a_failing_backend_under_a_shrink_does_not_hold_writers_with_the_flusher() {
@@ -371,7 +371,7 @@ fn a_recovered_backend_takes_writes_again_without_a_sync() {
     }
 }
 
-/// Issue 36, point 5 (the throttle): writers over the dirty limit of a
+/// The throttle: writers over the dirty limit of a
 /// cache whose backend fails every write, with the flusher retrying: each
 /// throttle episode ends after at most [`STUCK_PAUSES`] pauses without a
 /// byte reaching the backend (the count of stuck pauses used to start over

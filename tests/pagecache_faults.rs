@@ -263,7 +263,7 @@ impl kxarray::backend::Backend for Scripted {
     }
 }
 
-/// Issue 36, point 7 (a read error applied to the wrong folio): a fill
+/// A read error applied to the wrong folio, no more: a fill
 /// that fails records its error for its folio; `invalidate` (or
 /// `revalidate`) then removes that folio before any reader took the
 /// error. Once that folio's memory is freed (here by a reclaim scan that

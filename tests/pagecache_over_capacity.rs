@@ -1,4 +1,4 @@
-//! A cache left over its capacity does not stay over (issue 36, point 6):
+//! A cache left over its capacity does not stay over:
 //! `set_capacity` evicts down whenever the cache is over the capacity it
 //! sets (the same value again, after pins that held it over were let go,
 //! or after a failed writeback once the backend recovered), and so does

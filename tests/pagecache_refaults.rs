@@ -1,7 +1,6 @@
 //! A cache missing at a fixed capacity recycles its evicted frames without
-//! a page fault (issue 37's eight processes: the cgroup counted 1.22
-//! million page faults for kx against 6,200 for the unix VFS). A 64 MiB
-//! cache reads a 256 MiB file sequentially three times (every read a
+//! a page fault (eight processes once made their cgroup count 1.22 million
+//! page faults for kx against 6,200 for the unix VFS). A 64 MiB cache reads a 256 MiB file sequentially three times (every read a
 //! miss once the cache is full); after the first pass, which faults the
 //! cache's memory in once, the minor faults of the whole process
 //! (`getrusage`) stay under one per 256 KiB read. Before the fix, the free

@@ -359,7 +359,7 @@ fn a_background_request_made_during_a_flusher_pass_is_not_lost() {
     }
 }
 
-/// Issue 24's case: a slow backend, a 1 MiB dirty limit and three writers.
+/// A slow backend, a 1 MiB dirty limit and three writers.
 /// The bytes not yet on the backend (dirty plus under writeback) never
 /// pass the limit plus the slack, although writeback takes up to 1 MiB at
 /// a time out of the dirty count.

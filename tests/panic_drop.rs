@@ -1,4 +1,4 @@
-//! Panic safety (issue 8, section 5): an item whose `Drop` panics. Items
+//! Panic safety: an item whose `Drop` panics. Items
 //! are dropped when the epoch collects, which crossbeam runs inside any
 //! later `pin` on any thread, so this test has a binary of its own: its
 //! panics must not surface in unrelated tests.

@@ -18,8 +18,8 @@
 //! `tag_for_writeback` dropping the lock while the other writer evicts.
 //!
 //! Bounded by operation counts (not time); `KX_STRESS_SCALE=n` multiplies
-//! them. `KX_STRESS_ISSUE8=1` adds the operations that hit the open defects
-//! of issue 8, section 2: range stores over arbitrary ranges (unaligned
+//! them. `KX_STRESS_ISSUE8=1` adds the operations that hit the known open
+//! defects of the tree: range stores over arbitrary ranges (unaligned
 //! multi-slot runs) and partial splits across a node level (which drop the
 //! parent's marks). By default range stores use aligned power-of-two ranges
 //! and splits stay inside one node.

@@ -1,5 +1,5 @@
 //! kxarray side by side with the structures a user would pick instead, in
-//! one run (issue 13):
+//! one run:
 //!
 //! 1. the swap-like workload: one `XArray` vs `ChunkedXArray` vs a flat
 //!    per-cluster table (`peers/swap.rs`);

@@ -40,7 +40,7 @@
 //! every engine starts cold: the kxarray cache empty, the kernel's holding
 //! none of the file. The clock starts when every job has built its engine.
 //!
-//! **Misses** (issue 31): `--direct` puts an `O_DIRECT` `FileBackend`
+//! **Misses**: `--direct` puts an `O_DIRECT` `FileBackend`
 //! below the kxarray cache (the only copy of a page in memory is the
 //! cache's; the kernel reads nothing ahead); `--iodepth N` keeps N reads in
 //! flight per job: the job hands N blocks at a time to the engine's batch
@@ -63,9 +63,11 @@
 //!
 //! Writes allocate folios of `--folio-size` bytes whose dirty state is kept
 //! per `--block-size` block; `--whole-folio` keeps it per folio instead (the
-//! baseline of seed 004). Every write job prints `write amplification: X`,
-//! the bytes the cache wrote to the backend (up to the final sync) per
-//! byte the job wrote. `--compare N` runs the job N times in block mode and
+//! baseline the per-block state is measured against). Every write job
+//! prints `write amplification: X`, the bytes the cache wrote to the
+//! backend (up to the final sync) per byte the job wrote: above 1 when
+//! writeback writes more than was changed (whole folios for a few bytes),
+//! below 1 when a block written several times reached the backend once. `--compare N` runs the job N times in block mode and
 //! N times in whole-folio mode, interleaved, and prints both side by side.
 //!
 //! The file (a temporary file by default, `--filename` for a real one, or a
@@ -112,9 +114,12 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use store::{BackendKind, EngineKind, Setup, Store};
 
-/// A fio-like runner over a kxarray page cache (or the kernel's).
+/// A fio-like job runner over kxarray's page cache (or the kernel's):
+/// buffered random or sequential reads and writes of --bs blocks on a
+/// temporary file (or --filename), with IOPS, latency percentiles, the
+/// cache's counters and a verify pass.
 #[derive(Parser, Debug, Clone)]
-#[command(about, long_about = None)]
+#[command(long_about = None)]
 struct Args {
     /// I/O pattern.
     #[arg(long, value_enum, default_value_t = Rw::Randrw)]
@@ -197,8 +202,8 @@ struct Args {
     /// already holds --size bytes (no layout).
     #[arg(long)]
     reuse_file: bool,
-    /// Page cache capacity (k/m/g suffixes).
-    #[arg(long, default_value = "32m", value_parser = parse_size)]
+    /// Page cache capacity (k/m/g suffixes; at least one 4 KiB page).
+    #[arg(long, default_value = "32m", value_parser = parse_cache_size)]
     cache_size: u64,
     /// kxarray: dirty bytes above which the flusher starts writing back
     /// (default: 10% of --cache-size).
@@ -270,6 +275,17 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift)
         .filter(|&v| v > 0)
         .ok_or_else(|| format!("{s}: size out of range"))
+}
+
+/// A cache capacity, refused as the library refuses it (less than one
+/// page).
+fn parse_cache_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    CacheConfig::default()
+        .capacity(n)
+        .validate()
+        .map_err(|e| e.to_string())?;
+    Ok(n)
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -397,7 +413,7 @@ fn compare(a: &Args) -> io::Result<bool> {
         }
     }
     println!(
-        "\nseed 004 side by side ({} rounds each, interleaved; medians):",
+        "\nper-block against whole-folio dirty state ({} rounds each, interleaved; medians):",
         a.compare
     );
     println!("| mode | write IOPS | write amplification | sync p50 (us) | IOPS per round |");
@@ -720,7 +736,13 @@ fn run(a: &Args) -> io::Result<Outcome> {
         wa = (cache.stats().backend_written_bytes - before.backend_written_bytes) as f64
             / wb.max(1) as f64;
         if wb > 0 {
-            println!("write amplification: {wa:.2}");
+            let why = if wa < 1.0 {
+                " (below 1: a block written several times before its writeback \
+                 reached the backend once)"
+            } else {
+                ""
+            };
+            println!("write amplification: {wa:.2}{why}");
         }
     }
     if a.no_verify {
@@ -780,6 +802,21 @@ fn run(a: &Args) -> io::Result<Outcome> {
 mod tests {
     use super::{parse_size, Args};
     use clap::Parser;
+
+    /// `--help` describes this program, not the crate; a cache of less
+    /// than a page is refused on the command line.
+    #[test]
+    fn help_is_the_examples_and_a_tiny_cache_is_refused() {
+        use clap::CommandFactory;
+        let about = Args::command().get_about().unwrap().to_string();
+        assert!(about.starts_with("A fio-like job runner"), "{about}");
+        assert!(!about.contains(env!("CARGO_PKG_DESCRIPTION")), "{about}");
+        for bad in ["100", "4095"] {
+            let e = Args::try_parse_from(["fio", "--cache-size", bad]).unwrap_err();
+            assert!(e.to_string().contains("less than one page"), "{e}");
+        }
+        assert!(Args::try_parse_from(["fio", "--cache-size", "4k"]).is_ok());
+    }
 
     #[test]
     fn sizes_parse() {

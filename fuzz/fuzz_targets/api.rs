@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 mod fuzz_common;
 
 fuzz_target!(|data: &[u8]| {
-    // The whole API, including the operations that reach the known issue-8
+    // The whole API, including the operations that reach the known-defect
     // defects, unless KX_FUZZ_KNOWN_DEFECT_OPS says otherwise.
     static ON: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| fuzz_common::api::known_defect_ops(true));

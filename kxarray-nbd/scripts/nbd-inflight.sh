@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kxarray-nbd with its reads in flight (the default) against the same server
 # with --in-flight-reads false (batches of 16 on 4 workers per connection),
-# interleaved, with each server's CPU time per read; issue 31's NBD row.
+# interleaved, with each server's CPU time per read.
 #
 # Usage: kxarray-nbd/scripts/nbd-inflight.sh [cold|warm] [ROUNDS] [SECONDS]
 #   cold (default): a fresh `--backend cached --direct --cache-size 256M`

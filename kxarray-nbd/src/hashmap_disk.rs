@@ -1,5 +1,5 @@
 //! The baseline RAM disk: 4 KiB pages in a `Mutex<HashMap<u64, page>>`,
-//! the seed's "before" (brd with its pages indexed under one lock).
+//! the "before" of brd's move to an XArray (its pages indexed under one lock).
 //!
 //! Owns the map from page index to page. Invariants: a page is allocated
 //! on the first write that touches it; a missing page reads as zeros;

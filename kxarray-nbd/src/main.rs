@@ -55,6 +55,26 @@ enum TlsArg {
 /// connections.
 const SPARE_FDS: u64 = 64;
 
+/// An export size: a size more than 0 (an export of 0 bytes serves
+/// nothing a client can use).
+fn parse_export_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("an export of 0 bytes: give a size of at least 1 byte".into()),
+        n => Ok(n),
+    }
+}
+
+/// A page-cache capacity, refused as the library refuses it (less than
+/// one page, more than `MAX_CAPACITY`).
+fn parse_cache_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    CacheConfig::default()
+        .capacity(n)
+        .validate()
+        .map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
 /// Seconds (a decimal number) as a duration.
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s
@@ -68,8 +88,8 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// Export size (K, M, G, T suffixes: powers of 1024).
-    #[arg(long, value_parser = parse_size, default_value = "1G")]
+    /// Export size (K, M, G, T suffixes: powers of 1024; more than 0).
+    #[arg(long, value_parser = parse_export_size, default_value = "1G")]
     size: u64,
     /// TCP address to listen on (host:port).
     #[arg(long)]
@@ -90,8 +110,9 @@ struct Args {
     /// filesystems without `O_DIRECT` (tmpfs).
     #[arg(long)]
     direct: bool,
-    /// Page-cache capacity for `--backend cached` (bytes, K/M/G suffixes).
-    #[arg(long, value_parser = parse_size, default_value = "256M")]
+    /// Page-cache capacity for `--backend cached` (bytes, K/M/G suffixes;
+    /// at least one 4 KiB page).
+    #[arg(long, value_parser = parse_cache_size, default_value = "256M")]
     cache_size: u64,
     /// Do not follow memory pressure. By default `--backend cached` shrinks
     /// its cache while the system stalls on memory (the kernel's PSI) and
@@ -156,6 +177,12 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: a log file or a pipe
+        // gets plain text (and never with NO_COLOR set).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .init();
     let args = Args::parse();
     kxarray_nbd::memory::tune_allocator();
@@ -192,7 +219,7 @@ fn run(args: Args) -> Result<(), String> {
             } else {
                 FileBackend::create(path)
             };
-            let f = f.map_err(|e| format!("{}: {e}", path.display()))?;
+            let f = f.map_err(|e| e.to_string())?;
             if f.len().map_err(|e| e.to_string())? < args.size {
                 f.set_len(args.size)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -287,8 +314,7 @@ fn run(args: Args) -> Result<(), String> {
         listeners.push(l);
     }
     if let Some(path) = &args.unix {
-        listeners
-            .push(Listener::unix(path).map_err(|e| format!("listen on {}: {e}", path.display()))?);
+        listeners.push(Listener::unix(path).map_err(|e| format!("--unix: {e}"))?);
     }
     let handle = server.handle();
     ctrlc::set_handler(move || handle.shutdown()).map_err(|e| format!("signal handler: {e}"))?;
@@ -360,6 +386,24 @@ mod tests {
         assert!(Args::try_parse_from(["kxarray-nbd", "--tls", "require"]).is_err());
         assert_eq!(parse_seconds("0.25"), Ok(Duration::from_millis(250)));
         assert!(parse_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn sizes_that_cannot_be_meant_are_refused_on_the_command_line() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["kxarray-nbd", "--unix", "/x"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v)
+        };
+        for bad in [
+            &["--size", "0"][..],
+            &["--cache-size", "0"],
+            &["--cache-size", "4095"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse(&["--size", "1"]).unwrap().size, 1);
+        assert_eq!(parse(&["--cache-size", "4k"]).unwrap().cache_size, 4096);
     }
 
     #[test]

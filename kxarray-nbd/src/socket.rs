@@ -220,13 +220,39 @@ impl Listener {
     /// a server that is gone (one nobody answers on).
     ///
     /// # Errors
-    /// `AddrInUse` when a live server listens there, or as `bind(2)`.
+    /// `AddrInUse` when a live server listens there; `AlreadyExists` when
+    /// something other than a socket (a regular file, a directory) is
+    /// there, which is never replaced; or as `bind(2)`.
     pub fn unix(path: impl Into<PathBuf>) -> io::Result<Self> {
         use std::os::unix::fs::FileTypeExt;
         let path = path.into();
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
-            if meta.file_type().is_socket() && UnixStream::connect(&path).is_err() {
+            let t = meta.file_type();
+            if !t.is_socket() {
+                let what = if t.is_dir() {
+                    "a directory"
+                } else if t.is_file() {
+                    "a regular file"
+                } else if t.is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "not a socket"
+                };
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} is {what}, not a socket: give a path to make the socket at",
+                        path.display()
+                    ),
+                ));
+            }
+            if UnixStream::connect(&path).is_err() {
                 std::fs::remove_file(&path)?;
+            } else {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("a server already listens on {}", path.display()),
+                ));
             }
         }
         let l = UnixListener::bind(&path)?;

@@ -1,7 +1,10 @@
-//! The server's cached backend in the shared memory budget (issue 37): it
+//! The server's cached backend in the shared memory budget: it
 //! joins by default (a slot with its pid in the registry of its cgroup or
 //! machine), `--no-budget` keeps it out, and a server killed with SIGKILL
 //! has its slot freed by the next look.
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
@@ -17,11 +20,9 @@ fn slots_of(pid: u32) -> usize {
         .unwrap()
 }
 
-#[test]
 fn the_cached_backend_joins_the_budget_unless_told_not_to() {
     if !Path::new("/dev/shm").is_dir() {
-        eprintln!("SKIPPED: no /dev/shm");
-        return;
+        harness::skip_now("no /dev/shm (the budget's registry lives there)");
     }
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
@@ -55,3 +56,9 @@ fn the_cached_backend_joins_the_budget_unless_told_not_to() {
         .is_some());
     assert_eq!(slots_of(pid), 0, "the killed server's slot is freed");
 }
+
+harness::main!(
+    tests: [
+        the_cached_backend_joins_the_budget_unless_told_not_to,
+    ],
+);

@@ -1,7 +1,11 @@
 //! The real fio (`--ioengine=nbd`, through libnbd) against the server,
 //! with `--verify=crc32c`: every block written is read back and checked.
 //! Over the RAM disk, the hash-map baseline and a real file through the
-//! page cache. Skipped, with a message, when `fio` is not installed.
+//! page cache. Reported ignored, with the reason, when `fio` is not
+//! installed.
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
@@ -12,13 +16,6 @@ use common::{start, Transport};
 use kxarray::backend::{Backend, FileBackend, RamDisk};
 use kxarray::pagecache::{CacheConfig, PageCache};
 use kxarray_nbd::{HashMapDisk, ListenAddr};
-
-fn fio_present() -> bool {
-    Command::new("fio")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 fn uri(addr: &ListenAddr) -> String {
     match addr {
@@ -66,12 +63,8 @@ fn verify(backend: Arc<dyn Backend>, transport: Transport, rw: &str) {
     server.stop();
 }
 
-#[test]
 fn fio_nbd_engine_verifies_crc32c() {
-    if !fio_present() {
-        eprintln!("SKIPPED: fio is not installed (apt-get install -y fio)");
-        return;
-    }
+    harness::require(harness::tool("fio", "fio"));
     verify(
         Arc::new(RamDisk::new(64 << 20)),
         Transport::Unix,
@@ -99,3 +92,9 @@ fn fio_nbd_engine_verifies_crc32c() {
         "the cache never evicted, so the test did not exercise refaults: {stats:?}"
     );
 }
+
+harness::main!(
+    tests: [
+        fio_nbd_engine_verifies_crc32c,
+    ],
+);

@@ -1,8 +1,12 @@
 //! TLS (`NBD_OPT_STARTTLS`): libnbd's tools (`nbdinfo`, `nbdcopy`) over
 //! `nbds://` with certificates made here, client certificates with
 //! `--tls-verify-peer`, and a raw client that skips STARTTLS against a
-//! server that requires it (refused, nothing served). The libnbd tests
-//! print SKIPPED when the tools are absent (`apt-get install libnbd-bin`).
+//! server that requires it (refused, nothing served). Without the
+//! tools (`apt-get install -y libnbd-bin`) the libnbd tests report
+//! themselves ignored, with the reason.
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
@@ -128,25 +132,18 @@ fn nbds(addr: &ListenAddr, client_dir: &Path) -> String {
     )
 }
 
-fn tools_present() -> bool {
-    ["nbdinfo", "nbdcopy"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
+/// `nbdinfo` and `nbdcopy`, or the test skips.
+fn need_tools() {
+    harness::require(harness::tool("nbdinfo", "libnbd-bin"));
+    harness::require(harness::tool("nbdcopy", "libnbd-bin"));
 }
 
 fn run(cmd: &str, args: &[&str]) -> std::process::Output {
     Command::new(cmd).args(args).output().expect(cmd)
 }
 
-#[test]
 fn nbdinfo_and_nbdcopy_over_nbds() {
-    if !tools_present() {
-        eprintln!("SKIPPED: nbdinfo/nbdcopy not installed (apt-get install -y libnbd-bin)");
-        return;
-    }
+    need_tools();
     let certs = Certs::new();
     let server = start_tls(&certs, TlsMode::Require, false);
     let uri = nbds(&server.addr, &certs.client);
@@ -193,12 +190,8 @@ fn nbdinfo_and_nbdcopy_over_nbds() {
     server.stop();
 }
 
-#[test]
 fn verify_peer_requires_a_client_certificate_from_the_ca() {
-    if !tools_present() {
-        eprintln!("SKIPPED: nbdinfo/nbdcopy not installed (apt-get install -y libnbd-bin)");
-        return;
-    }
+    need_tools();
     let certs = Certs::new();
     let server = start_tls(&certs, TlsMode::Require, true);
     let ok = run("nbdinfo", &[&nbds(&server.addr, &certs.client)]);
@@ -215,7 +208,6 @@ fn verify_peer_requires_a_client_certificate_from_the_ca() {
     server.stop();
 }
 
-#[test]
 fn a_client_skipping_starttls_is_refused_everything_when_tls_is_required() {
     let certs = Certs::new();
     let server = start_tls(&certs, TlsMode::Require, false);
@@ -289,7 +281,6 @@ fn a_client_skipping_starttls_is_refused_everything_when_tls_is_required() {
     server.stop();
 }
 
-#[test]
 fn tls_on_also_serves_clients_in_clear() {
     let certs = Certs::new();
     let server = start_tls(&certs, TlsMode::On, false);
@@ -300,7 +291,6 @@ fn tls_on_also_serves_clients_in_clear() {
     server.stop();
 }
 
-#[test]
 fn bad_certificate_directories_are_named_errors() {
     let certs = Certs::new();
     let empty = tempfile::tempdir().unwrap();
@@ -327,3 +317,13 @@ fn bad_certificate_directories_are_named_errors() {
     let e = Tls::from_dir(no_ca.path(), TlsMode::On, false).unwrap_err();
     assert!(matches!(e, TlsError::Rustls(_)), "{e}");
 }
+
+harness::main!(
+    tests: [
+        nbdinfo_and_nbdcopy_over_nbds,
+        verify_peer_requires_a_client_certificate_from_the_ca,
+        a_client_skipping_starttls_is_refused_everything_when_tls_is_required,
+        tls_on_also_serves_clients_in_clear,
+        bad_certificate_directories_are_named_errors,
+    ],
+);

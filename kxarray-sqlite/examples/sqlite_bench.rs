@@ -534,7 +534,7 @@ fn main() {
             let stats = kxarray_sqlite::stats().unwrap_or_default();
             let pick = |k: &str| {
                 stats
-                    .split(' ')
+                    .split_whitespace()
                     .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
                     .unwrap_or("-")
                     .to_string()

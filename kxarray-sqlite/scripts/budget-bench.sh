@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shared memory budget (issue 37), side by side, interleaved:
+# The shared memory budget, side by side, interleaved:
 #
 # 1. Five stock sqlite3 shells in one memory cgroup limited to LIMIT_MB
 #    (default 1024), each scanning its own DB_MB database (default 820)
@@ -12,7 +12,7 @@
 #    in a fresh process: kxarray (budget on) against kx_budget=0 (today's
 #    fixed sizing) and unix: the first pass must not lose to a small start.
 # 3. Eight stock sqlite3 shells sharing ONE DB_MB database in WAL mode in
-#    the same cgroup (issue 38's shared locking), each scanning it three
+#    the same cgroup, each scanning it three
 #    times with a one-row commit after each scan (`.timeout 60000`: the
 #    writers take turns), the same three configurations. Prints each
 #    run's wall time, the eight's CPU time (user + system), the processes

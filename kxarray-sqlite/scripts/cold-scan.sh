@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The stock sqlite3 shell's cold full scan (issue 31): one
+# The stock sqlite3 shell's cold full scan: one
 # `SELECT sum(length(v)) FROM t` over a database dropped from every cache
 # (a fresh shell process, so an empty kxarray cache, and the file dropped
 # from the kernel's with posix_fadvise DONTNEED), through the unix VFS and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 38's "regression to win back": the stock sqlite3 shell, QUERIES point
+# The "regression to win back": the stock sqlite3 shell, QUERIES point
 # selects in ONE statement over a table of ROWS rows of 400 bytes
 # (scripts/db.sh's database), warm:
 #
@@ -127,7 +127,7 @@ for ((r = 0; r < ROUNDS; r++)); do
     o=$(script "$c" 2 | sqlite3)
     s=$(echo "$o" | sed -n 's/^Run Time: real \([0-9.]*\).*/\1/p' | sed -n 2p)
     # kxarray's misses during the timed statement (0: every read a hit)
-    m=$(echo "$o" | sed -n 's/.* misses=\([0-9]*\) .*/\1/p' | tr '\n' ' ' | awk 'NF == 2 {print $2 - $1}')
+    m=$(echo "$o" | sed -n 's/^misses=\([0-9]*\).*/\1/p' | tr '\n' ' ' | awk 'NF == 2 {print $2 - $1}')
     printf '%s\t%s\t%s\n' "$r" "$c" "$s" >> "$OUT"
     printf 'round %s %-13s %s s%s\n' "$r" "$c" "$s" "${m:+ (cache misses: $m)}" >&2
   done

@@ -2,8 +2,7 @@
 # The stock sqlite3 shell in a fresh process, 100,000 one-row selects by
 # primary key over the ~456 MB database cold-scan.sh reads (db.sh makes
 # it once), its pages in the kernel's page cache: the unix VFS against
-# kxarray, side by side, interleaved (issue 30's "first pass" row: what a
-# short-lived process meets).
+# kxarray, side by side, interleaved.
 #
 #   bash kxarray-sqlite/scripts/shell-selects.sh
 #   ROUNDS=7 QUERIES=100000 bash kxarray-sqlite/scripts/shell-selects.sh

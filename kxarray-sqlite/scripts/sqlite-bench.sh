@@ -20,7 +20,7 @@
 # 4. speedtest1 (scripts/speedtest1.sh) when SPEEDTEST=1 (default).
 # 5. redb on kxarray against redb's file backend, redb's cache 4 MiB
 #    (examples/redb_kxarray.rs), when REDB=1 (default).
-# 6. Multi-process rows (issue 38), when MP=1 (default): WAL mode, one
+# 6. Multi-process rows, when MP=1 (default): WAL mode, one
 #    writer process (single-row commits) and 3 reader processes (point
 #    selects), all on the unix VFS or all on kxarray, interleaved over
 #    ROUNDS, each kxarray process with a cache of MP_SMALL_CACHE (smaller

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reads of pages that live in the WAL under PRAGMA locking_mode=EXCLUSIVE
-# (issue 38): the stock shell, 30 full scans of a 50,000-row table (rows of
+# Reads of pages that live in the WAL under PRAGMA locking_mode=EXCLUSIVE:
+# the stock shell, 30 full scans of a 50,000-row table (rows of
 # 300 bytes) whose pages are all in the WAL (wal_autocheckpoint=0) and not
 # in SQLite's own cache (cache_size=10), so that every page is read from the
 # WAL through the VFS. Configurations, interleaved over ROUNDS: unix (the

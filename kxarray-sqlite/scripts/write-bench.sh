@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SQLite's write rows against the unix VFS, interleaved (issue 31): one
+# SQLite's write rows against the unix VFS, interleaved: one
 # workload of examples/sqlite_bench.rs (bulk: one transaction of 200,000
 # rows in WAL; commit-wal; commit-full), each run its own process, the
 # configurations in an order rotated per round; per configuration the

@@ -22,12 +22,14 @@ use std::os::raw::{c_char, c_int, c_void};
 type VfsRegister = unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int;
 type VfsFind = unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs;
 type UriParameter = unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char;
+type UriKey = unsafe extern "C" fn(*const c_char, c_int) -> *const c_char;
 type Malloc = unsafe extern "C" fn(c_int) -> *mut c_void;
 type Log = unsafe extern "C" fn(c_int, *const c_char, ...);
 type LibversionNumber = unsafe extern "C" fn() -> c_int;
 
-/// The SQLite functions the VFS calls: registration, URI parameters,
-/// SQLite's allocator (for strings SQLite frees) and its error log.
+/// The SQLite functions the VFS calls: registration, URI parameters (and
+/// their names, from SQLite 3.31), SQLite's allocator (for strings SQLite
+/// frees) and its error log.
 ///
 /// Build one with [`Api::linked`] in a Rust program that links SQLite
 /// (rusqlite with the `bundled` feature does) and pass it to
@@ -37,6 +39,9 @@ pub struct Api {
     vfs_register: VfsRegister,
     vfs_find: VfsFind,
     uri_parameter: UriParameter,
+    /// `sqlite3_uri_key`, from SQLite 3.31 (`None` before: the names of an
+    /// open's parameters are then not checked).
+    uri_key: Option<UriKey>,
     malloc: Malloc,
     log: Log,
     libversion_number: LibversionNumber,
@@ -52,11 +57,16 @@ mod slot {
     pub(super) const VFS_REGISTER: usize = 142;
     pub(super) const LOG: usize = 167;
     pub(super) const URI_PARAMETER: usize = 189;
+    pub(super) const URI_KEY: usize = 245;
 }
 
 /// SQLite 3.7.16, the first release whose routines table reaches
 /// [`slot::URI_PARAMETER`].
 const MIN_VERSION: c_int = 3_007_016;
+
+/// SQLite 3.31.0, the first with `sqlite3_uri_key` (and a routines table
+/// reaching [`slot::URI_KEY`]).
+const URI_KEY_VERSION: c_int = 3_031_000;
 
 /// The SQLite functions an [`Api`] holds.
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +74,7 @@ enum Func {
     VfsRegister,
     VfsFind,
     UriParameter,
+    UriKey,
     Malloc,
     Log,
     LibversionNumber,
@@ -76,6 +87,7 @@ impl Func {
             Func::VfsRegister => slot::VFS_REGISTER,
             Func::VfsFind => slot::VFS_FIND,
             Func::UriParameter => slot::URI_PARAMETER,
+            Func::UriKey => slot::URI_KEY,
             Func::Malloc => slot::MALLOC,
             Func::Log => slot::LOG,
             Func::LibversionNumber => slot::LIBVERSION_NUMBER,
@@ -88,6 +100,7 @@ impl Func {
             Func::VfsRegister => c"sqlite3_vfs_register",
             Func::VfsFind => c"sqlite3_vfs_find",
             Func::UriParameter => c"sqlite3_uri_parameter",
+            Func::UriKey => c"sqlite3_uri_key",
             Func::Malloc => c"sqlite3_malloc",
             Func::Log => c"sqlite3_log",
             Func::LibversionNumber => c"sqlite3_libversion_number",
@@ -112,6 +125,7 @@ extern "C" {
     fn sqlite3_vfs_register(vfs: *mut sqlite3_vfs, make_default: c_int) -> c_int;
     fn sqlite3_vfs_find(name: *const c_char) -> *mut sqlite3_vfs;
     fn sqlite3_uri_parameter(name: *const c_char, param: *const c_char) -> *const c_char;
+    fn sqlite3_uri_key(name: *const c_char, n: c_int) -> *const c_char;
     fn sqlite3_malloc(n: c_int) -> *mut c_void;
     fn sqlite3_log(code: c_int, fmt: *const c_char, ...);
     fn sqlite3_libversion_number() -> c_int;
@@ -157,9 +171,17 @@ impl Api {
         let libversion_number: LibversionNumber = unsafe { cast(version) };
         // SAFETY: that function takes no arguments and has no
         // precondition.
-        if unsafe { libversion_number() } < MIN_VERSION {
+        let version = unsafe { libversion_number() };
+        if version < MIN_VERSION {
             return None;
         }
+        let uri_key = if version >= URI_KEY_VERSION {
+            // SAFETY: as below; the table of a 3.31 or later SQLite has
+            // this slot.
+            get(Func::UriKey).map(|f| unsafe { cast::<UriKey>(f) })
+        } else {
+            None
+        };
         Some(Api {
             // SAFETY: per the caller, the address is the named SQLite
             // function, of the field's type (and so for the casts below).
@@ -168,6 +190,7 @@ impl Api {
             vfs_find: unsafe { cast(get(Func::VfsFind)?) },
             // SAFETY: as above.
             uri_parameter: unsafe { cast(get(Func::UriParameter)?) },
+            uri_key,
             // SAFETY: as above.
             malloc: unsafe { cast(get(Func::Malloc)?) },
             // SAFETY: as above.
@@ -214,6 +237,7 @@ impl Api {
             vfs_register: sqlite3_vfs_register,
             vfs_find: sqlite3_vfs_find,
             uri_parameter: sqlite3_uri_parameter,
+            uri_key: Some(sqlite3_uri_key),
             malloc: sqlite3_malloc,
             log: sqlite3_log,
             libversion_number: sqlite3_libversion_number,
@@ -243,6 +267,31 @@ impl Api {
         let p = name.map_or(std::ptr::null(), CStr::as_ptr);
         // SAFETY: null or a NUL-terminated name, only read.
         unsafe { (self.vfs_find)(p) }
+    }
+
+    /// `sqlite3_uri_key`: the names of the URI parameters of a main
+    /// database's name, in order; `None` on a SQLite before 3.31, which
+    /// cannot list them.
+    ///
+    /// # Safety
+    /// - `filename` is a name SQLite passed to `xOpen` of a main database
+    ///   file, and that file is still open.
+    pub(crate) unsafe fn uri_keys(&self, filename: *const c_char) -> Option<Vec<String>> {
+        debug_assert!(!filename.is_null());
+        let key = self.uri_key?;
+        let mut keys = Vec::new();
+        for n in 0.. {
+            // SAFETY: per the caller, a main database name SQLite made; a
+            // position past the last parameter returns null.
+            let k = unsafe { key(filename, n) };
+            if k.is_null() {
+                break;
+            }
+            // SAFETY: a non-null result is a NUL-terminated string inside
+            // the name's allocation, alive while the file is open.
+            keys.push(unsafe { CStr::from_ptr(k) }.to_string_lossy().into_owned());
+        }
+        Some(keys)
     }
 
     /// `sqlite3_uri_parameter`: the value of URI parameter `param` of a

@@ -1,5 +1,5 @@
-//! Prefetch of a B-tree interior page's children during a scan (issue 31;
-//! turso #8398): when a handle reads an interior page and then its first
+//! Prefetch of a B-tree interior page's children during a scan
+//! (after turso #8398): when a handle reads an interior page and then its first
 //! two children in the page's order, the rest of its children are
 //! submitted at once (`WillNeed`), wherever they lie in the file. A scan
 //! reads every child of each interior page in order; a point lookup reads

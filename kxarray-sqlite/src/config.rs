@@ -10,10 +10,12 @@
 //! defaults.
 //!
 //! Owns the parsing of sizes (`parse_size`: bytes with an optional
-//! `k`/`m`/`g`/`t` suffix, powers of 1024) and booleans, and the default
-//! capacity ([`default_capacity`]). Invariant: a setting that does not
-//! parse is an error the open reports (SQLITE_CANTOPEN with a message in
-//! SQLite's log), never silently replaced by a default.
+//! `k`/`m`/`g`/`t` suffix, powers of 1024) and booleans, the default
+//! capacity ([`default_capacity`]) and the names the VFS reads
+//! ([`URI_PARAMETERS`], [`ENVIRONMENT`], [`check_names`]). Invariant: a
+//! setting that does not parse, or a `kx_` parameter or `KXARRAY_SQLITE_`
+//! variable of no setting, is an error the open reports (SQLITE_CANTOPEN
+//! with a message in SQLite's log), never silently replaced by a default.
 
 use std::fmt;
 
@@ -184,6 +186,77 @@ const BUDGET: Names = Names {
     env: "KXARRAY_SQLITE_BUDGET",
 };
 
+/// The URI parameters the VFS reads, besides SQLite's own (`psow`,
+/// `readonly_shm`, `mode`, `vfs`...): every other `kx_` parameter is a
+/// mistake an open refuses.
+pub const URI_PARAMETERS: [&str; 7] = [
+    "kx_cache",
+    "kx_budget",
+    "kx_pressure",
+    "kx_direct",
+    "kx_prefetch",
+    "kx_fetch",
+    "kx_locking",
+];
+
+/// The environment variables the VFS reads: the settings', and
+/// `KXARRAY_SQLITE_DEFAULT` (the `LD_PRELOAD` library makes `kxarray` the
+/// default VFS) and `KXARRAY_SQLITE_WRITE_BACK` (the crash test's control
+/// knob); every other `KXARRAY_SQLITE_` variable is a mistake an open
+/// refuses.
+pub const ENVIRONMENT: [&str; 9] = [
+    "KXARRAY_SQLITE_CACHE",
+    "KXARRAY_SQLITE_BUDGET",
+    "KXARRAY_SQLITE_PRESSURE",
+    "KXARRAY_SQLITE_DIRECT",
+    "KXARRAY_SQLITE_PREFETCH",
+    "KXARRAY_SQLITE_FETCH",
+    "KXARRAY_SQLITE_LOCKING",
+    "KXARRAY_SQLITE_DEFAULT",
+    "KXARRAY_SQLITE_WRITE_BACK",
+];
+
+/// Refuse a `kx_` URI parameter or a `KXARRAY_SQLITE_` variable the VFS
+/// does not read (`kx_cahce=64m`), so that a misspelt setting fails the
+/// open instead of leaving the default in force. `uri` and `env` are
+/// (name, value) pairs; names without those prefixes are not looked at.
+///
+/// # Errors
+/// A [`SettingError`] naming the first unknown one and listing the known.
+pub fn check_names(
+    uri: impl IntoIterator<Item = (String, String)>,
+    env: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<(), SettingError> {
+    let unknown = |k: &str, known: &[&str], prefix: &str| {
+        k.get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+            && !known.contains(&k)
+    };
+    for (k, v) in uri {
+        if unknown(&k, &URI_PARAMETERS, "kx_") {
+            return Err(SettingError {
+                source: k,
+                value: v,
+                expected: "a kxarray URI parameter (kx_cache, kx_budget, kx_pressure, \
+                           kx_direct, kx_prefetch, kx_fetch, kx_locking)",
+            });
+        }
+    }
+    for (k, v) in env {
+        let k = k.to_string_lossy();
+        if unknown(&k, &ENVIRONMENT, "KXARRAY_SQLITE_") {
+            return Err(SettingError {
+                source: k.into_owned(),
+                value: v.to_string_lossy().into_owned(),
+                expected: "a kxarray-sqlite variable (KXARRAY_SQLITE_CACHE, _BUDGET, \
+                           _PRESSURE, _DIRECT, _PREFETCH, _FETCH, _LOCKING, _DEFAULT, \
+                           _WRITE_BACK)",
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Settings {
     /// The settings for an open: each from `uri(name)` (the URI parameter,
     /// if the open has one), else from `env(name)`, else the default
@@ -351,6 +424,35 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.source, "KXARRAY_SQLITE_CACHE");
         assert!(e.to_string().contains("at least 1m"), "{e}");
+    }
+
+    #[test]
+    fn unknown_names_are_refused_known_ones_and_others_are_not() {
+        let uri = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let env = |pairs: &[(&str, &str)]| -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+            pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        let known = uri(&[("kx_cache", "64m"), ("psow", "0"), ("mode", "ro")]);
+        let known_env = env(&[("KXARRAY_SQLITE_DEFAULT", "1"), ("PATH", "/bin")]);
+        assert_eq!(check_names(known, known_env), Ok(()));
+        let e = check_names(uri(&[("kx_cahce", "64m")]), env(&[])).unwrap_err();
+        assert_eq!((e.source.as_str(), e.value.as_str()), ("kx_cahce", "64m"));
+        assert!(e.to_string().contains("kx_cache, kx_budget"), "{e}");
+        let e = check_names(uri(&[("KX_CACHE", "1g")]), env(&[])).unwrap_err();
+        assert_eq!(e.source, "KX_CACHE");
+        let e = check_names(uri(&[]), env(&[("KXARRAY_SQLITE_CAHCE", "1g")])).unwrap_err();
+        assert_eq!(e.source, "KXARRAY_SQLITE_CAHCE");
+        // the lists are the settings' names
+        for n in [CACHE, DIRECT, FETCH, PRESSURE, LOCKING, PREFETCH, BUDGET] {
+            assert!(URI_PARAMETERS.contains(&n.uri), "{}", n.uri);
+            assert!(ENVIRONMENT.contains(&n.env), "{}", n.env);
+        }
+        assert_eq!(URI_PARAMETERS.len() + 2, ENVIRONMENT.len());
     }
 
     #[test]

@@ -36,8 +36,16 @@
 //! | `kx_prefetch=0\|1` | `KXARRAY_SQLITE_PREFETCH` | with `kx_direct=1`: when a scan reads an interior B-tree page and then its first two children in order, submit the reads of its other children at once, wherever they lie in the file (a table filled in random key order); a point lookup reads one child per interior page and prefetches nothing | 1 |
 //! | `kx_budget=0\|1` | `KXARRAY_SQLITE_BUDGET` | share one memory budget with the other processes of the cgroup (or machine): the cache starts at 16 MiB, grows toward its share of half the cgroup's limit (at most `kx_cache`) while the cgroup has room, shrinks past 85% of the limit, and a dead process's share comes back to the others (`kxarray::memory::SharedBudget`; docs/memory.md); 0: a fixed `kx_cache`; the first open decides | 1 |
 //!
-//! `PRAGMA kx_stats` returns the cache's and the VFS's counters as one
-//! `name=value ...` row; `PRAGMA kx_settings` the settings in force.
+//! A setting that does not parse, and a `kx_` parameter or
+//! `KXARRAY_SQLITE_` variable the VFS does not know (`kx_cahce=64m`), make
+//! the open fail (`SQLITE_CANTOPEN`) with the reason in SQLite's log: the
+//! shell prints it after `.log stderr`, a program receives it through its
+//! `SQLITE_CONFIG_LOG` callback.
+//!
+//! `PRAGMA kx_stats` returns the cache's and the VFS's counters and
+//! `PRAGMA kx_settings` the settings in force (the cache's capacity now,
+//! which the shared budget moves, and `kx_cache`, the most it may take),
+//! one `name=value` line each, sizes followed by their MiB.
 //!
 //! What the VFS guarantees:
 //! - **what SQLite relies on is in the file**: journal and WAL writes are
@@ -91,6 +99,7 @@ mod inode;
 mod lasterror;
 mod lockless;
 mod logger;
+mod open_error;
 mod oslock;
 mod pathname;
 mod pattern;
@@ -140,7 +149,7 @@ pub fn register(api: Api, make_default: bool) -> Result<(), RegisterError> {
 }
 
 /// The text of `PRAGMA kx_stats` (`None` before the first open made the
-/// cache).
+/// cache): a `name=value` line per counter, sizes followed by their MiB.
 pub fn stats() -> Option<String> {
     cache().map(stats::stats_text)
 }

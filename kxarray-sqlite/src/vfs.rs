@@ -17,10 +17,11 @@
 //!   calls `xClose`).
 
 use crate::api::Api;
-use crate::config::{SettingError, Settings};
+use crate::config::Settings;
 use crate::ffi::*;
 use crate::file::{guard, Handle, KxFile, METHODS};
 use crate::inode::{self, Inode, WritePolicy};
+use crate::open_error::{report, OpenError};
 use crate::process::{api, configured_capacity, BUDGET, CONFIGURED};
 use crate::walsize::WalSize;
 use kxarray::backend::FileBackend;
@@ -229,13 +230,6 @@ pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), Register
     }
 }
 
-/// An error for `xOpen`: a code and a message for SQLite's log.
-type OpenErr = (c_int, String);
-
-fn setting_err(e: SettingError) -> OpenErr {
-    (SQLITE_CANTOPEN, format!("kxarray: {e}"))
-}
-
 /// The path of a name SQLite passes.
 ///
 /// # Safety
@@ -260,7 +254,7 @@ fn make_inode(
     kind: c_int,
     policy: WritePolicy,
     exclusive: bool,
-) -> Result<Inode, OpenErr> {
+) -> Result<Inode, OpenError> {
     let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
     let is_wal = kind & SQLITE_OPEN_WAL != 0;
     // Shared mode: a journal or WAL other processes write too is read and
@@ -272,22 +266,18 @@ fn make_inode(
         && policy == WritePolicy::Through
         && !crate::process::write_back_only();
     let backend = if direct {
-        FileBackend::create_direct(path).map_err(|e| {
-            (
-                SQLITE_CANTOPEN,
-                format!("kxarray: kx_direct=1 on {}: {e}", path.display()),
-            )
-        })?
+        FileBackend::create_direct(path)
+            .map_err(|e| OpenError::cant_open(format!("kx_direct=1 on {}: {e}", path.display())))?
     } else {
         let dup = fd
             .try_clone()
-            .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: dup: {e}")))?;
+            .map_err(|e| OpenError::cant_open(format!("dup of {}: {e}", path.display())))?;
         FileBackend::from_file(dup)
     };
     let opts = FileOptions::default().block_size(if is_db { 4096 } else { 512 });
     let file = cache
         .open_with(backend, opts)
-        .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: {}: {e}", path.display())))?;
+        .map_err(|e| OpenError::cant_open(format!("{}: {e}", path.display())))?;
     // A WAL SQLite can write grows ahead of its frames (`walsize`): set up
     // here, before any handle can read it. Not when write-through is off
     // (the crash test's knob): its frames then go through the cache.
@@ -297,12 +287,10 @@ fn make_inode(
         && policy == WritePolicy::Through
         && !crate::process::write_back_only()
     {
-        Some(WalSize::new(&file).map_err(|e| {
-            (
-                SQLITE_CANTOPEN,
-                format!("kxarray: padding {}: {e}", path.display()),
-            )
-        })?)
+        Some(
+            WalSize::new(&file)
+                .map_err(|e| OpenError::cant_open(format!("padding {}: {e}", path.display())))?,
+        )
     } else {
         None
     };
@@ -324,7 +312,7 @@ fn make_inode(
 /// # Safety
 /// - `name` is null or the name SQLite passes to `xOpen` (NUL-terminated,
 ///   with URI parameters after it for databases, journals and WALs).
-unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), OpenErr> {
+unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), OpenError> {
     let api = api();
     let kind = flags & 0x000f_ff00;
     let uri_name = !name.is_null()
@@ -337,8 +325,24 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         // SAFETY: a main database, journal or WAL name from xOpen (see the
         // caller's contract).
         unsafe { api.uri_parameter(name, &k) }
-    })
-    .map_err(setting_err)?;
+    })?;
+    if kind & SQLITE_OPEN_MAIN_DB != 0 {
+        // A misspelt setting (a URI parameter or a variable) fails the
+        // open rather than being ignored.
+        let keys = if uri_name {
+            // SAFETY: a main database name from xOpen.
+            unsafe { api.uri_keys(name) }.unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let uri = keys.into_iter().map(|k| {
+            let c = std::ffi::CString::new(k.as_str()).unwrap_or_default();
+            // SAFETY: as above (`keys` is empty unless the name is one).
+            let v = unsafe { api.uri_parameter(name, &c) }.unwrap_or_default();
+            (k, v)
+        });
+        crate::config::check_names(uri, std::env::vars_os())?;
+    }
     let psow = if uri_name && kind & SQLITE_OPEN_MAIN_DB != 0 {
         // SAFETY: a main database name from xOpen.
         unsafe { api.uri_parameter(name, c"psow") }
@@ -354,11 +358,11 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     if name.is_null() {
         // As the unix VFS's temporary name, counted for an injected fault.
         if let Some(rc) = crate::fault::inject(SQLITE_IOERR, "xOpen of a temporary file") {
-            return Err((rc, "kxarray: injected fault in xOpen".into()));
+            return Err(OpenError::new(rc, "injected fault in xOpen"));
         }
         // A temporary file: anonymous, gone when closed.
         let fd = tempfile::tempfile()
-            .map_err(|e| (SQLITE_CANTOPEN, format!("kxarray: temporary file: {e}")))?;
+            .map_err(|e| OpenError::cant_open(format!("temporary file: {e}")))?;
         let inode = make_inode(
             &cache,
             Path::new("(temporary file)"),
@@ -389,10 +393,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let how =
         crate::filemode::create_mode(&path, flags, modeof.as_deref()).map_err(|(code, e)| {
             crate::lasterror::note_errno(&e);
-            (
-                code,
-                format!("kxarray: the mode for {}: {e}", path.display()),
-            )
+            OpenError::new(code, format!("the mode for {}: {e}", path.display()))
         })?;
     let open = |write: bool| {
         let mut o = OpenOptions::new();
@@ -418,7 +419,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         } else {
             SQLITE_CANTOPEN
         };
-        (code, format!("kxarray: open {}: {e}", path.display()))
+        OpenError::new(code, format!("open {}: {e}", path.display()))
     };
     let denied = |e: &io::Error| {
         matches!(
@@ -446,7 +447,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     }
     let key = inode::key_of(&fd).map_err(|e| {
         crate::lasterror::note_errno(&e);
-        (SQLITE_CANTOPEN, format!("kxarray: fstat: {e}"))
+        OpenError::cant_open(format!("fstat {}: {e}", path.display()))
     })?;
     let delete_on_close = flags & SQLITE_OPEN_DELETEONCLOSE != 0;
     if delete_on_close {
@@ -574,11 +575,7 @@ unsafe extern "C" fn x_open(
                 }
                 SQLITE_OK
             }
-            Err((code, msg)) => {
-                crate::lasterror::set_message(&msg);
-                api().log(code, &msg);
-                code
-            }
+            Err(e) => report(&e),
         }
     })
 }
@@ -702,16 +699,24 @@ unsafe extern "C" fn x_full_pathname(
         let (full, followed) = match crate::pathname::full_pathname(&path) {
             Ok(r) => r,
             Err(e) => {
-                api().log(SQLITE_CANTOPEN, &format!("kxarray: full path name of {e}"));
-                return SQLITE_CANTOPEN_FULLPATH;
+                return report(&OpenError::new(
+                    SQLITE_CANTOPEN_FULLPATH,
+                    format!("full path name of {e}"),
+                ))
             }
         };
         let bytes = full.as_os_str().as_bytes();
-        let Ok(n_out) = usize::try_from(n_out) else {
-            return SQLITE_CANTOPEN_FULLPATH;
-        };
+        let n_out = usize::try_from(n_out).unwrap_or(0);
         if bytes.len() + 1 > n_out {
-            return SQLITE_CANTOPEN_FULLPATH;
+            return report(&OpenError::new(
+                SQLITE_CANTOPEN_FULLPATH,
+                format!(
+                    "the full path name {} is {} bytes, more than the {} SQLite allows",
+                    full.display(),
+                    bytes.len(),
+                    n_out.saturating_sub(1)
+                ),
+            ));
         }
         // SAFETY: SQLite passes `n_out` writable bytes; the name and its
         // NUL fit (checked above).

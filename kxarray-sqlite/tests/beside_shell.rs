@@ -2,14 +2,17 @@
 //! process and driven statement by statement, beside this process using
 //! the database through kxarray (and beside a second kxarray process: the
 //! shell with the extension loaded), as a user would open a live database
-//! while the application runs. Each prints SKIPPED when `sqlite3` is not
-//! installed (CI installs it).
+//! while the application runs. Without `sqlite3` (`apt-get install -y
+//! sqlite3`; CI installs it) each reports itself ignored, with the reason.
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
 use common::bank;
 use common::procs::{is_busy, Shell};
-use common::{int, open, shell};
+use common::{int, open};
 use rusqlite::Connection;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -18,10 +21,7 @@ use std::time::{Duration, Instant};
 
 macro_rules! need_shell {
     () => {
-        if shell().is_none() {
-            eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-            return;
-        }
+        harness::require(harness::tool("sqlite3", "sqlite3"));
     };
 }
 
@@ -109,13 +109,11 @@ fn see_each_others_commits(journal: &str) {
     assert_eq!(common::text(&kx, "PRAGMA integrity_check"), "ok");
 }
 
-#[test]
 fn the_shell_and_kxarray_see_each_others_commits_wal() {
     need_shell!();
     see_each_others_commits("wal");
 }
 
-#[test]
 fn the_shell_and_kxarray_see_each_others_commits_delete() {
     need_shell!();
     see_each_others_commits("delete");
@@ -131,7 +129,6 @@ fn count_now(kx: &Connection) -> i64 {
 /// on kxarray, the unix shell, the kxarray shell), readers in the other two
 /// read at once, with no busy timeout, the last committed state; a second
 /// writer is refused (writers still exclude each other).
-#[test]
 fn a_wal_reader_is_never_blocked_by_a_writer_in_another_process() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -200,7 +197,6 @@ fn a_wal_reader_is_never_blocked_by_a_writer_in_another_process() {
 /// newer pages under it. Both ways: a kxarray reader (a process whose cache
 /// of 1 MiB is smaller than the table, so it reads the file) beside a unix
 /// writer that checkpoints, and a unix reader beside a kxarray writer.
-#[test]
 fn a_reader_of_a_checkpointed_database_holds_off_other_processes_checkpoints() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -337,14 +333,23 @@ fn backup_while_writing(journal: &str) {
     bank::verify(&live, &[(1, rep.committed)]).unwrap();
 }
 
-#[test]
 fn backup_from_the_shell_while_kxarray_writes_is_consistent_wal() {
     need_shell!();
     backup_while_writing("wal");
 }
 
-#[test]
 fn backup_from_the_shell_while_kxarray_writes_is_consistent_delete() {
     need_shell!();
     backup_while_writing("delete");
 }
+
+harness::main!(
+    tests: [
+        the_shell_and_kxarray_see_each_others_commits_wal,
+        the_shell_and_kxarray_see_each_others_commits_delete,
+        a_wal_reader_is_never_blocked_by_a_writer_in_another_process,
+        a_reader_of_a_checkpointed_database_holds_off_other_processes_checkpoints,
+        backup_from_the_shell_while_kxarray_writes_is_consistent_wal,
+        backup_from_the_shell_while_kxarray_writes_is_consistent_delete,
+    ],
+);

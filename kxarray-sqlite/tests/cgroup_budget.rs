@@ -1,7 +1,7 @@
 //! Stock `sqlite3` shells in one memory cgroup through the VFS with
-//! default settings (issue 37): five each scanning its own database three
-//! times, and eight sharing one database in WAL mode (issue 38's shared
-//! locking), each scanning it three times and writing a few rows.
+//! default settings: five each scanning its own database three times, and
+//! eight sharing one database in WAL mode, each scanning it three times
+//! and writing a few rows.
 //!
 //! Before the shared budget each process sized its cache from the cgroup
 //! alone: 256 MiB each (a quarter of 512 MiB raised to the 256 MiB floor),
@@ -12,16 +12,20 @@
 //! They need root and a memory cgroup they can make: a child of the test's
 //! own cgroup v1 memory directory (`/sys/fs/cgroup/memory/...`), or on
 //! cgroup v2 a child of the root with the memory controller enabled;
-//! elsewhere (and without the `sqlite3` shell) they print SKIPPED.
+//! elsewhere (and without the `sqlite3` shell) they report themselves
+//! ignored, with the reason.
 //! `KX_BUDGET_TEST_MB` changes the size of each of the five databases
 //! (default 300 MB), `KX_BUDGET_TEST_SHARED_MB` the eight's one database
 //! (default 150 MB), and `KX_BUDGET_TEST_PARAMS` adds URI parameters to
 //! every open: `KX_BUDGET_TEST_PARAMS=kx_budget=0` shows what the tests
 //! guard against (processes killed, the tests fail).
 
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
 mod common;
 
-use common::{load_arg, shell};
+use common::load_arg;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -198,30 +202,34 @@ fn spawn_in(cg: &Cgroup) -> std::process::Child {
         .unwrap()
 }
 
-/// The value of `name=` in a `kx_stats` line, if there.
+/// The value of `name=` in a `kx_stats` text, if there.
 fn field(text: &str, name: &str) -> Option<u64> {
     text.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
 }
 
-/// The SKIPPED reason, or the cgroup the test runs in.
-fn cgroup_or_skip() -> Option<Cgroup> {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return None;
-    }
+/// Whether a line of the shell's output is one of `kx_stats`'s
+/// (`name=value`, a size followed by its MiB), not a query's answer.
+fn is_stat(line: &str) -> bool {
+    line.split_once('=').is_some_and(|(k, _)| {
+        !k.is_empty()
+            && k.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    })
+}
+
+/// The cgroup the test runs in; the test skips without the shell or a
+/// memory cgroup it can make.
+fn cgroup_or_skip() -> Cgroup {
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     match Cgroup::make(LIMIT) {
-        Ok(c) => Some(c),
-        Err(why) => {
-            eprintln!("SKIPPED: no memory cgroup could be made ({why})");
-            None
-        }
+        Ok(c) => c,
+        Err(why) => harness::skip_now(format!("no memory cgroup could be made ({why})")),
     }
 }
 
-#[test]
 fn five_shells_in_a_small_cgroup_are_not_killed() {
-    let Some(cg) = cgroup_or_skip() else { return };
+    let cg = cgroup_or_skip();
     let mb = env_number("KX_BUDGET_TEST_MB", 300);
     let rows = mb * 1_000_000 / BLOB;
     let dir = tempfile::tempdir().unwrap();
@@ -268,7 +276,8 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let answers: Vec<&str> = stdout.lines().take(SCANS).collect();
-        let stats = stdout.lines().nth(SCANS).unwrap_or("");
+        let stats: Vec<&str> = stdout.lines().skip(SCANS).filter(|l| is_stat(l)).collect();
+        let stats = stats.join(" ");
         eprintln!("process {i}: {:?}; {stats}", out.status);
         if !out.status.success() {
             failures.push(format!("process {i}: {:?}, stderr {stderr:?}", out.status));
@@ -283,9 +292,9 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Eight shells on ONE database in WAL mode (issue 38's shared locking: a
-/// real `-shm`, SQLite's locks, each process's cache kept coherent), in
-/// the 512 MiB cgroup. The database (150 MB) is sized so that eight
+/// Eight shells on ONE database in WAL mode (shared locking: a real
+/// `-shm`, SQLite's locks, each process's cache kept coherent), in the
+/// 512 MiB cgroup. The database (150 MB) is sized so that eight
 /// caches at the un-budgeted default (256 MiB each, each holding the
 /// whole database after a scan: 1.2 GB) exceed the limit; with
 /// `KX_BUDGET_TEST_PARAMS=kx_budget=0` the kernel kills some.
@@ -297,9 +306,8 @@ fn five_shells_in_a_small_cgroup_are_not_killed() {
 /// others' commits through its own cache), scans twice more with a
 /// commit after each, and sees its own three rows. Afterwards the
 /// database holds 24 rows and passes `PRAGMA integrity_check`.
-#[test]
 fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
-    let Some(cg) = cgroup_or_skip() else { return };
+    let cg = cgroup_or_skip();
     let mb = env_number("KX_BUDGET_TEST_SHARED_MB", 150);
     let rows = mb * 1_000_000 / BLOB;
     let dir = tempfile::tempdir().unwrap();
@@ -367,20 +375,15 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
     for (i, out) in outputs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let answers: Vec<&str> = stdout
-            .lines()
-            .filter(|l| !l.starts_with("capacity="))
-            .collect();
-        let stats = stdout
-            .lines()
-            .find(|l| l.starts_with("capacity="))
-            .unwrap_or("");
+        let answers: Vec<&str> = stdout.lines().filter(|l| !is_stat(l)).collect();
+        let stats: Vec<&str> = stdout.lines().filter(|l| is_stat(l)).collect();
+        let stats = stats.join(" ");
         eprintln!(
             "process {i}: {:?}; after the barrier capacity={:?} budget_share={:?} budget_members={:?}",
             out.status,
-            field(stats, "capacity"),
-            field(stats, "budget_share"),
-            field(stats, "budget_members")
+            field(&stats, "capacity"),
+            field(&stats, "budget_share"),
+            field(&stats, "budget_members")
         );
         keys.push(
             stats
@@ -424,12 +427,8 @@ fn eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed() {
 /// The VFS joins the budget by default (`kx_settings` says `budget=1`,
 /// `kx_stats` has the `budget_*` fields, the cache's capacity is its
 /// share); `kx_budget=0` opts out (a fixed capacity, no fields).
-#[test]
 fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return;
-    }
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
     let run = |params: &str| {
@@ -444,7 +443,7 @@ fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
         out
     };
     let on = run("&kx_cache=64m");
-    assert!(on.contains(" budget=1"), "{on}");
+    assert_eq!(field(&on, "budget"), Some(1), "{on}");
     let share = field(&on, "budget_share").expect("budget_share in kx_stats");
     assert!(share > 0 && share <= 64 << 20, "{on}");
     assert!(field(&on, "capacity").is_some_and(|c| c <= share), "{on}");
@@ -454,7 +453,15 @@ fn the_vfs_joins_by_default_and_kx_budget_0_opts_out() {
         "kx_settings shows what was asked"
     );
     let off = run("&kx_cache=64m&kx_budget=0");
-    assert!(off.contains(" budget=0"), "{off}");
+    assert_eq!(field(&off, "budget"), Some(0), "{off}");
     assert!(!off.contains("budget_share"), "{off}");
     assert_eq!(field(&off, "capacity"), Some(64 << 20), "{off}");
 }
+
+harness::main!(
+    tests: [
+        five_shells_in_a_small_cgroup_are_not_killed,
+        eight_shells_sharing_one_database_in_a_small_cgroup_are_not_killed,
+        the_vfs_joins_by_default_and_kx_budget_0_opts_out,
+    ],
+);

@@ -2,21 +2,22 @@
 //! process on the same database (the stock shell on the unix VFS), a
 //! read-only open, a symlinked name, a checkpoint whose write-back fails, a
 //! second connection's commit, and closes racing opens. Each test is one
-//! way the VFS once lost or hid a commit; the shell tests print SKIPPED
-//! when `sqlite3` is not installed (CI installs it).
+//! way the VFS once lost or hid a commit. Without `sqlite3` (or `strace`)
+//! the tests that need it report themselves ignored, with the reason (CI
+//! installs both).
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
-use common::{int, load_arg, open, run_shell, shell, text};
+use common::{int, load_arg, open, run_shell, text};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use std::path::Path;
 
 macro_rules! need_shell {
     () => {
-        if shell().is_none() {
-            eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-            return;
-        }
+        harness::require(harness::tool("sqlite3", "sqlite3"));
     };
 }
 
@@ -35,7 +36,6 @@ fn kx_script(uri: &str, body: &str) -> String {
 /// SQLite reads the header at open without a lock; another process then
 /// commits; the kxarray connection's first statements must see that commit
 /// (not the page 1 it cached at open) and must not write over it.
-#[test]
 fn a_commit_of_another_process_between_open_and_first_lock_is_seen() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -69,9 +69,8 @@ fn a_commit_of_another_process_between_open_and_first_lock_is_seen() {
 /// VFS in another process while it reads: as beside a unix-VFS reader, the
 /// writer commits (a WAL reader never blocks a writer), and the reader's
 /// next transaction sees that commit, never a stale snapshot beside a
-/// commit that happened. (Before issue 38 the writer got "database is
-/// locked".)
-#[test]
+/// commit that happened. (When the VFS held one lock for a connection's
+/// whole life, the writer got "database is locked".)
 fn a_read_only_open_reads_beside_wal_writers() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -121,7 +120,6 @@ fn a_read_only_open_reads_beside_wal_writers() {
 
 /// Two connections of one process, one through a symlink: one database,
 /// one WAL, named after the real file.
-#[test]
 fn a_symlinked_name_reaches_the_same_database_and_wal() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -156,7 +154,6 @@ fn a_symlinked_name_reaches_the_same_database_and_wal() {
 /// checkpoint at close and deletes the WAL: the VFS must keep the WAL
 /// while its database's pages are not in the file. `ulimit -f` makes the
 /// database's writes past 1 MiB fail (`EFBIG`) while the WAL still fits.
-#[test]
 fn a_failed_checkpoint_write_back_keeps_the_wal() {
     need_shell!();
     let dir = tempfile::tempdir().unwrap();
@@ -198,17 +195,9 @@ fn a_failed_checkpoint_write_back_keeps_the_wal() {
 /// second syncs the directory at its first sync too (the unix VFS's
 /// DIRSYNC on every create-open of a journal or WAL). Counted with strace,
 /// after a marker between the two connections' work.
-#[test]
 fn every_create_open_of_a_wal_syncs_its_directory() {
     need_shell!();
-    if std::process::Command::new("strace")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: no strace (apt-get install -y strace)");
-        return;
-    }
+    harness::require(harness::tool("strace", "strace"));
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("dir.db");
     // a name the log shows between the first connection's commits and the
@@ -361,7 +350,6 @@ unsafe fn byte_at(p: *mut std::os::raw::c_void, off: usize) -> u8 {
 /// them); unfetching the first must release the first's reference, not the
 /// second's: the second cursor still reads through its pointer, so a later
 /// write must copy rather than change those bytes in place.
-#[test]
 fn unfetch_releases_the_reference_of_its_own_pointer() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("fetch.db");
@@ -409,7 +397,6 @@ fn unfetch_releases_the_reference_of_its_own_pointer() {
 
 /// A read-write connection opened after a read-only one of the same file
 /// in the same process writes (the inode they share is read-write).
-#[test]
 fn a_read_write_open_after_a_read_only_one_can_write() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("modes.db");
@@ -449,7 +436,6 @@ fn a_read_write_open_after_a_read_only_one_can_write() {
 /// lock conflicted with it). The reader may be told BUSY by the writer's
 /// SQLite locks, which are legitimate; `lock_conflicts` counts only the
 /// refusals of the OFD lock, which no other process could cause here.
-#[test]
 fn a_close_never_makes_a_concurrent_open_busy() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("race.db");
@@ -492,7 +478,6 @@ fn a_close_never_makes_a_concurrent_open_busy() {
 
 /// `SQLITE_OPEN_NOFOLLOW` refuses a symlinked name, as on the unix VFS; a
 /// name with `.` and `..` reaches the same database.
-#[test]
 fn nofollow_and_dotted_names_as_the_unix_vfs() {
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real.db");
@@ -530,3 +515,17 @@ fn nofollow_and_dotted_names_as_the_unix_vfs() {
         real.canonicalize().unwrap().to_str().unwrap()
     );
 }
+
+harness::main!(
+    tests: [
+        a_commit_of_another_process_between_open_and_first_lock_is_seen,
+        a_read_only_open_reads_beside_wal_writers,
+        a_symlinked_name_reaches_the_same_database_and_wal,
+        a_failed_checkpoint_write_back_keeps_the_wal,
+        every_create_open_of_a_wal_syncs_its_directory,
+        unfetch_releases_the_reference_of_its_own_pointer,
+        a_read_write_open_after_a_read_only_one_can_write,
+        a_close_never_makes_a_concurrent_open_busy,
+        nofollow_and_dotted_names_as_the_unix_vfs,
+    ],
+);

@@ -2,6 +2,9 @@
 //! runs 200), and a control run showing the test catches a VFS that keeps
 //! writes in its private cache.
 
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
 #[path = "../examples/sqlite_crash.rs"]
 #[allow(dead_code)]
 mod crash_tool;
@@ -11,8 +14,6 @@ use rand::SeedableRng;
 
 /// The child entry: the crash tool's writer and verifier run in this test
 /// binary, started with `--ignored --exact crash_child`.
-#[test]
-#[ignore = "a child process of the crash tests, not a test"]
 fn crash_child() {
     if let Some(code) = crash_tool::child_main_from_env() {
         std::process::exit(code);
@@ -37,8 +38,10 @@ fn child_cmd(writer_env: Vec<(String, String)>) -> ChildCmd {
     }
 }
 
-#[test]
-fn every_mode_survives_sigkill() {
+/// The modes `pick` selects, each killed `KXARRAY_CRASH_KILLS` times (2
+/// by default) at random moments, all recovered with every committed
+/// transaction.
+fn modes_survive_sigkill(pick: impl Fn(&Mode) -> bool) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let cmd = child_cmd(Vec::new());
     let lib = find_cdylib();
@@ -47,42 +50,58 @@ fn every_mode_survives_sigkill() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let mut outcomes = Vec::new();
-    for m in all_modes() {
-        if m.direct
-            && kxarray::backend::FileBackend::create_direct(&dir.path().join("probe")).is_err()
-        {
-            eprintln!("SKIPPED {}: the filesystem refuses O_DIRECT", m.name());
-            continue;
-        }
-        outcomes.push(run_mode(
-            &cmd,
-            lib.as_deref(),
-            dir.path(),
-            &m,
-            kills,
-            &mut rng,
-            300,
-        ));
+    let modes: Vec<Mode> = all_modes().into_iter().filter(|m| pick(m)).collect();
+    assert!(!modes.is_empty());
+    if modes.iter().any(|m| m.direct) {
+        harness::require(harness::direct_io(dir.path()));
     }
+    if modes.iter().any(|m| m.shell) {
+        harness::require(harness::tool("sqlite3", "sqlite3"));
+        harness::require(harness::tool("stdbuf", "coreutils"));
+    }
+    let outcomes: Vec<_> = modes
+        .iter()
+        .map(|m| run_mode(&cmd, lib.as_deref(), dir.path(), m, kills, &mut rng, 300))
+        .collect();
     println!("{}", table(&outcomes));
     for o in &outcomes {
-        if let Some(why) = &o.skipped {
-            eprintln!("SKIPPED {}: {why}", o.mode);
-            continue;
-        }
+        assert_eq!(o.skipped, None, "{}", o.mode);
         assert!(o.failures.is_empty(), "{}: {:?}", o.mode, o.failures);
         assert_eq!(o.kills, kills, "{}", o.mode);
     }
     // the transactions really ran (not a check that cannot fail)
     let logged: u64 = outcomes.iter().map(|o| o.logged).sum();
-    assert!(logged > 100, "only {logged} commits in all modes");
+    assert!(
+        logged > outcomes.len() as u64,
+        "only {logged} commits in {} modes",
+        outcomes.len()
+    );
+}
+
+/// Rusqlite writers on buffered files, in every journal mode and
+/// `synchronous` setting, and beside the unix VFS.
+fn buffered_modes_survive_sigkill() {
+    modes_survive_sigkill(|m| !m.direct && !m.shell);
+}
+
+/// The same over `O_DIRECT` (`kx_direct=1`).
+fn direct_modes_survive_sigkill() {
+    modes_survive_sigkill(|m| m.direct && !m.shell);
+}
+
+/// The stock shell loading the extension as the writer.
+fn shell_modes_survive_sigkill() {
+    modes_survive_sigkill(|m| m.shell && !m.direct);
+}
+
+/// The stock shell as the writer over `O_DIRECT`.
+fn shell_direct_modes_survive_sigkill() {
+    modes_survive_sigkill(|m| m.shell && m.direct);
 }
 
 /// With write-through off (writes kept in the process's cache until
 /// xSync), WAL at synchronous=NORMAL loses committed transactions on
 /// SIGKILL, and the crash test says so.
-#[test]
 fn the_crash_test_catches_a_cache_that_loses_commits() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let cmd = child_cmd(vec![("KXARRAY_SQLITE_WRITE_BACK".into(), "1".into())]);
@@ -104,3 +123,16 @@ fn the_crash_test_catches_a_cache_that_loses_commits() {
     }
     panic!("lost commits went unnoticed: {rounds:?}");
 }
+
+harness::main!(
+    tests: [
+        buffered_modes_survive_sigkill,
+        direct_modes_survive_sigkill,
+        shell_modes_survive_sigkill,
+        shell_direct_modes_survive_sigkill,
+        the_crash_test_catches_a_cache_that_loses_commits,
+    ],
+    children: [
+        crash_child,
+    ],
+);

@@ -8,6 +8,9 @@
 //! the `-shm`, which a unix-VFS process then reads beside it. Nothing
 //! committed is lost.
 
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
 mod common;
 
 use common::procs::{child, child_as, child_spec, hear, open_vfs, say, shm_header, sidecar, Proc};
@@ -20,8 +23,6 @@ const TXNS: i64 = 12;
 
 /// The child entry: roles `hold` (write, say what was committed, then wait
 /// for commands or a SIGKILL) and `read` (say what a fresh open reads).
-#[test]
-#[ignore = "a child process of the leftover tests, not a test"]
 fn leftovers_child() {
     let Some((role, args)) = child_spec() else {
         return;
@@ -186,7 +187,6 @@ fn open_like_unix(db: &Path, params: &str, compare_shm: bool, case: &str) -> Str
     k.1
 }
 
-#[test]
 fn a_shm_and_wal_left_by_a_sigkilled_process_open_as_on_the_unix_vfs() {
     let dir = tempfile::tempdir().unwrap();
     for vfs in ["kxarray", "unix"] {
@@ -208,7 +208,6 @@ fn a_shm_and_wal_left_by_a_sigkilled_process_open_as_on_the_unix_vfs() {
 /// turso #8536, and its neighbours: the WAL empty (checkpointed and
 /// truncated by the writer before it was killed), the WAL emptied after
 /// the -shm recorded frames (all checkpointed), the WAL gone.
-#[test]
 fn an_empty_wal_beside_a_leftover_shm_opens_as_on_the_unix_vfs() {
     let dir = tempfile::tempdir().unwrap();
     for vfs in ["kxarray", "unix"] {
@@ -242,7 +241,6 @@ fn an_empty_wal_beside_a_leftover_shm_opens_as_on_the_unix_vfs() {
 /// A -shm of random bytes (as long as the real one, and shorter than its
 /// header), and of zeros, beside a WAL whose frames are not checkpointed:
 /// the first opener rebuilds the index from the WAL.
-#[test]
 fn a_shm_of_garbage_opens_as_on_the_unix_vfs() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("garbage.db");
@@ -268,7 +266,6 @@ fn a_shm_of_garbage_opens_as_on_the_unix_vfs() {
 /// leftover `-shm`, kxarray reads what the unix VFS reads; beside a live
 /// writer process, it reads the writer's commits as they come, and so does
 /// a unix-VFS process beside it.
-#[test]
 fn a_shm_this_process_may_not_write_reads_as_on_the_unix_vfs() {
     let ro = "mode=ro&readonly_shm=1";
     let dir = tempfile::tempdir().unwrap();
@@ -313,18 +310,16 @@ fn a_shm_this_process_may_not_write_reads_as_on_the_unix_vfs() {
 /// parameter): the unix VFS then maps the `-shm` read-only beside a live
 /// writer, and reads the WAL itself once the writer is gone
 /// (`SQLITE_READONLY_CANTINIT`); kxarray must read the same.
-#[test]
 fn a_shm_this_process_cannot_write_reads_as_on_the_unix_vfs() {
     use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let other = root.then_some(65534u32);
     if root && !others_can_run_this_binary() {
-        eprintln!(
-            "SKIPPED: running as root, and user nobody cannot reach this test binary \
-             (a directory on its path is not world-executable)"
+        harness::skip_now(
+            "running as root, and user nobody cannot reach this test binary \
+             (a directory on its path is not world-executable)",
         );
-        return;
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -398,3 +393,16 @@ fn others_can_run_this_binary() -> bool {
             || std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
     })
 }
+
+harness::main!(
+    tests: [
+        a_shm_and_wal_left_by_a_sigkilled_process_open_as_on_the_unix_vfs,
+        an_empty_wal_beside_a_leftover_shm_opens_as_on_the_unix_vfs,
+        a_shm_of_garbage_opens_as_on_the_unix_vfs,
+        a_shm_this_process_may_not_write_reads_as_on_the_unix_vfs,
+        a_shm_this_process_cannot_write_reads_as_on_the_unix_vfs,
+    ],
+    children: [
+        leftovers_child,
+    ],
+);

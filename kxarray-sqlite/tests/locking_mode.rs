@@ -5,13 +5,17 @@
 //! lock is released (`locking_mode=NORMAL`, then a transaction) another
 //! process on the unix VFS reads every commit, and when this process takes
 //! the lock again after that process wrote, nothing stale is served.
-//! Its own test binary: it reads the process-wide counters. The shell test
-//! prints SKIPPED when `sqlite3` is not installed (CI installs it).
+//! Its own test binary: it reads the process-wide counters. Without
+//! `sqlite3` the shell tests report themselves ignored, with the reason
+//! (CI installs it).
+
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 
 mod common;
 
 use common::procs::{is_error, Shell};
-use common::{int, open, shell, stat, text};
+use common::{int, open, stat, text};
 use rusqlite::Connection;
 
 /// The tests read the process-wide cache's counters: one at a time.
@@ -68,7 +72,6 @@ fn scan(db: &Connection) -> i64 {
     int(db, "SELECT sum(length(v)) FROM t")
 }
 
-#[test]
 fn a_wal_is_read_through_the_cache_while_locking_mode_exclusive_holds_the_lock() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -114,7 +117,6 @@ fn a_wal_is_read_through_the_cache_while_locking_mode_exclusive_holds_the_lock()
     assert_eq!(totals(&unix), expected(3000));
 }
 
-#[test]
 fn without_the_pragma_a_shared_wal_stays_out_of_the_cache() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
@@ -136,12 +138,8 @@ fn without_the_pragma_a_shared_wal_stays_out_of_the_cache() {
 /// `locking_mode=NORMAL` and a transaction hand it over; the shell sees
 /// every commit, restarts the WAL and writes frames at the offsets this
 /// process cached; this process takes the lock again and reads them right.
-#[test]
 fn the_hold_hands_the_wal_over_to_another_process_and_back() {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return;
-    }
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("handover.db");
@@ -210,12 +208,8 @@ fn the_hold_hands_the_wal_over_to_another_process_and_back() {
 /// journal through the cache; handed over, the shell sees every commit and
 /// none of the rolled-back changes, writes its own, and a new hold rolls
 /// back over the journal the shell's transactions left.
-#[test]
 fn a_rollback_journal_under_the_hold_and_handed_over() {
-    if shell().is_none() {
-        eprintln!("SKIPPED: no sqlite3 shell (apt-get install -y sqlite3)");
-        return;
-    }
+    harness::require(harness::tool("sqlite3", "sqlite3"));
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("journal.db");
@@ -264,3 +258,12 @@ fn a_rollback_journal_under_the_hold_and_handed_over() {
     assert_eq!(sh.one("PRAGMA integrity_check;"), "ok");
     assert!(sh.quit());
 }
+
+harness::main!(
+    tests: [
+        a_wal_is_read_through_the_cache_while_locking_mode_exclusive_holds_the_lock,
+        without_the_pragma_a_shared_wal_stays_out_of_the_cache,
+        the_hold_hands_the_wal_over_to_another_process_and_back,
+        a_rollback_journal_under_the_hold_and_handed_over,
+    ],
+);

@@ -1,7 +1,6 @@
 //! kxarray's `log` records reach SQLite's log (`sqlite3_log`, seen by the
 //! program's `SQLITE_CONFIG_LOG` callback), not the program's standard
-//! error: the VFS installs the forwarder when it registers (issue 36,
-//! point 8). One test: the callback must be configured before SQLite's
+//! error: the VFS installs the forwarder when it registers. One test: the callback must be configured before SQLite's
 //! first use in the process.
 
 mod common;

@@ -3,7 +3,7 @@
 //! sees the other's commits at its next transaction, a WAL reader is never
 //! blocked by a writer in another process, `SQLITE_BUSY` comes where the
 //! unix VFS gives it, and a kxarray reader's cache stays coherent at the
-//! cost of the pages another process's checkpoint copied (issue 38).
+//! cost of the pages another process's checkpoint copied.
 //!
 //! The other process is this test binary again (`--ignored --exact
 //! mp_child`), driven line by line over its standard input: `Q <sql>`

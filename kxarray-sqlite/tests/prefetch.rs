@@ -4,13 +4,16 @@
 //! scan's leaves are read before it asks for them. Its own test binary: it
 //! reads the process-wide cache's counters.
 
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
+
 mod common;
 
 use common::{int, open, stat};
 
-#[test]
 fn a_scan_of_scattered_leaves_is_read_ahead_of_it() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    harness::require(harness::direct_io(dir.path()));
     let p = dir.path().join("scattered.db");
     {
         let db = rusqlite::Connection::open(&p).unwrap();
@@ -25,14 +28,7 @@ fn a_scan_of_scattered_leaves_is_read_ahead_of_it() {
     // file drops its pages); the same scan, without and with the prefetch.
     let mut misses = Vec::new();
     for prefetch in [0, 1] {
-        let db = match open(&p, &format!("kx_direct=1&kx_prefetch={prefetch}")) {
-            Ok(db) => db,
-            Err(e) if e.to_string().contains("O_DIRECT") || e.to_string().contains("unable") => {
-                eprintln!("SKIPPED: no O_DIRECT here ({e})");
-                return;
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let db = open(&p, &format!("kx_direct=1&kx_prefetch={prefetch}")).unwrap();
         let before = stat(&db, "misses");
         assert_eq!(
             int(&db, "SELECT count(*) FROM t WHERE length(v) = 300"),
@@ -47,3 +43,9 @@ fn a_scan_of_scattered_leaves_is_read_ahead_of_it() {
         "misses without and with the prefetch: {misses:?}"
     );
 }
+
+harness::main!(
+    tests: [
+        a_scan_of_scattered_leaves_is_read_ahead_of_it,
+    ],
+);

@@ -1,4 +1,4 @@
-//! What the coherence check costs a WAL writer (issue 38): a read
+//! What the coherence check costs a WAL writer: a read
 //! transaction runs the WAL check before its first read of the database
 //! file, not at its read lock, so a commit whose pages SQLite's own cache
 //! holds (one writer's single-row commits) runs none; a commit and a

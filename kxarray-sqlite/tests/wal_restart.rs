@@ -1,7 +1,6 @@
 //! A WAL restarted by another process between two of a kxarray reader's
 //! transactions, after a checkpoint copied frames the reader had not seen
-//! copied (issue 38's multi-process rows: the reader used to drop its
-//! whole cache). The old generation's frames past the new one's are still
+//! copied (the reader used to drop its whole cache). The old generation's frames past the new one's are still
 //! in the WAL file; their pages, and only those, must go. One test in its
 //! own binary: the coherence counters are per process.
 

@@ -1,10 +1,12 @@
 //! [`FileBackend`]: a real file with positional I/O (`pread`/`pwrite`
 //! through [`std::os::unix::fs::FileExt`]), optionally opened with
-//! `O_DIRECT`.
+//! `O_DIRECT`, or read-only.
 //!
 //! Owns the open file descriptors (shared with the I/O engine while a
 //! submitted request is in flight, so they stay open until it completes).
-//! Invariants: in direct mode every request
+//! Invariants: a read-only backend refuses every write, truncation and
+//! discard before any system call ([`ReadOnly`]); an open error names the
+//! path; in direct mode every request
 //! whose offset and length are multiples of [`DIRECT_ALIGN`] goes through the
 //! `O_DIRECT` descriptor from a buffer aligned to [`DIRECT_ALIGN`] (the
 //! caller's if it already is, a bounce buffer otherwise); any other request
@@ -15,12 +17,12 @@
 //! buffer when the caller's is not aligned. Concurrent writes to the same
 //! bytes are whatever the kernel makes of two `pwrite`s.
 
-use super::{checked_end, Backend, ReadBuf, WriteBuf};
+use super::{checked_end, Backend, ReadBuf, ReadOnly, WriteBuf};
 use crate::aio::{Completion, IoBuf, IoEngine};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Offset, length and buffer alignment `O_DIRECT` requests use.
@@ -62,6 +64,14 @@ const O_DIRECT: Option<i32> = None;
 
 /// A file used as a backend.
 ///
+/// Which constructor: [`open`](FileBackend::open) an existing file to read
+/// and write it (a mistyped path is an error, not a new empty file),
+/// [`open_read_only`](FileBackend::open_read_only) one to read it (writes
+/// are refused when made, with [`ReadOnly`]), [`create`](FileBackend::create)
+/// one that may not exist yet, [`create_direct`](FileBackend::create_direct)
+/// for `O_DIRECT` below the cache, or [`from_file`](FileBackend::from_file)
+/// a descriptor you opened. Open errors name the path.
+///
 /// ```
 /// use kxarray::backend::{Backend, FileBackend};
 ///
@@ -80,6 +90,15 @@ pub struct FileBackend {
     direct: Option<Arc<File>>,
     /// The engine submitted requests go to; `None`: [`IoEngine::global`].
     engine: Option<IoEngine>,
+    /// The path it was opened by, if it was (for errors).
+    path: Option<PathBuf>,
+    /// Opened read-only: every write is refused ([`ReadOnly`]).
+    read_only: bool,
+}
+
+/// `e` with the operation and the path in its message (its kind kept).
+fn at_path(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
 impl FileBackend {
@@ -98,6 +117,75 @@ impl FileBackend {
             file: Arc::new(file),
             direct: None,
             engine: None,
+            path: None,
+            read_only: false,
+        }
+    }
+
+    /// Open the existing file `path` for reading and writing, buffered.
+    ///
+    /// # Errors
+    /// Any error of `open(2)` (its kind kept, the path in its message):
+    /// [`io::ErrorKind::NotFound`] when there is no such file.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend};
+    ///
+    /// let tmp = tempfile::NamedTempFile::new().unwrap();
+    /// let f = FileBackend::open(tmp.path()).unwrap();
+    /// f.write_all_at(b"abc", 0).unwrap();
+    /// let e = FileBackend::open("/no/such/file".as_ref()).unwrap_err();
+    /// assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    /// assert!(e.to_string().contains("/no/such/file"), "{e}");
+    /// ```
+    pub fn open(path: &Path) -> io::Result<FileBackend> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| at_path(e, "open", path))?;
+        Ok(FileBackend {
+            path: Some(path.to_path_buf()),
+            ..FileBackend::from_file(file)
+        })
+    }
+
+    /// Open the existing file `path` for reading only. Every write,
+    /// truncation and discard is refused, before any system call, with a
+    /// [`ReadOnly`] error (kind [`io::ErrorKind::PermissionDenied`]); so is
+    /// a write to a page cache over it, when it is made
+    /// ([`Backend::is_read_only`]).
+    ///
+    /// # Errors
+    /// Any error of `open(2)` (its kind kept, the path in its message).
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend, ReadOnly};
+    ///
+    /// let tmp = tempfile::NamedTempFile::new().unwrap();
+    /// std::fs::write(tmp.path(), b"kept").unwrap();
+    /// let f = FileBackend::open_read_only(tmp.path()).unwrap();
+    /// let mut b = [0u8; 4];
+    /// f.read_exact_at(&mut b, 0).unwrap();
+    /// assert_eq!(&b, b"kept");
+    /// let e = f.write_at(b"lost", 0).unwrap_err();
+    /// assert!(ReadOnly::is(&e), "{e}");
+    /// ```
+    pub fn open_read_only(path: &Path) -> io::Result<FileBackend> {
+        let file = File::open(path).map_err(|e| at_path(e, "open", path))?;
+        Ok(FileBackend {
+            path: Some(path.to_path_buf()),
+            read_only: true,
+            ..FileBackend::from_file(file)
+        })
+    }
+
+    /// The refusal of a write, if this backend is read-only.
+    fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            Err(ReadOnly::error(self.path.as_deref()))
+        } else {
+            Ok(())
         }
     }
 
@@ -124,17 +212,24 @@ impl FileBackend {
     }
 
     /// Open (creating if needed) `path` for reading and writing, buffered.
+    /// An existing file keeps its bytes. To open a file that must exist,
+    /// use [`open`](FileBackend::open): a mistyped path then fails instead
+    /// of making an empty file.
     ///
     /// # Errors
-    /// Any error of `open(2)`.
+    /// Any error of `open(2)` (its kind kept, the path in its message).
     pub fn create(path: &Path) -> io::Result<FileBackend> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)?;
-        Ok(FileBackend::from_file(file))
+            .open(path)
+            .map_err(|e| at_path(e, "open", path))?;
+        Ok(FileBackend {
+            path: Some(path.to_path_buf()),
+            ..FileBackend::from_file(file)
+        })
     }
 
     /// Open (creating if needed) `path` for reading and writing with
@@ -142,8 +237,10 @@ impl FileBackend {
     ///
     /// # Errors
     /// [`io::ErrorKind::Unsupported`] when the target's `O_DIRECT` value is
-    /// not known or the filesystem refuses `O_DIRECT` (tmpfs answers
-    /// `EINVAL`), with a message saying so; any other error of `open(2)`.
+    /// not known or the filesystem refuses `O_DIRECT` (`EINVAL`: tmpfs
+    /// before Linux 6.6, some FUSE and network filesystems), with a message
+    /// saying so; any other error of `open(2)` (its kind kept, the path in
+    /// its message).
     ///
     /// ```
     /// use kxarray::backend::{Backend, FileBackend, DIRECT_ALIGN};
@@ -160,7 +257,7 @@ impl FileBackend {
     ///         f.read_exact_at(&mut b, 0).unwrap();
     ///         assert_eq!((b[0], &b[DIRECT_ALIGN..]), (7, &b"tail"[..]));
     ///     }
-    ///     // tmpfs, for one, refuses O_DIRECT
+    ///     // a filesystem that refuses O_DIRECT (tmpfs before Linux 6.6)
     ///     Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}"),
     /// }
     /// ```
@@ -171,7 +268,7 @@ impl FileBackend {
                 "O_DIRECT is not available on this target",
             ));
         };
-        let file = FileBackend::create(path)?.file;
+        let buffered = FileBackend::create(path)?;
         let direct = OpenOptions::new()
             .read(true)
             .write(true)
@@ -187,13 +284,12 @@ impl FileBackend {
                         ),
                     )
                 } else {
-                    e
+                    at_path(e, "open (O_DIRECT)", path)
                 }
             })?;
         Ok(FileBackend {
-            file,
             direct: Some(Arc::new(direct)),
-            engine: None,
+            ..buffered
         })
     }
 
@@ -285,6 +381,7 @@ impl Backend for FileBackend {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.writable()?;
         check_range("write", offset, buf.len() as u64)?;
         match self.direct_for(offset, buf.len()) {
             Some(d) if aligned(buf.as_ptr()) => d.write_at(buf, offset),
@@ -346,7 +443,10 @@ impl Backend for FileBackend {
 
     /// On the I/O engine: returns once the write is submitted.
     fn submit_write(&self, buf: WriteBuf, offset: u64) -> Completion<WriteBuf> {
-        if let Err(e) = check_range("write", offset, buf.bytes_len() as u64) {
+        if let Err(e) = self
+            .writable()
+            .and_then(|()| check_range("write", offset, buf.bytes_len() as u64))
+        {
             return Completion::ready(Err(e), buf);
         }
         match self.direct_for(offset, buf.bytes_len()) {
@@ -373,8 +473,13 @@ impl Backend for FileBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.writable()?;
         check_range("set_len", 0, len)?;
         self.file.set_len(len)
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.read_only
     }
 }
 

@@ -23,12 +23,63 @@
 
 use crate::aio::{Completion, IoBuf, IoBufMut};
 use std::io;
+use std::path::{Path, PathBuf};
 
 mod file;
 mod ramdisk;
 
 pub use file::{FileBackend, DIRECT_ALIGN, DIRECT_READAHEAD};
 pub use ramdisk::{RamDisk, RAMDISK_PAGE_SIZE};
+
+/// Why a write was refused: the backend is read-only (a file opened with
+/// [`FileBackend::open_read_only`], or a cache over one). The error inside
+/// the [`io::Error`], of kind [`io::ErrorKind::PermissionDenied`], that
+/// every write to it returns before anything changes.
+///
+/// ```
+/// use kxarray::backend::{Backend, FileBackend, ReadOnly};
+/// use kxarray::pagecache::{CacheConfig, PageCache};
+///
+/// let tmp = tempfile::NamedTempFile::new().unwrap();
+/// let cache = PageCache::new(CacheConfig::default());
+/// let file = cache.open(FileBackend::open_read_only(tmp.path()).unwrap()).unwrap();
+/// let e = file.write_at(b"no", 0).unwrap_err();
+/// assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+/// assert!(ReadOnly::is(&e), "{e}");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadOnly {
+    /// The file, when the backend knows its path.
+    pub path: Option<PathBuf>,
+}
+
+impl ReadOnly {
+    /// The [`io::Error`] a write to a read-only backend returns.
+    pub fn error(path: Option<&Path>) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            ReadOnly {
+                path: path.map(Path::to_path_buf),
+            },
+        )
+    }
+
+    /// Whether `e` is a write refused by a read-only backend.
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|i| i.is::<ReadOnly>())
+    }
+}
+
+impl std::fmt::Display for ReadOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(p) => write!(f, "{} is open read-only: writes are refused", p.display()),
+            None => f.write_str("the backend is read-only: writes are refused"),
+        }
+    }
+}
+
+impl std::error::Error for ReadOnly {}
 
 /// A byte-addressed store with positional I/O (`pread`/`pwrite`).
 ///
@@ -184,6 +235,23 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// assert!(RamDisk::new(1 << 20).in_memory());
     /// ```
     fn in_memory(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend refuses every write (a file opened with
+    /// [`FileBackend::open_read_only`]): `false` by default. A page cache
+    /// over a read-only backend refuses writes when they are made
+    /// (`CachedFile::write_at`, `write_begin`, `set_len`...: a
+    /// [`ReadOnly`] error of kind [`io::ErrorKind::PermissionDenied`]), not
+    /// at writeback.
+    ///
+    /// ```
+    /// use kxarray::backend::{Backend, FileBackend, RamDisk};
+    /// assert!(!RamDisk::new(4096).is_read_only());
+    /// let tmp = tempfile::NamedTempFile::new().unwrap();
+    /// assert!(FileBackend::open_read_only(tmp.path()).unwrap().is_read_only());
+    /// ```
+    fn is_read_only(&self) -> bool {
         false
     }
 
@@ -443,6 +511,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn in_memory(&self) -> bool {
         (**self).in_memory()
+    }
+    fn is_read_only(&self) -> bool {
+        (**self).is_read_only()
     }
     fn flush_data(&self) -> io::Result<()> {
         (**self).flush_data()

@@ -1,7 +1,7 @@
 //! A chunked index: the `u64` key space cut into chunks of `2^shift`
 //! indices, each chunk its own [`XArray`] with its own lock, indexed by the
 //! offset inside the chunk. This is the swap cache's layout (one address
-//! space per 64 MiB of swap, seed 002): every tree stays a few levels deep
+//! space per 64 MiB of swap): every tree stays a few levels deep
 //! however large the key space, and writers on different chunks never share
 //! a lock.
 //!

@@ -77,7 +77,7 @@ impl FolioFlags {
 // (8 bytes): an `Arc<Folio>` aligned to 32 bytes went through
 // `posix_memalign`, which glibc serves without its per-thread cache and
 // whose freed chunks later aligned requests cannot reuse, so a cache at
-// steady state left about 200 bytes of heap behind per miss (issue 30: a
+// steady state left about 200 bytes of heap behind per miss (a
 // 1 GiB cache of 4 KiB folios held 50 MiB of such holes) and spent 5% of
 // a miss in `_int_free`, `unlink_chunk` and `malloc_consolidate`. With
 // `malloc`'s 16-byte alignment and the `Arc`'s two counts in front, the

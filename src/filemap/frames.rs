@@ -25,7 +25,7 @@
 //!   gap: 3 MiB over 64 MiB when reading sequentially), and the frames
 //!   that come back when it falls under again are the ones its next
 //!   misses take, so releasing them there made every miss after the first
-//!   pass fault its memory in again (issue 37: 40 minor faults per MiB
+//!   pass fault its memory in again (40 minor faults per MiB
 //!   read at 64 MiB). Beyond that, free frames are released in batches
 //!   of at least [`RELEASE_BATCH`]:
 //!   `MADV_DONTNEED` over runs of adjacent frames (their memory goes back

@@ -25,7 +25,7 @@ const BATCH: usize = if cfg!(any(loom, miri)) { 1 } else { 256 };
 
 /// Bytes (as the pushers weigh their objects) that trigger an immediate
 /// attempt too: 2 MiB. Folio buffers are up to 2 MiB each, so 256 of them
-/// would hold far more memory out of reach than 256 nodes (issue 30: a
+/// would hold far more memory out of reach than 256 nodes (a
 /// cache of 64 KiB folios kept 16 MiB beyond its capacity waiting here).
 const BATCH_BYTES: usize = 2 << 20;
 

@@ -117,6 +117,10 @@ impl CachedFile {
     /// written back ([`sync`](CachedFile::sync) or the flusher).
     ///
     /// # Errors
+    /// [`io::ErrorKind::PermissionDenied`] with a
+    /// [`ReadOnly`](crate::backend::ReadOnly) error when the backend is
+    /// read-only ([`FileBackend::open_read_only`](crate::backend::FileBackend::open_read_only);
+    /// nothing is written);
     /// [`io::ErrorKind::FileTooLarge`] when `offset + buf.len()` is past
     /// [`MAX_FILE_SIZE`](super::MAX_FILE_SIZE) (the kernel's `EFBIG`; nothing is written); the
     /// backend's error when the file must grow and cannot (a
@@ -185,6 +189,7 @@ impl CachedFile {
     ///
     /// # Errors
     /// [`io::ErrorKind::FileTooLarge`] when `len` is past [`MAX_FILE_SIZE`](super::MAX_FILE_SIZE);
+    /// a [`ReadOnly`](crate::backend::ReadOnly) error over a read-only backend;
     /// the backend's error (e.g. [`io::ErrorKind::Unsupported`] for a RAM
     /// disk); the file is unchanged then.
     ///
@@ -698,6 +703,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"in place");
     /// ```
     pub fn write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
         loop {
@@ -737,6 +743,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"fast");
     /// ```
     pub fn try_write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
         let would_block = || io::Error::from(io::ErrorKind::WouldBlock);
@@ -798,5 +805,10 @@ impl Backend for CachedFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         CachedFile::set_len(self, len)
+    }
+
+    /// A cache over a read-only backend is read-only.
+    fn is_read_only(&self) -> bool {
+        self.shared.read_only
     }
 }

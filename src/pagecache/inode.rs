@@ -71,6 +71,9 @@ pub(crate) struct FileShared {
     pub(crate) whole_folio: bool,
     /// Order of the folios a write allocates on a miss.
     pub(crate) write_order: u32,
+    /// The backend refuses writes ([`Backend::is_read_only`]): so does
+    /// every write to the file, when it is made.
+    pub(crate) read_only: bool,
 }
 
 impl FileShared {
@@ -85,6 +88,7 @@ impl FileShared {
         let ra_max = backend
             .readahead_max()
             .unwrap_or(super::readahead::DEFAULT_READAHEAD_BYTES);
+        let read_only = backend.is_read_only();
         Ok(FileShared {
             id,
             cache,
@@ -102,7 +106,18 @@ impl FileShared {
             blocks: BlockMap::new(shift),
             whole_folio: opts.whole_folio,
             write_order,
+            read_only,
         })
+    }
+
+    /// The refusal of a write to a file whose backend is read-only.
+    #[inline]
+    pub(crate) fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            Err(crate::backend::ReadOnly::error(None))
+        } else {
+            Ok(())
+        }
     }
 
     /// The file's size in bytes.

@@ -116,8 +116,11 @@ use workingset::Workingset;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheConfig {
     /// Bytes of folio data the cache holds before reclaiming (rounded down
-    /// to whole pages, at least one page): the starting capacity;
-    /// [`PageCache::set_capacity`] changes it at run time.
+    /// to whole pages): the starting capacity, from one page to
+    /// [`MAX_CAPACITY`] (less or more is refused as
+    /// [`PageCache::set_capacity`] refuses it: [`CacheConfig::validate`],
+    /// [`PageCache::try_new`]); [`PageCache::set_capacity`] changes it at
+    /// run time.
     pub capacity: u64,
     /// Largest folio order readahead allocates (4 = 64 KiB with 4 KiB
     /// pages). Clamped to at least 4 and at most
@@ -181,13 +184,32 @@ impl Default for CacheConfig {
 
 impl CacheConfig {
     /// Set the capacity in bytes (and the background threshold to 10% of
-    /// it, the dirty limit to 20%).
+    /// it, the dirty limit to 20%). A capacity below one page or above
+    /// [`MAX_CAPACITY`] is refused when the cache is made
+    /// ([`PageCache::try_new`]), or before ([`validate`](CacheConfig::validate)).
     pub fn capacity(mut self, bytes: u64) -> Self {
         self.capacity = bytes;
         self.dirty_background_bytes = bytes / 10;
         self.dirty_bytes = bytes / 5;
         self
     }
+    /// Whether a cache can be made with this configuration: its capacity
+    /// is checked as [`PageCache::set_capacity`] checks one (a command
+    /// line checks `--cache-size` with it before anything starts).
+    ///
+    /// # Errors
+    /// [`CapacityError::TooSmall`] below one page,
+    /// [`CapacityError::TooLarge`] above [`MAX_CAPACITY`].
+    ///
+    /// ```
+    /// use kxarray::pagecache::{CacheConfig, CapacityError};
+    /// assert_eq!(CacheConfig::default().capacity(0).validate(), Err(CapacityError::TooSmall(0)));
+    /// assert_eq!(CacheConfig::default().capacity(4096).validate(), Ok(()));
+    /// ```
+    pub fn validate(&self) -> Result<(), CapacityError> {
+        capacity::pages_for(self.capacity).map(drop)
+    }
+
     /// Set the dirty limit in bytes.
     pub fn dirty_bytes(mut self, bytes: u64) -> Self {
         self.dirty_bytes = bytes;
@@ -332,6 +354,12 @@ impl std::fmt::Debug for PageCache {
 impl PageCache {
     /// A cache with `config` (starting its flusher thread if asked).
     ///
+    /// # Panics
+    /// When `config`'s capacity is refused ([`CacheConfig::validate`]: less
+    /// than one page or more than [`MAX_CAPACITY`]). A capacity that comes
+    /// from input goes to [`try_new`](PageCache::try_new), which returns
+    /// the error instead.
+    ///
     /// ```
     /// use kxarray::pagecache::{CacheConfig, CacheStats, PageCache};
     ///
@@ -343,7 +371,25 @@ impl PageCache {
     /// assert_eq!(CacheStats { frame_bytes_free: 0, ..s }, counted); // nothing cached or counted yet
     /// ```
     pub fn new(config: CacheConfig) -> PageCache {
-        let capacity_pages = (config.capacity / PAGE_SIZE as u64).max(1);
+        PageCache::try_new(config).unwrap_or_else(|e| panic!("PageCache::new: {e}"))
+    }
+
+    /// A cache with `config`, or why its capacity is refused (as
+    /// [`set_capacity`](PageCache::set_capacity) refuses one).
+    ///
+    /// # Errors
+    /// [`CapacityError`] as [`CacheConfig::validate`].
+    ///
+    /// ```
+    /// use kxarray::pagecache::{CacheConfig, CapacityError, PageCache};
+    ///
+    /// let e = PageCache::try_new(CacheConfig::default().capacity(0)).unwrap_err();
+    /// assert_eq!(e, CapacityError::TooSmall(0));
+    /// let cache = PageCache::try_new(CacheConfig::default().capacity(1 << 20)).unwrap();
+    /// assert_eq!(cache.capacity(), 1 << 20);
+    /// ```
+    pub fn try_new(config: CacheConfig) -> Result<PageCache, CapacityError> {
+        let capacity_pages = capacity::pages_for(config.capacity)?;
         let max_order = config
             .max_folio_order
             .clamp(4, crate::filemap::MAX_FOLIO_ORDER);
@@ -380,11 +426,11 @@ impl PageCache {
         } else {
             None
         };
-        PageCache {
+        Ok(PageCache {
             inner,
             _flusher: flusher,
             _kswapd: kswapd,
-        }
+        })
     }
 
     /// Cache `backend` as a file with the default [`FileOptions`]. Its

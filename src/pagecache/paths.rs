@@ -486,6 +486,7 @@ impl FileShared {
     }
 
     pub(crate) fn write_at(self: &Arc<Self>, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.writable()?;
         let end = check_size("write", offset, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(0);
@@ -666,6 +667,7 @@ impl FileShared {
     }
 
     pub(crate) fn set_len(&self, new: u64) -> io::Result<()> {
+        self.writable()?;
         check_size("truncate", 0, new)?;
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();

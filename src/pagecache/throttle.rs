@@ -242,8 +242,8 @@ impl CacheInner {
         let cfg = &self.config;
         let dirty = match cfg.throttle_mode {
             ThrottleMode::GlobalRead => {
-                // One global read per dirtied page, as the seed's
-                // unpatched kernel did.
+                // One global read per dirtied page, as the kernel did
+                // before it ratelimited the reads.
                 let pages = newly.div_ceil(PAGE_SIZE as u64);
                 let mut d = 0;
                 for _ in 0..pages {

@@ -127,6 +127,7 @@ enum Failed {
 impl FileShared {
     /// `Ok(None)`: the write would extend the file (nothing done).
     fn write_through(self: &Arc<Self>, buf: &[u8], offset: u64) -> Result<Option<usize>, Failed> {
+        self.writable().map_err(Failed::Refused)?;
         let end = check_size("write", offset, buf.len() as u64).map_err(Failed::Refused)?;
         if buf.is_empty() {
             return Ok(Some(0));

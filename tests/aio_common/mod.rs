@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Every engine this machine can run: the thread pool always, io_uring
-/// when it can be set up (otherwise the test says SKIPPED for it, unless
+/// when it can be set up (otherwise the binary's `io_uring_ran_here` test
+/// reports itself ignored with the reason, unless
 /// `KXARRAY_TEST_REQUIRE_URING=1` makes that a failure).
 pub(crate) fn engines() -> Vec<(&'static str, IoEngine)> {
     let mut v = vec![(
@@ -31,10 +32,37 @@ pub(crate) fn engines() -> Vec<(&'static str, IoEngine)> {
                 std::env::var("KXARRAY_TEST_REQUIRE_URING").is_err(),
                 "io_uring required but unavailable: {e}"
             );
-            eprintln!("io_uring engine SKIPPED: {e}");
+            eprintln!("no io_uring engine here: {e}");
         }
     }
     v
+}
+
+/// Whether io_uring can be set up here, else why not: the tests that
+/// converted to `harness = false` report it as a test of its own, so that
+/// a machine without io_uring shows that their io_uring halves did not
+/// run.
+pub(crate) fn uring_here() -> Result<(), String> {
+    IoEngine::new(&IoSettings::default().engine(EngineChoice::Uring).rings(1))
+        .map(drop)
+        .map_err(|e| {
+            format!("io_uring unavailable here ({e}): the tests ran on the thread pool only")
+        })
+}
+
+/// Whether the temporary directory takes `O_DIRECT`, else why not (as
+/// [`uring_here`], for the tests whose direct halves it skips).
+pub(crate) fn direct_here() -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(f.path())
+        .map(drop)
+        .map_err(|e| {
+            format!("the temporary directory refuses O_DIRECT ({e}): the tests ran buffered only")
+        })
 }
 
 /// The byte at `offset` of a patterned file: differs between neighbouring

@@ -18,8 +18,8 @@
 //! it (`check_invariants`, `iter`, `iter_marked`, per-entry probes).
 //!
 //! Known defects: the `known_defect_ops` mask of [`run`] (classes in
-//! [`defect`]) gates the operations that reach the open defects of issue 8
-//! section 2 (being fixed on the `integrity` branch): range stores over
+//! [`defect`]) gates the operations that reach the known open defects of
+//! the tree's integrity: range stores over
 //! unaligned ranges and up to the whole index space, cursors reused after
 //! their lock was dropped without a `reset`, partial splits of marked
 //! entries across a node level. With a class off its inputs are mapped to
@@ -73,13 +73,13 @@ fn drops(id: u64) -> u8 {
     drops_map().get(&id).copied().unwrap_or(0)
 }
 
-/// Flip to `true` when the issue-8 fixes (branch `integrity`) are merged:
+/// Flip to `true` when the known defects are fixed:
 /// `cargo test` then replays the corpus and `fuzz/regressions/api/` with
 /// every operation on, and CI fuzzes with them on.
 pub(crate) const KNOWN_DEFECTS_FIXED: bool = true;
 
 /// The known-defect operation classes (bits of the `known_defect_ops`
-/// mask): each reaches one issue-8 defect.
+/// mask): each reaches one known defect.
 pub(crate) mod defect {
     /// `store_range` over unaligned ranges (unaligned entries; splits of
     /// them panic).
@@ -432,7 +432,7 @@ impl Harness {
             }
         }
         if alloc && matches!(op, ApiOp::StoreRange { .. }) {
-            // Found by this target, not in issue 8 (tests/found_by_fuzz.rs,
+            // Found by this target, not a known defect (tests/found_by_fuzz.rs,
             // `alloc_after_store_range_overwrites_it`): store_range leaves
             // the free mark set on allocating arrays. Skipped there.
             return;
@@ -757,7 +757,7 @@ impl Harness {
                 Some(e) => Some(e),
                 None => return,
             },
-            // out of range (issue 8 section 3): a typed error, never a
+            // out of range: a typed error, never a
             // match (1 << 63 once compared equal to a stored 0)
             _ if old & 0x80 != 0 => Some(EntryRef::Value(1 << 63)),
             _ => Some(EntryRef::Value(7)),
@@ -803,13 +803,13 @@ impl Harness {
         match wrong % 8 {
             1 => wv = (v + 1) % 256,
             2 => wo += 1,
-            // out of range: refused (issue 8 section 3, fixed in main)
+            // out of range: refused (fixed in main)
             3 => wv = MAX_VALUE + 1,
             _ => {}
         }
         let crosses = e.order - e.order % kxarray::CHUNK_SHIFT > n - n % kxarray::CHUNK_SHIFT;
         if !self.on(defect::SPLIT_MARKS) && partial && crosses && e.marks != 0 {
-            return; // issue 8, section 2: marks lost across levels
+            return; // a known defect: marks lost across levels
         }
         self.tall_ok = true;
         let guard = kxarray::pin();
@@ -885,7 +885,7 @@ pub(crate) fn run(input: &ApiInput, known_defect_ops: u8) {
             .get(&0)
             .is_some_and(|e| e.kind == Kind::Reserved)
         {
-            // Found by this target (not in issue 8): after a reservation at
+            // Found by this target (not a known defect): after a reservation at
             // index 0, storing there leaves a one-slot node that
             // check_invariants reports as "tree not minimal".
             h.tall_ok = true;
@@ -921,7 +921,7 @@ pub(crate) fn run(input: &ApiInput, known_defect_ops: u8) {
     }
 }
 
-/// Hand-written inputs for the issue-8 scenarios the fuzzer reaches only
+/// Hand-written inputs for the known-defect scenarios the fuzzer reaches only
 /// rarely (class, name, input), replayed by `tests/fuzz_replay.rs` like the
 /// saved regressions.
 pub(crate) fn known_defect_seeds() -> Vec<(u8, &'static str, ApiInput)> {

@@ -1,4 +1,4 @@
-//! The multi-process rows of `sqlite_bench` (issue 38), included by it:
+//! The multi-process rows of `sqlite_bench`, included by it:
 //!
 //! - `mp`: WAL mode, one writer process (single-row UPDATE commits,
 //!   synchronous=NORMAL) and `--readers` reader processes (uniform point
@@ -223,7 +223,7 @@ pub(crate) fn mp(
 
 fn stat(c: &Connection, name: &str) -> u64 {
     let s: String = c.query_row("PRAGMA kx_stats", [], |r| r.get(0)).unwrap();
-    s.split(' ')
+    s.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
         .unwrap_or_else(|| panic!("{name} not in {s}"))
         .parse()

@@ -95,7 +95,7 @@ thread_local! {
         std::cell::RefCell::new(None);
 }
 
-/// Issue 38's stale page, the second way: this process checkpoints,
+/// The stale page, the second way: this process checkpoints,
 /// and another process's checkpoint starts the moment this one lets go
 /// of the checkpoint lock and copies the frames committed since. The
 /// record of what this process's own checkpoint copied (pages written
@@ -171,7 +171,7 @@ pub(super) fn after_read_check() {
     }
 }
 
-/// Issue 38's stale page, the bank test's: another process's
+/// The stale page, the bank test's: another process's
 /// checkpoint ends after this process's read lock was checked (which
 /// saw nothing copied) and before SQLite loads `nBackfill`, so SQLite
 /// reads the copied page from the database file, where the cache
@@ -215,7 +215,7 @@ fn a_checkpoint_between_the_read_lock_and_the_first_read_is_seen() {
     assert_eq!(seen, 1, "a read after another process's checkpoint");
 }
 
-/// Issue 38's stale page: a readahead folio of 16 pages whose read was
+/// The stale page: a readahead folio of 16 pages whose read was
 /// in flight while another process's checkpoint wrote one of its pages
 /// and this process dropped that page. The drop must wait for the read
 /// and take the folio, else the old bytes land after it and are served.

@@ -45,29 +45,25 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
     // SAFETY: per the caller, `args` is SQLite's char*[3] (noted for the hold).
     unsafe { h.note_locking_mode(&name, args) };
-    let text =
-        match name.to_ascii_lowercase().as_str() {
-            "kx_stats" => {
-                h.book_fetches();
-                crate::stats::stats_text(&h.cache)
-            }
-            "kx_settings" => {
-                format!(
-            "cache={} direct={} fetch={} pressure={} prefetch={} mmap_size={} block_size={} \
-             budget={} locking={}",
-            crate::process::configured_capacity(),
-            u8::from(h.inode.direct),
-            u8::from(h.settings.fetch),
-            u8::from(h.settings.pressure),
-            u8::from(h.children.is_some()),
-            h.mmap_limit,
-            if h.inode.is_db { 4096 } else { 512 },
-            u8::from(crate::process::budget_stats().is_some()),
-            if h.inode.exclusive { "exclusive" } else { "shared" },
-        )
-            }
-            _ => return SQLITE_NOTFOUND,
-        };
+    let text = match name.to_ascii_lowercase().as_str() {
+        "kx_stats" => {
+            h.book_fetches();
+            crate::stats::stats_text(&h.cache)
+        }
+        "kx_settings" => crate::stats::settings_text(
+            &h.cache,
+            &crate::stats::InForce {
+                direct: h.inode.direct,
+                fetch: h.settings.fetch,
+                pressure: h.settings.pressure,
+                prefetch: h.children.is_some(),
+                mmap_size: h.mmap_limit,
+                block_size: if h.inode.is_db { 4096 } else { 512 },
+                exclusive: h.inode.exclusive,
+            },
+        ),
+        _ => return SQLITE_NOTFOUND,
+    };
     let p = api().malloc_str(&text);
     if p.is_null() {
         return SQLITE_NOMEM;

@@ -45,14 +45,14 @@ pub(crate) fn int(db: &Connection, sql: &str) -> i64 {
 /// The value of `name=` in `PRAGMA kx_stats`.
 pub(crate) fn stat(db: &Connection, name: &str) -> u64 {
     let s = text(db, "PRAGMA kx_stats");
-    s.split(' ')
+    s.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
         .unwrap_or_else(|| panic!("{name} not in {s}"))
         .parse()
         .unwrap()
 }
 
-/// The `sqlite3` shell, if installed (else the caller prints SKIPPED).
+/// The `sqlite3` shell, if installed (else the caller skips).
 pub(crate) fn shell() -> Option<PathBuf> {
     let out = Command::new("sqlite3").arg("--version").output().ok()?;
     out.status.success().then(|| PathBuf::from("sqlite3"))

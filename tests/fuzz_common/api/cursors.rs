@@ -157,7 +157,7 @@ impl Harness {
         }
         let lock = self.xa.lock();
         if !self.on(defect::STALE_CURSOR) {
-            xas.reset(); // issue 8, section 2: stale cursors
+            xas.reset(); // a known defect: stale cursors
         }
         match xas.store(&lock, Some(Entry::Value(value + 1))) {
             Ok(_) => {
