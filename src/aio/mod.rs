@@ -56,9 +56,10 @@
 //!
 //! Module structure (one concept each, no cycles): `buf` (the buffer
 //! traits), `completion` (the handle and its slot), `op` (an in-flight
-//! record), `fork` (which process an engine belongs to), `uring` and
-//! `pool` (the two engines); this file is the facade and the choice
-//! between them.
+//! record), `uring` and `pool` (the two engines); this file is the
+//! facade and the choice between them. Which process an engine belongs to
+//! is [`crate::fork`]'s generation (a child made by `fork`, `_Fork` or a
+//! raw `clone` sees a new one).
 //!
 //! Invariants (see each file's notes for its own):
 //! - every submitted request completes exactly once, through its slot, and
@@ -91,7 +92,6 @@
 
 mod buf;
 mod completion;
-mod fork;
 mod op;
 mod pool;
 #[cfg(target_os = "linux")]
@@ -101,6 +101,7 @@ pub use buf::{downcast_buf, AlignedBuf, IoBuf, IoBufMut};
 pub use completion::{BufResult, Completer, Completion};
 pub use op::{CURRENT_POSITION, MAX_RW};
 
+use crate::fork;
 use crate::sync::Lock;
 use completion::{Progress, Slot};
 use op::{check_offset, BounceReadOp, BounceWriteOp, Op, ReadOp, WriteOp};
@@ -293,7 +294,7 @@ impl Inner {
             imp,
             settings: settings.clone(),
             fallback,
-            generation: fork::watch(),
+            generation: fork::generation(),
             after_refusal: OnceLock::new(),
             child: Lock::new(None),
         })
