@@ -23,7 +23,8 @@
 //! goes unnoticed) and closes the descriptors registered with
 //! [`close_in_child`].
 //!
-//! Owns the stamp page, the generation word and the child handler.
+//! Owns the stamp page, the generation word, the child handler and the
+//! parent's after-fork hooks ([`in_parent_after_fork`]).
 //! Invariants:
 //! - [`generation`] returns the same value in a process from its first call
 //!   until that process makes a child; in the child it returns a greater
@@ -39,7 +40,7 @@
 //! - a `vfork` child shares the parent's memory and sees the parent's
 //!   generation: as POSIX says, it may only call `execve` or `_exit`.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// The pid (high half) and generation (low half) of the process that
 /// last took the slow path.
@@ -53,6 +54,9 @@ static HANDLER: AtomicBool = AtomicBool::new(false);
 static CLOSE_IN_CHILD: [AtomicI32; CLOSE_SLOTS] = [const { AtomicI32::new(-1) }; CLOSE_SLOTS];
 /// Entries of [`CLOSE_IN_CHILD`].
 const CLOSE_SLOTS: usize = 64;
+/// Functions the parent runs after each `fork` ([`in_parent_after_fork`];
+/// 0: a free entry).
+static PARENT_HOOKS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
 /// This process's fork generation (see the module notes): one load when
 /// the process has used it before, a `getpid` the first time and in a new
@@ -180,13 +184,47 @@ extern "C" fn in_child() {
     }
 }
 
+/// Runs in the parent after `fork(3)` returns there: the registered
+/// hooks.
+extern "C" fn in_parent() {
+    for h in &PARENT_HOOKS {
+        let f = h.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only `in_parent_after_fork` stores here, and it
+            // stores `fn()` pointers, which live for the whole process.
+            let f: fn() = unsafe { std::mem::transmute::<usize, fn()>(f) };
+            let _ = std::panic::catch_unwind(f);
+        }
+    }
+}
+
+/// Run `hook` in this process after each `fork(3)` it makes (on the
+/// forking thread, as `fork` returns in the parent; not after `_Fork` or a
+/// raw `clone`): for work a process that forks needs, being long-lived
+/// (a pre-fork server's master), such as starting a thread it put off.
+/// The same function registered twice runs once; at most 8 are kept
+/// (`false` past that).
+pub fn in_parent_after_fork(hook: fn()) -> bool {
+    install_handler();
+    let f = hook as usize;
+    for h in &PARENT_HOOKS {
+        match h.compare_exchange(0, f, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(cur) if cur == f => return true,
+            Err(_) => {}
+        }
+    }
+    false
+}
+
 fn install_handler() {
     if HANDLER.swap(true, Ordering::AcqRel) {
         return;
     }
-    // SAFETY: `in_child` is a plain `extern "C" fn()` living for the whole
-    // process, and async-signal-safe; the other two handlers are absent.
-    let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    // SAFETY: `in_parent` and `in_child` are plain `extern "C" fn()`s
+    // living for the whole process; `in_child` is async-signal-safe;
+    // there is no prepare handler.
+    let rc = unsafe { libc::pthread_atfork(None, Some(in_parent), Some(in_child)) };
     if rc != 0 {
         log::warn!("kxarray: pthread_atfork failed ({rc}): forked children are told apart by getpid() only");
     }

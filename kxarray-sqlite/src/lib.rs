@@ -94,6 +94,7 @@ mod shm;
 mod stats;
 mod vfs;
 mod walframes;
+mod walindex;
 mod walsize;
 
 pub use api::Api;

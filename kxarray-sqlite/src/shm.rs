@@ -366,9 +366,10 @@ impl Shm {
         r.list.push(p);
     }
 
-    /// The 32-bit word `i` of region `region`, read atomically, mapping the
-    /// region when it exists and is not mapped yet; `None` when it does not
-    /// exist (or no region was mapped yet: the size is unknown).
+    /// The 32-bit word `i` of region `region`, read atomically; `None`
+    /// when SQLite has not mapped that region (`xShmMap`: this never maps
+    /// one, whatever the `-shm` says) or no region was mapped yet (the size
+    /// is unknown).
     pub(crate) fn word(&self, region: usize, i: usize) -> Option<u32> {
         self.words(region, [i]).map(|[w]| w)
     }
@@ -378,7 +379,7 @@ impl Shm {
     /// reads nine words per WAL read transaction): without a lock when the region
     /// is one of the first [`FAST_REGIONS`] and mapped, else under one
     /// lock of the regions; `None` when a word is past the regions' size or
-    /// the region does not exist.
+    /// the region is not mapped.
     #[inline]
     pub(crate) fn words<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let base = self.fast.get(region).map(|p| p.load(Ordering::Acquire));
@@ -396,20 +397,14 @@ impl Shm {
         }
     }
 
-    /// [`Shm::words`] under the regions' mutex, mapping the region when
-    /// it exists and is not mapped yet.
+    /// [`Shm::words`] under the regions' mutex, for a region past the
+    /// published ones (never mapping one).
     #[cold]
     #[inline(never)]
     fn words_locked<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
-        let mut r = lock(&self.regions);
+        let r = lock(&self.regions);
         if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
             return None;
-        }
-        if region >= r.list.len() {
-            let size = r.size;
-            if self.map_locked(&mut r, region, size, false) != SQLITE_OK {
-                return None;
-            }
         }
         let base = *r.list.get(region)?;
         // SAFETY: a region of `self` (valid while `self` lives) and its
@@ -442,6 +437,11 @@ impl Shm {
             // write it with plain stores: an atomic load reads a whole word.
             unsafe { &*p }.load(Ordering::Acquire)
         }))
+    }
+
+    /// Regions mapped now (SQLite's `xShmMap` calls made them).
+    pub(crate) fn mapped(&self) -> usize {
+        lock(&self.regions).list.len()
     }
 
     /// Delete the `-shm` file (the last handle unmapped with SQLite's
@@ -733,6 +733,7 @@ mod tests {
         }
         assert_eq!(s.word(FAST_REGIONS, 3), Some(9));
         assert_eq!(s.word(FAST_REGIONS + 1, 0), None);
+        assert_eq!(s.mapped(), FAST_REGIONS + 1);
     }
 
     #[test]

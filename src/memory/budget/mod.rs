@@ -30,9 +30,18 @@
 //! **No thread until needed.** Joining decides the capacity once, in the
 //! caller; the thread that follows the budget starts at the first
 //! [`SharedBudget::demand`] (for a [`PageCache`](crate::pagecache::PageCache),
-//! its first miss) at least [`BudgetConfig::thread_after`] (1 s) after the
-//! process joined: a process that reads nothing, or lives less than a
-//! second, has none, and keeps the share it was given at its join.
+//! its first miss) when the member joined beside others (their joins and
+//! deaths change its share), at the first demand
+//! [`BudgetConfig::thread_after`] (1 s) or more after the join when it
+//! joined alone (a short-lived process, a one-shot bulk load, never starts
+//! one), and as soon as the process forks (a process that forks lives on:
+//! a pre-fork server's master, whose share must come down as its workers
+//! join). A process that opened a cache and reads nothing has no thread.
+//! The cost of putting it off: a member alone at its join that stops
+//! missing within its first second keeps the share it was given until its
+//! next miss, even after others join (what it holds is what it read in
+//! that second; the cgroup's usage, which the others' shrinking follows,
+//! counts it).
 //!
 //! ```
 //! use kxarray::memory::{BudgetConfig, RegistryDir, SharedBudget};
@@ -112,8 +121,10 @@ pub struct BudgetConfig {
     /// `$XDG_RUNTIME_DIR/kxarray` when that is the user's, else
     /// `/dev/shm/kxarray-<euid>`).
     pub registry_dir: RegistryDir,
-    /// The member's thread starts at its first demand at least this long
-    /// after the process joined (default 1 s; see the module notes).
+    /// A member alone in the registry at its join starts its thread at its
+    /// first demand at least this long after the join (default 1 s); one
+    /// that joined beside others, at its first demand (see the module
+    /// notes).
     pub thread_after: Duration,
     /// `/proc` (a test's fake tree elsewhere).
     pub proc_root: PathBuf,
@@ -211,6 +222,8 @@ impl fmt::Debug for SharedBudget {
 /// A [`Shared`] of any target.
 trait Membership: Send + Sync {
     fn demand(&self) -> bool;
+    /// Start this process's thread now (the process forked: it lives on).
+    fn start_now(&self);
     fn stats(&self) -> BudgetStats;
     fn stop_here(&self);
 }
@@ -230,6 +243,9 @@ struct Shared<T: ?Sized> {
 struct Local<T: ?Sized> {
     generation: u64,
     joined: Instant,
+    /// The member was alone in the registry at its join (or without one):
+    /// nobody waits for its share to come down yet.
+    alone: bool,
     member: Mutex<Member<T>>,
     stats: Arc<Mutex<BudgetStats>>,
     thread: Mutex<Option<Running>>,
@@ -253,16 +269,17 @@ impl<T: Resizable + ?Sized + 'static> Shared<T> {
         if !p.is_null() && unsafe { (*p).generation } == gen {
             // SAFETY: as above: the pointer's reference is alive; one more
             // for the caller.
-            return unsafe {
-                Arc::increment_strong_count(p);
-                Arc::from_raw(p)
-            };
+            unsafe { Arc::increment_strong_count(p) };
+            // SAFETY: the reference just counted is the caller's.
+            return unsafe { Arc::from_raw(p) };
         }
         let mut member = Member::new(Arc::clone(&self.target), self.config.clone());
         member.tick();
+        let alone = lock(&member.stats).members <= 1;
         let fresh = Arc::new(Local {
             generation: gen,
             joined: Instant::now(),
+            alone,
             stats: Arc::clone(&member.stats),
             member: Mutex::new(member),
             thread: Mutex::new(None),
@@ -328,11 +345,18 @@ impl<T: Resizable + ?Sized + 'static> Membership for Shared<T> {
         if local.running.load(Ordering::Acquire) {
             return true;
         }
-        if local.joined.elapsed() < self.config.thread_after {
+        if local.alone && local.joined.elapsed() < self.config.thread_after {
             return false;
         }
         self.start_thread(&local);
         true
+    }
+
+    fn start_now(&self) {
+        let local = self.here();
+        if !local.running.load(Ordering::Acquire) {
+            self.start_thread(&local);
+        }
     }
 
     fn stats(&self) -> BudgetStats {
@@ -388,6 +412,13 @@ impl SharedBudget {
             local: AtomicPtr::new(std::ptr::null_mut()),
         });
         shared.here();
+        let shared: Arc<dyn Membership> = shared;
+        // (A lock a thread held at a fork stays held in the child: not
+        // waited for there.)
+        if let Ok(mut f) = FORKERS.try_lock() {
+            f.push(Arc::downgrade(&shared));
+        }
+        crate::fork::in_parent_after_fork(start_after_fork);
         Ok(SharedBudget { shared })
     }
 
@@ -422,6 +453,24 @@ impl Drop for SharedBudget {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The budgets of this process, for [`start_after_fork`].
+static FORKERS: Mutex<Vec<Weak<dyn Membership>>> = Mutex::new(Vec::new());
+
+/// After this process forked (in the parent): a process that forks lives
+/// on (a pre-fork server's master), so its members' threads start now
+/// rather than at a miss it may never have again; its share comes down
+/// once its children join.
+fn start_after_fork() {
+    let live: Vec<Arc<dyn Membership>> = {
+        let mut v = lock(&FORKERS);
+        v.retain(|w| w.strong_count() > 0);
+        v.iter().filter_map(Weak::upgrade).collect()
+    };
+    for m in live {
+        m.start_now();
+    }
 }
 
 /// The process (fork generation plus one) that logged that the registry
