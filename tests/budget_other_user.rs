@@ -93,7 +93,7 @@ impl log::Log for Lines {
 /// back, with exactly one line naming `what`, within the wait).
 fn victim(shared: &Path, what: &str) -> i32 {
     let lines = Arc::new(Mutex::new(Vec::new()));
-    if log::set_boxed_logger(Box::new(Lines(Arc::clone(&lines)))).is_err() {
+    if log::set_logger(Box::leak(Box::new(Lines(Arc::clone(&lines))))).is_err() {
         return 10;
     }
     log::set_max_level(log::LevelFilter::Warn);
