@@ -6,9 +6,9 @@
 //! fork generations they were run for) and `FileShared::forget_pages`.
 //!
 //! - **Hooks** run at the cache's misses (the start of a miss, before any
-//!   lock of the miss path is taken) and at every [`PageCache::open`], in
-//!   each process, until every one of them has returned `true`; then a
-//!   miss pays one load and one compare. A forked child runs them again.
+//!   lock of the miss path is taken; at most once a millisecond) and at
+//!   [`PageCache::open`], in each process, until every one of them has
+//!   returned `true`; then a miss pays one load and one compare. A forked child runs them again.
 //!   The SQLite VFS starts its budget thread and pressure monitor this
 //!   way, so a process that opened a database and reads nothing has no
 //!   thread of ours.
@@ -43,6 +43,9 @@ pub(crate) struct Demand {
     settled: AtomicU64,
     /// The generation whose pages the cache holds.
     pages_of: AtomicU64,
+    /// When the hooks last ran (`CacheInner::now_ms`): at most once per
+    /// millisecond while some are not done.
+    last_run: AtomicU64,
 }
 
 impl Demand {
@@ -51,6 +54,7 @@ impl Demand {
             hooks: Lock::new(Vec::new()),
             settled: AtomicU64::new(0),
             pages_of: AtomicU64::new(crate::fork::generation()),
+            last_run: AtomicU64::new(0),
         }
     }
 }
@@ -75,6 +79,14 @@ impl CacheInner {
             }
             self.demand.pages_of.store(gen, Ordering::Release);
         }
+        // Misses come thousands a second: the hooks run once a
+        // millisecond at most (the first miss always).
+        let now = self.now_ms();
+        let last = self.demand.last_run.load(Ordering::Relaxed);
+        if last != 0 && now <= last {
+            return;
+        }
+        self.demand.last_run.store(now, Ordering::Relaxed);
         let Some(hooks) = self.demand.hooks.try_lock().map(|h| h.clone()) else {
             return;
         };
@@ -157,6 +169,7 @@ impl PageCache {
     /// assert_eq!(runs.load(Ordering::Relaxed), 1);
     /// let mut b = [0u8; 1];
     /// for page in 0..4 {
+    ///     std::thread::sleep(std::time::Duration::from_millis(2)); // (once a millisecond at most)
     ///     file.read_at(&mut b, page * 4096).unwrap(); // misses
     /// }
     /// assert_eq!(runs.load(Ordering::Relaxed), 2); // not after it returned true
@@ -164,5 +177,6 @@ impl PageCache {
     pub fn on_demand(&self, hook: impl Fn() -> bool + Send + Sync + 'static) {
         self.inner.demand.hooks.lock().push(Arc::new(hook));
         self.inner.demand.settled.store(0, Ordering::Relaxed);
+        self.inner.demand.last_run.store(0, Ordering::Relaxed);
     }
 }
