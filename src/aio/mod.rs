@@ -70,7 +70,13 @@
 //! - dropping the last handle on an engine waits for everything in flight
 //!   (for a bounded time, see above), then stops its threads;
 //! - completions run on the engine's threads, never on the thread of a
-//!   caller waiting for another request.
+//!   caller waiting for another request (a request run on its
+//!   submitter's thread, over a bound or among the first
+//!   [`IoSettings::inline_first`], completes there, inside the submitting
+//!   call);
+//! - the engine's threads (reapers, pool workers) start with its first
+//!   request that is not run inline: an engine made and not used has
+//!   none.
 //!
 //! ```
 //! use kxarray::aio::{AlignedBuf, IoEngine};

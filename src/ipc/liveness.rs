@@ -30,8 +30,8 @@ use std::io;
 /// ```
 /// use kxarray::ipc::LifeBytes;
 /// let path = tempfile::NamedTempFile::new().unwrap();
-/// let member = std::fs::File::open(path.path()).unwrap();
-/// let other = std::fs::File::open(path.path()).unwrap();
+/// let rw = || std::fs::OpenOptions::new().read(true).write(true).open(path.path()).unwrap();
+/// let (member, other) = (rw(), rw()); // two open file descriptions
 /// let life = LifeBytes::new(4096);
 /// assert!(!life.is_alive(&other, 3).unwrap());
 /// assert!(life.claim(&member, 3).unwrap());

@@ -73,8 +73,9 @@ fn flock(kind: Option<LockKind>, start: u64, len: u64) -> io::Result<libc::flock
 /// ```
 /// use kxarray::ipc::{held_elsewhere, try_lock, unlock, LockKind};
 /// let path = tempfile::NamedTempFile::new().unwrap();
-/// let (a, b) = (std::fs::File::open(path.path()).unwrap(), std::fs::File::open(path.path()).unwrap());
-/// assert!(try_lock(&a, LockKind::Read, 7, 1).unwrap());
+/// let rw = || std::fs::OpenOptions::new().read(true).write(true).open(path.path()).unwrap();
+/// let (a, b) = (rw(), rw()); // two open file descriptions
+/// assert!(try_lock(&a, LockKind::Write, 7, 1).unwrap());
 /// assert!(!try_lock(&b, LockKind::Write, 7, 1).unwrap()); // two descriptions conflict
 /// assert!(held_elsewhere(&b, LockKind::Write, 7, 1).unwrap());
 /// unlock(&a, 7, 1).unwrap();
