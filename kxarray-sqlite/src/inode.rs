@@ -58,8 +58,7 @@ use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
-    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
-    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
 };
 use crate::hold::Hold;
 use crate::oslock::{self, Kind};
@@ -185,51 +184,6 @@ fn table() -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
         std::mem::forget(std::mem::take(&mut *t));
     }
     t
-}
-
-/// `xShmLock(offset, n, flags)` on handle `s` with `check` run on its
-/// index: before the call for a release (which never fails: a failed
-/// check is only logged), after it for a lock that was granted; a lock
-/// whose check fails, or unwinds, is released again before this returns
-/// (or the unwinding goes on), so no other process meets a lock this one
-/// no longer holds for a reason.
-///
-/// # Errors
-/// The failed check's message (the lock released): the caller returns
-/// `SQLITE_IOERR_SHMLOCK`.
-pub(crate) fn lock_and_check(
-    s: &mut ShmHandle,
-    (offset, n, flags): (c_int, c_int, c_int),
-    check: impl FnOnce(&Shm) -> Result<(), String>,
-) -> Result<c_int, String> {
-    let unlock = flags & SQLITE_SHM_UNLOCK != 0;
-    if unlock {
-        let shm = Arc::clone(&s.shm);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
-        let rc = s.lock(offset, n, flags);
-        return match r {
-            Ok(_) => Ok(rc),
-            Err(p) => std::panic::resume_unwind(p),
-        };
-    }
-    let rc = s.lock(offset, n, flags);
-    if rc != SQLITE_OK {
-        return Ok(rc);
-    }
-    let shm = Arc::clone(&s.shm);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
-    let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
-    match r {
-        Ok(Ok(())) => Ok(SQLITE_OK),
-        Ok(Err(msg)) => {
-            s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
-            Err(msg)
-        }
-        Err(p) => {
-            s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
-            std::panic::resume_unwind(p)
-        }
-    }
 }
 
 /// A fresh owner id for a handle's locks.
@@ -394,7 +348,7 @@ impl Inode {
         call: (c_int, c_int, c_int),
         action: ShmLockAction,
     ) -> c_int {
-        let r = lock_and_check(s, call, |shm| {
+        let r = s.lock_checked(call, |shm| {
             let mut coh = lock(&self.coherence);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, action)
@@ -933,40 +887,6 @@ mod tests {
         assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_SHARED), Ok(SQLITE_OK));
         assert_eq!(x.lock(ox, &mut lx, SQLITE_LOCK_EXCLUSIVE), Ok(SQLITE_BUSY));
         x.unlock(ox, &mut lx, SQLITE_LOCK_NONE).unwrap();
-    }
-
-    /// A lock taken before its check is released when the check fails
-    /// and when it panics: another process (a second `-shm` open) can take
-    /// the checkpoint lock afterwards. Before, a panic in the check (a
-    /// debug build's overflow on a forged `-shm`) unwound with the lock
-    /// held, and another process's checkpoint got `SQLITE_BUSY` until this
-    /// one closed.
-    #[test]
-    fn a_lock_whose_check_fails_or_unwinds_is_released() {
-        use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
-        let dir = tempfile::tempdir().unwrap();
-        let db = File::create(dir.path().join("db")).unwrap();
-        let path = dir.path().join("db-shm");
-        let (mine, _) = Shm::open(path.clone(), &db, false).unwrap();
-        let (theirs, _) = Shm::open(path, &db, false).unwrap();
-        let mut s = ShmHandle::new(Arc::new(mine));
-        let mut other = ShmHandle::new(Arc::new(theirs));
-        let ckpt = (WAL_CKPT_LOCK, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
-        let free = |o: &mut ShmHandle| {
-            let rc = o.lock(WAL_CKPT_LOCK, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
-            o.lock(WAL_CKPT_LOCK, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
-            rc == SQLITE_OK
-        };
-        assert_eq!(lock_and_check(&mut s, ckpt, |_| Ok(())), Ok(SQLITE_OK));
-        assert!(!free(&mut other), "held while checked");
-        s.lock(WAL_CKPT_LOCK, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
-        assert!(lock_and_check(&mut s, ckpt, |_| Err("stale".into())).is_err());
-        assert!(free(&mut other), "released after a failed check");
-        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            lock_and_check(&mut s, ckpt, |_| panic!("a check that overflows"))
-        }));
-        assert!(unwound.is_err());
-        assert!(free(&mut other), "released after a check that unwound");
     }
 
     #[test]

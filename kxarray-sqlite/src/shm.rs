@@ -36,7 +36,9 @@
 //!   in the process, its OFD lock a read lock, until the process's next
 //!   lock call; a handle's masks say which slots it holds, and an
 //!   exclusive lock is granted only on slots free in the process (as
-//!   `unixShmLock`).
+//!   `unixShmLock`);
+//! - a lock taken before a check of the index (`ShmHandle::lock_checked`)
+//!   is released again when the check fails or unwinds.
 //!
 //! One system call less per WAL read transaction than the unix VFS: to
 //! start one, SQLite moves a reader's mark (`walTryBeginRead`: WAL read
@@ -657,6 +659,51 @@ impl ShmHandle {
         SQLITE_OK
     }
 
+    /// `xShmLock(offset, n, flags)` on this handle with `check` run on its
+    /// index: before the call for a release (which never fails: the
+    /// check only records), after it for a lock that was granted; a lock
+    /// whose check fails, or unwinds, is released again before this returns
+    /// (or the unwinding goes on), so no other process meets a lock this one
+    /// no longer holds for a reason.
+    ///
+    /// # Errors
+    /// The failed check's message (the lock released): the caller returns
+    /// `SQLITE_IOERR_SHMLOCK`.
+    pub(crate) fn lock_checked(
+        &mut self,
+        (offset, n, flags): (c_int, c_int, c_int),
+        check: impl FnOnce(&Shm) -> Result<(), String>,
+    ) -> Result<c_int, String> {
+        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
+        if unlock {
+            let shm = Arc::clone(&self.shm);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
+            let rc = self.lock(offset, n, flags);
+            return match r {
+                Ok(_) => Ok(rc),
+                Err(p) => std::panic::resume_unwind(p),
+            };
+        }
+        let rc = self.lock(offset, n, flags);
+        if rc != SQLITE_OK {
+            return Ok(rc);
+        }
+        let shm = Arc::clone(&self.shm);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
+        let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
+        match r {
+            Ok(Ok(())) => Ok(SQLITE_OK),
+            Ok(Err(msg)) => {
+                self.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                Err(msg)
+            }
+            Err(p) => {
+                self.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                std::panic::resume_unwind(p)
+            }
+        }
+    }
+
     /// Whether the handle holds slot `i` exclusive.
     pub(crate) fn holds_exclusive(&self, i: c_int) -> bool {
         (0..SQLITE_SHM_NLOCK).contains(&i) && self.exclusive & (1 << i) != 0
@@ -877,5 +924,38 @@ mod tests {
         let (s4, rc) = Shm::open(path, &db, true).unwrap();
         assert_eq!(rc, SQLITE_READONLY_CANTINIT);
         assert_eq!(s4.map(0, 32768, false).1, SQLITE_READONLY_CANTINIT);
+    }
+    /// A lock taken before its check is released when the check fails
+    /// and when it panics: another process (a second `-shm` open) can take
+    /// the checkpoint lock afterwards. Before, a panic in the check (a
+    /// debug build's overflow on a forged `-shm`) unwound with the lock
+    /// held, and another process's checkpoint got `SQLITE_BUSY` until this
+    /// one closed.
+    #[test]
+    fn a_lock_whose_check_fails_or_unwinds_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = File::create(dir.path().join("db")).unwrap();
+        let path = dir.path().join("db-shm");
+        let (mine, _) = Shm::open(path.clone(), &db, false).unwrap();
+        let (theirs, _) = Shm::open(path, &db, false).unwrap();
+        let mut s = ShmHandle::new(Arc::new(mine));
+        let mut other = ShmHandle::new(Arc::new(theirs));
+        const CKPT: c_int = 1; // WAL_CKPT_LOCK
+        let ckpt = (CKPT, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
+        let free = |o: &mut ShmHandle| {
+            let rc = o.lock(CKPT, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
+            o.lock(CKPT, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
+            rc == SQLITE_OK
+        };
+        assert_eq!(s.lock_checked(ckpt, |_| Ok(())), Ok(SQLITE_OK));
+        assert!(!free(&mut other), "held while checked");
+        s.lock(CKPT, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
+        assert!(s.lock_checked(ckpt, |_| Err("stale".into())).is_err());
+        assert!(free(&mut other), "released after a failed check");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.lock_checked(ckpt, |_| panic!("a check that overflows"))
+        }));
+        assert!(unwound.is_err());
+        assert!(free(&mut other), "released after a check that unwound");
     }
 }

@@ -29,8 +29,7 @@
 //!
 //! **No thread until needed.** Joining decides the capacity once, in the
 //! caller; the thread that follows the budget starts at the first
-//! [`SharedBudget::demand`] (for a [`PageCache`](crate::pagecache::PageCache),
-//! its first miss) when the member joined beside others (their joins and
+//! [`SharedBudget::demand`] (for a `PageCache`, its first miss) when the member joined beside others (their joins and
 //! deaths change its share), at the first demand
 //! [`BudgetConfig::thread_after`] (1 s) or more after the join when it
 //! joined alone (a short-lived process, a one-shot bulk load, never starts
@@ -430,9 +429,9 @@ impl SharedBudget {
         self.shared.demand()
     }
 
-    /// A hook for [`PageCache::on_demand`](crate::pagecache::PageCache::on_demand)
-    /// that does what [`demand`](SharedBudget::demand) does while this
-    /// budget lives (and nothing after).
+    /// A hook for `PageCache::on_demand` that does what
+    /// [`demand`](SharedBudget::demand) does while this budget lives (and
+    /// nothing after).
     pub fn demand_hook(&self) -> impl Fn() -> bool + Send + Sync + 'static {
         let weak: Weak<dyn Membership> = Arc::downgrade(&self.shared);
         move || weak.upgrade().is_none_or(|s| s.demand())
