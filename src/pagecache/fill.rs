@@ -175,6 +175,8 @@ impl FileShared {
         wins: &[Window],
         want: Option<u64>,
     ) -> io::Result<Option<Arc<Folio>>> {
+        // Misses: what waits for one runs first, under no lock.
+        self.cache.demand();
         let size = self.len();
         #[cfg(not(loom))]
         let mut reqs: Vec<(u64, ReadBuf)> = Vec::new();

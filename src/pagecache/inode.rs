@@ -43,6 +43,9 @@ pub(crate) fn oom(e: crate::filemap::AllocError) -> io::Error {
 /// The state shared by every handle of one file.
 pub(crate) struct FileShared {
     pub(crate) id: u64,
+    /// The fork generation of the process that opened it: in a child,
+    /// its pages are the parent's (`demand`).
+    pub(crate) generation: u64,
     pub(crate) cache: Arc<CacheInner>,
     pub(crate) mapping: AddressSpace,
     pub(crate) backend: Box<dyn Backend>,
@@ -91,6 +94,7 @@ impl FileShared {
         let read_only = backend.is_read_only();
         Ok(FileShared {
             id,
+            generation: crate::fork::generation(),
             cache,
             mapping: AddressSpace::new(),
             backend,

@@ -54,6 +54,7 @@ mod borrow;
 #[cfg(target_os = "linux")]
 mod budget;
 mod capacity;
+mod demand;
 mod errseq;
 mod file;
 mod fill;
@@ -275,6 +276,8 @@ pub(crate) struct CacheInner {
     start: Instant,
     pub(crate) flusher_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
     pub(crate) kswapd_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
+    /// What waits for the first miss in a process (`demand`).
+    pub(crate) demand: demand::Demand,
 }
 
 impl CacheInner {
@@ -414,6 +417,7 @@ impl PageCache {
             start: Instant::now(),
             flusher_event: std::sync::OnceLock::new(),
             kswapd_event: std::sync::OnceLock::new(),
+            demand: demand::Demand::new(),
             config,
         });
         let flusher = if inner.config.flusher && !cfg!(loom) {
@@ -481,6 +485,8 @@ impl PageCache {
         opts: FileOptions,
     ) -> Result<CachedFile, OpenError> {
         opts.validate()?;
+        // In a forked child: the inherited pages go first (`demand`).
+        self.inner.demand();
         let len = backend.len().map_err(OpenError::Io)?;
         let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(FileShared::new(

@@ -145,6 +145,8 @@ impl FileShared {
                 folio::mark_accessed(&f);
                 return Ok(f);
             }
+            // A miss: what waits for one runs first, under no lock.
+            self.cache.demand();
             let size = self.len();
             if fill == Fill::Read && allow_large {
                 if let Some(win) = self
