@@ -363,11 +363,13 @@ impl FileShared {
     }
 
     /// A reader reached `f`: if it carries readahead's marker, clear it
-    /// and submit the next window (`page_cache_async_ra`) without waiting.
-    /// A failed submission is dropped: readahead is a hint, and the reader
-    /// reads what it needs itself.
+    /// and submit the next window (`page_cache_async_ra`) without waiting,
+    /// unless the stream's misses pass the cache by from there on (the
+    /// file no longer fits in the cache, or `noreuse`: the reader's read
+    /// asked; `reuse`). A failed submission is dropped: readahead is a
+    /// hint, and the reader reads what it needs itself.
     #[inline]
-    pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio) {
+    pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio, noreuse: bool) {
         if f.test(FolioFlags::READAHEAD) && f.clear(FolioFlags::READAHEAD) {
             let size_pages = self.len().div_ceil(PAGE);
             let limit = self.ra_limit();
@@ -375,6 +377,17 @@ impl FileShared {
                 .ra
                 .on_marker(f.index(), f.nr_pages(), size_pages, limit)
             {
+                if !self.reads_ahead
+                    && self.reuse.stop_readahead(
+                        win.start,
+                        noreuse,
+                        self.cache.config.passthrough,
+                        size_pages,
+                        self.reuse_clocks(),
+                    )
+                {
+                    return;
+                }
                 let _ = self.submit_fills(&[win], None);
             }
         }
@@ -390,7 +403,7 @@ impl FileShared {
         if !super::folio::is_live(&f) || !f.test(FolioFlags::READAHEAD) {
             return None;
         }
-        self.touch_marker(&f);
+        self.touch_marker(&f, false);
         self.folio_hit(index)
     }
 

@@ -65,11 +65,13 @@ mod inode;
 mod kswapd;
 mod lru;
 mod options;
+mod passthrough;
 mod paths;
 mod read_async;
 mod readahead;
 mod reclaim;
 mod retry;
+mod reuse;
 mod stats;
 mod throttle;
 mod workingset;
@@ -87,6 +89,7 @@ pub use paths::MAX_FILE_SIZE;
 pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
 pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
+pub use reuse::ReadFlags;
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE, STUCK_PAUSES};
 
@@ -159,11 +162,20 @@ pub struct CacheConfig {
     /// reader but gained nothing with one reader and lost with two
     /// (`docs/miss-path.md`); it is for machines with cores to spare.
     pub background_reclaim: bool,
+    /// Let a sequential read of a file larger than the capacity pass the
+    /// cache by (default on): its misses are read straight into the
+    /// caller's buffer and not kept, so the scan neither evicts what is hot
+    /// nor pays a frame's fill and a second copy for pages a second scan
+    /// would not find anyway (`docs/memory.md`, "Reads that pass the cache
+    /// by"). Off: only reads that ask ([`ReadFlags::NOREUSE`], a file
+    /// advised [`Advice::NoReuse`]) pass it by.
+    pub passthrough: bool,
 }
 
 impl Default for CacheConfig {
     /// 64 MiB, order-4 readahead cap, 10% background threshold, 20% dirty
-    /// limit, ratelimit 32 pages, 1 s expiry, flusher on.
+    /// limit, ratelimit 32 pages, 1 s expiry, flusher on, background
+    /// reclaim off, scans larger than the cache passing it by.
     fn default() -> Self {
         CacheConfig {
             capacity: 64 << 20,
@@ -175,6 +187,7 @@ impl Default for CacheConfig {
             dirty_expire: Duration::from_secs(1),
             flusher: true,
             background_reclaim: false,
+            passthrough: true,
         }
     }
 }
@@ -227,6 +240,12 @@ impl CacheConfig {
     /// made by the miss that finds the cache over its capacity).
     pub fn background_reclaim(mut self, on: bool) -> Self {
         self.background_reclaim = on;
+        self
+    }
+    /// Let sequential reads of files larger than the capacity pass the
+    /// cache by, or not ([`CacheConfig::passthrough`]).
+    pub fn passthrough(mut self, on: bool) -> Self {
+        self.passthrough = on;
         self
     }
 }
@@ -507,6 +526,8 @@ impl PageCache {
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages,
             readahead_pages: c.readahead_pages.load(Ordering::Relaxed),
+            passthrough_pages: c.passthrough_pages.load(Ordering::Relaxed),
+            passthrough_bytes: c.passthrough_bytes.load(Ordering::Relaxed),
             capacity_bytes: self.capacity(),
             cached_bytes: cached_pages * PAGE_SIZE as u64,
             frame_bytes_free: crate::filemap::frame_stats().bytes_free as u64,

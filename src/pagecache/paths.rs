@@ -233,6 +233,17 @@ impl FileShared {
     }
 
     pub(crate) fn read_at(self: &Arc<Self>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at_as::<false>(buf, offset)
+    }
+
+    /// `read_at`; with `NOREUSE`, its misses pass the cache by unless the
+    /// rule admits them (`passthrough`). The hits are the same code.
+    #[inline(always)]
+    pub(crate) fn read_at_as<const NOREUSE: bool>(
+        self: &Arc<Self>,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<usize> {
         let end = checked_end(offset, buf.len() as u64)?;
         if offset > MAX_FILE_SIZE {
             return Err(io::Error::new(
@@ -274,7 +285,8 @@ impl FileShared {
                 });
             }
             if pos < end {
-                pos += self.read_locked(pos, end, &mut buf[(pos - offset) as usize..])? as u64;
+                let out = &mut buf[(pos - offset) as usize..];
+                pos += self.read_locked::<NOREUSE>(pos, end, out)? as u64;
             }
         }
         Ok((end - offset) as usize)
@@ -343,14 +355,24 @@ impl FileShared {
         Some(n)
     }
 
-    /// The locked path of `read_at` for the page at `pos`: find or fill the
-    /// folio, lock it, fill missing blocks, copy. Returns the bytes copied.
+    /// The locked path of `read_at` for the page at `pos`: a miss the rule
+    /// passes by is read straight into `out` (`passthrough`); else find or
+    /// fill the folio, lock it, fill missing blocks, copy. Returns the
+    /// bytes copied.
     #[cold]
-    fn read_locked(self: &Arc<Self>, pos: u64, end: u64, out: &mut [u8]) -> io::Result<usize> {
+    fn read_locked<const NOREUSE: bool>(
+        self: &Arc<Self>,
+        pos: u64,
+        end: u64,
+        out: &mut [u8],
+    ) -> io::Result<usize> {
+        if let Some(n) = self.pass_by(pos, end, out, NOREUSE)? {
+            return Ok(n);
+        }
         loop {
             let req = (end.div_ceil(PAGE) - pos / PAGE).max(1);
             let f = self.get_folio_for(pos / PAGE, Fill::Read, req)?;
-            self.touch_marker(&f);
+            self.touch_marker(&f, NOREUSE);
             let mut w = f.mem().lock();
             if !folio::is_live(&f) {
                 continue;
@@ -469,7 +491,7 @@ impl FileShared {
     /// every block filled, pinned. `None`: it was detached meanwhile.
     pub(crate) fn folio_locked(self: &Arc<Self>, index: u64) -> io::Result<Option<FolioRef>> {
         let f = self.get_folio(index, Fill::Read)?;
-        self.touch_marker(&f);
+        self.touch_marker(&f, false);
         let mut w = f.mem().lock();
         if !folio::is_live(&f) {
             return Ok(None);
@@ -576,6 +598,7 @@ impl FileShared {
             let _g = self.size_lock.lock();
             if end > self.len() {
                 if !self.backend.extends_on_write() {
+                    let _write = self.backend_writes.begin();
                     self.backend.set_len(end)?;
                 }
                 self.size.store(end, Ordering::Release);
@@ -673,7 +696,10 @@ impl FileShared {
         if new == old {
             return Ok(());
         }
-        self.backend.set_len(new)?;
+        {
+            let _write = self.backend_writes.begin();
+            self.backend.set_len(new)?;
+        }
         if new < old {
             let first_gone = new.div_ceil(PAGE);
             let (folios, shadows) = self.folios_in(new / PAGE, u64::MAX);

@@ -23,7 +23,8 @@ pub const DEFAULT_READAHEAD_BYTES: u64 = 128 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Advice {
     /// No particular pattern: readahead as the misses suggest, up to the
-    /// file's maximum window (`POSIX_FADV_NORMAL`).
+    /// file's maximum window (`POSIX_FADV_NORMAL`); ends
+    /// [`NoReuse`](Advice::NoReuse).
     Normal,
     /// Sequential reads expected: the maximum window doubles
     /// (`POSIX_FADV_SEQUENTIAL`; the kernel doubles `ra_pages`).
@@ -37,6 +38,15 @@ pub enum Advice {
     /// The range will not be read again soon: its clean, unused folios are
     /// dropped from the cache (`POSIX_FADV_DONTNEED`; dirty ones stay).
     DontNeed,
+    /// The file's data will be read once (`POSIX_FADV_NOREUSE`, which
+    /// Linux applies to the whole file): from now on, until
+    /// [`Normal`](Advice::Normal), a `read_at` that misses reads the pages
+    /// no folio holds straight from the backend into the caller's buffer
+    /// and keeps nothing, as
+    /// [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE) does for one
+    /// read; cached pages are still served from the cache, and a page read
+    /// again within the workingset's distance is admitted.
+    NoReuse,
 }
 
 /// The pages one readahead submits: `start..end`, with the marker on the

@@ -1,0 +1,152 @@
+//! Reads that pass the cache by: a read miss whose data will not be read
+//! again before it would be evicted (`reuse`'s rule: a sequential stream
+//! of a file larger than the cache, or a read that asked,
+//! [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE), or a file advised
+//! `NoReuse`) is read from the backend straight into the caller's buffer,
+//! one copy (the kernel's, for a file backend), and nothing is cached: no
+//! frame filled, nothing evicted, no second copy out.
+//!
+//! Owns the read itself ([`FileShared::pass_by`], the first step of
+//! `read_at`'s locked path) and its counters (`passthrough_pages`,
+//! `passthrough_bytes`).
+//!
+//! Invariants (what a reader is promised does not change):
+//! - only pages no folio covers are read this way: a cached folio (dirty,
+//!   under writeback, being filled, or clean) is always the source of its
+//!   pages, through the cache's paths;
+//! - the bytes read are kept only if no write to the backend was in flight
+//!   at any moment of the read ([`BackendWrites`](super::inode::BackendWrites)):
+//!   with no folio covering a page and no backend write in flight, the
+//!   backend holds the page's current bytes (a clean page leaves the cache
+//!   only after its last write finished), so the read returns what a
+//!   read through the cache at the moment of its lookup would have, never
+//!   a torn page; otherwise the pages are read through the cache as any
+//!   miss is;
+//! - bytes past what the backend holds (inside the file's size: written
+//!   past the backend's end, not yet written back) read as zeros, as a
+//!   miss fills them;
+//! - a backend error is the read's error, and nothing is cached for it,
+//!   as on any miss.
+//!
+//! A backend that reads nothing ahead by itself (one that asks for a
+//! readahead window, [`Backend::readahead_max`](crate::backend::Backend::readahead_max):
+//! an `O_DIRECT` file) is left to the cache's own readahead: a synchronous
+//! read per request would leave its device idle.
+
+use super::inode::FileShared;
+use super::reuse::Clocks;
+use super::stats::bump;
+use crate::filemap::PAGE_SIZE;
+use crate::{pin, EntryRef};
+use std::io;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// The most pages one read passes by at once (a larger request loops).
+const MAX_PAGES: u64 = 256;
+
+impl FileShared {
+    /// The cache's clocks now, for the rule.
+    #[inline]
+    pub(crate) fn reuse_clocks(&self) -> Clocks {
+        Clocks {
+            passed: self.cache.counters.passthrough_pages.load(crate::sync::Ordering::Relaxed),
+            evicted: self.cache.workingset.clock(),
+            capacity: self.cache.capacity_pages(),
+        }
+    }
+
+    /// Whether this file's misses may pass by (no lock, two loads): the
+    /// rule's quick test.
+    #[inline]
+    pub(crate) fn may_pass(&self, explicit: bool) -> bool {
+        self.reuse.may_pass(
+            explicit,
+            self.cache.config.passthrough,
+            self.len().div_ceil(PAGE),
+            self.cache.capacity_pages(),
+        )
+    }
+
+    /// The first step of `read_at`'s locked path for the bytes `pos..end`
+    /// (going to `out`): if the rule passes the miss at `pos` by, read the
+    /// pages from `pos` on that no folio covers (at most [`MAX_PAGES`],
+    /// not past `end`) from the backend into `out` and return how many
+    /// bytes that was; `None` to go on through the cache (a folio there,
+    /// the rule admits it, or a backend write overlapped the read).
+    /// `explicit`: the read asked ([`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE)).
+    ///
+    /// # Errors
+    /// The backend's read error (nothing is cached for it).
+    #[inline]
+    pub(crate) fn pass_by(
+        &self,
+        pos: u64,
+        end: u64,
+        out: &mut [u8],
+        explicit: bool,
+    ) -> io::Result<Option<usize>> {
+        if self.reads_ahead || !self.may_pass(explicit) {
+            return Ok(None);
+        }
+        self.pass_by_slow(pos, end, out, explicit)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pass_by_slow(
+        &self,
+        pos: u64,
+        end: u64,
+        out: &mut [u8],
+        explicit: bool,
+    ) -> io::Result<Option<usize>> {
+        let size = self.len();
+        let end = end.min(size);
+        if pos >= end {
+            return Ok(None);
+        }
+        // Taken before the lookups: a write that finished after it and
+        // before the read began is seen below as one that overlapped.
+        let finished = self.backend_writes.finished();
+        let first = pos / PAGE;
+        let last = (end - 1) / PAGE;
+        let mut n = 0;
+        {
+            let guard = pin();
+            while first + n <= last && n < MAX_PAGES {
+                if let Some(EntryRef::Item(_)) = self.mapping.pages().load(first + n, &guard) {
+                    break;
+                }
+                n += 1;
+            }
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let size_pages = size.div_ceil(PAGE);
+        let auto = self.cache.config.passthrough;
+        if !self
+            .reuse
+            .on_miss(first, n, explicit, auto, size_pages, self.reuse_clocks())
+        {
+            return Ok(None);
+        }
+        let to = end.min((first + n) * PAGE);
+        let len = (to - pos) as usize;
+        let out = &mut out[..len];
+        let got = self.read_backend(out, pos, size)?;
+        // Past the backend's end inside the file: zeros, as a miss fills.
+        out[got..].fill(0);
+        if !self.backend_writes.none_since(finished) {
+            // A write to the backend overlapped the read: its bytes may be
+            // older than a folio written meanwhile, or torn. Read through
+            // the cache instead.
+            return Ok(None);
+        }
+        let c = &self.cache.counters;
+        bump(&c.passthrough_pages, n);
+        bump(&c.passthrough_bytes, len as u64);
+        Ok(Some(len))
+    }
+}
