@@ -50,7 +50,11 @@ impl FileShared {
     #[inline]
     pub(crate) fn reuse_clocks(&self) -> Clocks {
         Clocks {
-            passed: self.cache.counters.passthrough_pages.load(crate::sync::Ordering::Relaxed),
+            passed: self
+                .cache
+                .counters
+                .passthrough_pages
+                .load(crate::sync::Ordering::Relaxed),
             evicted: self.cache.workingset.clock(),
             capacity: self.cache.capacity_pages(),
         }

@@ -16,8 +16,9 @@
 //! - it **may pass by** when the read asked for it ([`ReadFlags::NOREUSE`]),
 //!   the file is advised `NoReuse`, or (when the cache's
 //!   [`passthrough`](super::CacheConfig::passthrough) is on, the default)
-//!   it continues a sequential stream (the first page of the file, or up
-//!   to [`GAP`] pages past the previous miss) of a file larger than the
+//!   it continues a sequential stream (the first page of the file, or the
+//!   last page of the previous miss up to [`GAP`] pages past it) of a file
+//!   larger than the
 //!   cache's capacity: a second scan of such a file would find none of its
 //!   pages cached (the workingset re-admits a refault only within the
 //!   capacity), so keeping them buys nothing and evicts what is hot;
@@ -159,13 +160,19 @@ impl Reuse {
         clocks: Clocks,
     ) -> bool {
         let mut s = self.stream.lock();
-        let sequential = index == 0 || (index >= s.next && index <= s.next + GAP);
+        // The page after the previous miss's last (or that page again: a
+        // read that ends inside a page, then the next starting there), up
+        // to `GAP` pages further on.
+        let sequential = index == 0 || (index + 1 >= s.next && index <= s.next + GAP);
+        // The previous miss's last page again (the rest of a page a read
+        // ended inside): the same read going on, not a refault.
+        let continuing = s.next > 0 && index + 1 == s.next;
         s.next = index + n;
         let asked = explicit || self.noreuse();
         if !asked && !(auto && sequential && size_pages > clocks.capacity) {
             return false;
         }
-        if refault(&s.recent, index, clocks) {
+        if !continuing && refault(&s.recent, index, clocks) {
             return false;
         }
         record(&mut s.recent, index, n, clocks);
@@ -211,8 +218,8 @@ fn refault(recent: &[Run; RECENT], index: u64, c: Clocks) -> bool {
 }
 
 /// Record pages `index..index + n` passed by at `c`: the run they continue
-/// (its end within [`GAP`] pages before `index`) grows, or the run
-/// stamped longest ago is replaced.
+/// (`index` its last page, or up to [`GAP`] pages past it) grows, or the
+/// run stamped longest ago is replaced.
 fn record(recent: &mut [Run; RECENT], index: u64, n: u64, c: Clocks) {
     let stamp = Run {
         start: index,
@@ -222,10 +229,11 @@ fn record(recent: &mut [Run; RECENT], index: u64, n: u64, c: Clocks) {
     };
     let grows = recent
         .iter_mut()
-        .find(|r| r.end > r.start && index >= r.end && index <= r.end + GAP);
+        .find(|r| r.end > r.start && index + 1 >= r.end && index <= r.end + GAP);
     if let Some(r) = grows {
         *r = Run {
             start: r.start,
+            end: r.end.max(stamp.end),
             ..stamp
         };
         return;

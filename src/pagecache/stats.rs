@@ -320,7 +320,8 @@ pub struct CacheStats {
     /// buffers, passing the cache by (a scan of a file larger than the
     /// cache, [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE), a file
     /// advised [`NoReuse`](super::Advice::NoReuse)): no frame filled,
-    /// nothing evicted. Also counted in `backend_read_bytes`.
+    /// nothing evicted. Also counted in `backend_read_bytes`. A page
+    /// read in parts by several reads counts once per read.
     pub passthrough_pages: u64,
     /// Bytes of those reads (what their callers received).
     pub passthrough_bytes: u64,
