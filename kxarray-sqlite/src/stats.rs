@@ -1,5 +1,6 @@
 //! The text of `PRAGMA kx_stats` ([`stats_text`]): the process cache's
-//! counters, then the VFS's own ([`VfsStats`](crate::process::VfsStats):
+//! counters (`passthrough_pages` and `passthrough_bytes`: reads that passed
+//! the cache by, straight into SQLite's buffer), then the VFS's own ([`VfsStats`](crate::process::VfsStats):
 //! writes, syncs, fetches, lock conflicts, uncached reads, held reads
 //! (`hold`), and the
 //! coherence checks of issue 38: `coherence_checks`,
@@ -23,8 +24,8 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
     // The shared budget's fields, when the cache is in one.
     let budget = crate::process::budget_stats().map_or_else(String::new, |b| format!(" {b}"));
     format!(
-        "capacity={} cached_pages={} hits={} misses={} readahead_pages={} evictions={} \
-         refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
+        "capacity={} cached_pages={} hits={} misses={} readahead_pages={} passthrough_pages={} \
+         passthrough_bytes={} evictions={} refaults={} backend_read_bytes={} backend_written_bytes={} dirty_bytes={} \
          writes={} syncs={} fetches={} fetches_held={} fetch_fallbacks={} lock_conflicts={} \
          uncached_reads={} held_reads={} coherence_checks={} coherence_partial_drops={} \
          coherence_full_drops={} coherence_pages_dropped={} open_files={}{budget}",
@@ -33,6 +34,8 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         s.hits,
         s.misses,
         s.readahead_pages,
+        s.passthrough_pages,
+        s.passthrough_bytes,
         s.evictions,
         s.refaults,
         s.backend_read_bytes,

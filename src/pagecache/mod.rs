@@ -320,7 +320,10 @@ impl CacheInner {
 /// use kxarray::backend::RamDisk;
 /// use kxarray::pagecache::{CacheConfig, PageCache};
 ///
-/// let cache = PageCache::new(CacheConfig::default().capacity(64 * 4096).flusher(false));
+/// // Scans keep what they read here (a scan of a file larger than the
+/// // cache would pass it by: `CacheConfig::passthrough`).
+/// let config = CacheConfig::default().capacity(64 * 4096).flusher(false).passthrough(false);
+/// let cache = PageCache::new(config);
 /// let a = cache.open(RamDisk::new(1 << 20)).unwrap();
 /// let b = cache.clone().open(RamDisk::new(1 << 20)).unwrap(); // the same cache
 /// let mut buf = [0u8; 4096];

@@ -275,12 +275,14 @@ impl CachedFile {
             ));
         }
         match advice {
-            Advice::Normal => {
+            Advice::Normal | Advice::Sequential | Advice::Random => {
                 s.ra.advise(advice);
-                s.reuse.set_noreuse(false);
+                s.reuse.set_random(advice == Advice::Random);
+                if advice == Advice::Normal {
+                    s.reuse.set_noreuse(false);
+                }
             }
             Advice::NoReuse => s.reuse.set_noreuse(true),
-            Advice::Sequential | Advice::Random => s.ra.advise(advice),
             Advice::WillNeed => {
                 let first = offset / PAGE;
                 let cap = s.cache.capacity_pages().max(1);

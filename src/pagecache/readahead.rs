@@ -30,7 +30,8 @@ pub enum Advice {
     /// (`POSIX_FADV_SEQUENTIAL`; the kernel doubles `ra_pages`).
     Sequential,
     /// Random reads expected: no readahead, each miss reads its own pages
-    /// (`POSIX_FADV_RANDOM`).
+    /// (`POSIX_FADV_RANDOM`), and no scan to detect: the file's misses
+    /// pass the cache by only when asked ([`NoReuse`](Advice::NoReuse)).
     Random,
     /// The range will be read soon: its reads are submitted now and the
     /// call returns without waiting (`POSIX_FADV_WILLNEED`).

@@ -15,8 +15,8 @@
 //! folio there):
 //! - it **may pass by** when the read asked for it ([`ReadFlags::NOREUSE`]),
 //!   the file is advised `NoReuse`, or (when the cache's
-//!   [`passthrough`](super::CacheConfig::passthrough) is on, the default)
-//!   it continues a sequential stream (the first page of the file, or the
+//!   [`passthrough`](super::CacheConfig::passthrough) is on, the default,
+//!   and the file is not advised `Random`) it continues a sequential stream (the first page of the file, or the
 //!   last page of the previous miss up to [`GAP`] pages past it) of a file
 //!   larger than the
 //!   cache's capacity: a second scan of such a file would find none of its
@@ -112,6 +112,8 @@ struct Stream {
 /// One file's state for the rule (see the module notes).
 pub(crate) struct Reuse {
     noreuse: AtomicBool,
+    /// Advised `Random`: no sequential stream to detect.
+    random: AtomicBool,
     stream: Lock<Stream>,
 }
 
@@ -119,6 +121,7 @@ impl Reuse {
     pub(crate) fn new() -> Reuse {
         Reuse {
             noreuse: AtomicBool::new(false),
+            random: AtomicBool::new(false),
             stream: Lock::new(Stream {
                 next: 0,
                 recent: [Run::default(); RECENT],
@@ -137,12 +140,20 @@ impl Reuse {
         self.noreuse.store(on, Ordering::Relaxed);
     }
 
+    /// Advise `Random` (`on`: the automatic detection of streams is off for
+    /// the file, as the kernel's readahead is), or `Normal`/`Sequential`.
+    pub(crate) fn set_random(&self, on: bool) {
+        self.random.store(on, Ordering::Relaxed);
+    }
+
     /// Whether a miss of this file may pass by at all (no lock): asked for
     /// (`explicit`, or the `NoReuse` hint), or the file of `size_pages` is
     /// larger than the capacity and `auto` detection is on.
     #[inline]
     pub(crate) fn may_pass(&self, explicit: bool, auto: bool, size_pages: u64, cap: u64) -> bool {
-        explicit || (auto && size_pages > cap) || self.noreuse()
+        explicit
+            || (auto && size_pages > cap && !self.random.load(Ordering::Relaxed))
+            || self.noreuse()
     }
 
     /// The rule for a miss of `n` pages from `index` (none of them cached)
@@ -162,13 +173,15 @@ impl Reuse {
         let mut s = self.stream.lock();
         // The page after the previous miss's last (or that page again: a
         // read that ends inside a page, then the next starting there), up
-        // to `GAP` pages further on.
+        // to `GAP` pages further on; the first page of the file (where a
+        // scan starts again: the kernel's readahead starts a window there).
         let sequential = index == 0 || (index + 1 >= s.next && index <= s.next + GAP);
         // The previous miss's last page again (the rest of a page a read
         // ended inside): the same read going on, not a refault.
         let continuing = s.next > 0 && index + 1 == s.next;
         s.next = index + n;
         let asked = explicit || self.noreuse();
+        let auto = auto && !self.random.load(Ordering::Relaxed);
         if !asked && !(auto && sequential && size_pages > clocks.capacity) {
             return false;
         }
@@ -300,6 +313,8 @@ mod tests {
         for i in 0..10 {
             r2.on_miss(i, 1, true, true, 10_000, clocks(i, 0, 50));
         }
+        // (Elsewhere first: page 9 right after page 9 is the same read.)
+        r2.on_miss(5000, 1, true, true, 10_000, clocks(10, 0, 50));
         assert!(!r2.on_miss(9, 1, true, true, 10_000, clocks(10 + 49, 0, 50)));
         assert!(r2.on_miss(8, 1, true, true, 10_000, clocks(10 + 49, 0, 50)));
     }
