@@ -26,6 +26,9 @@ struct Probe {
     hi: AtomicUsize,
     into_caller: AtomicU64,
     elsewhere: AtomicU64,
+    /// What `readahead_max` says (`Some`: the backend reads nothing ahead
+    /// by itself, as an `O_DIRECT` file).
+    readahead: Option<u64>,
 }
 
 impl Probe {
@@ -43,7 +46,15 @@ impl Probe {
             hi: AtomicUsize::new(0),
             into_caller: AtomicU64::new(0),
             elsewhere: AtomicU64::new(0),
+            readahead: None,
         })
+    }
+
+    /// A probe whose backend reads nothing ahead by itself.
+    fn reading_nothing_ahead(pages: u64, byte: impl Fn(u64) -> u8) -> Arc<Probe> {
+        let mut p = Arc::try_unwrap(Probe::new(pages, byte)).unwrap();
+        p.readahead = Some(256 << 10);
+        Arc::new(p)
     }
 
     /// Read `buf.len()` bytes at `off` through `file`, telling the probe
@@ -92,6 +103,9 @@ impl Backend for Probe {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.disk.set_len(len)
+    }
+    fn readahead_max(&self) -> Option<u64> {
+        self.readahead
     }
 }
 
@@ -320,6 +334,50 @@ fn a_scan_that_fitted_passes_the_cache_by_once_the_capacity_shrinks() {
         0,
         "the hot set stayed"
     );
+}
+
+/// Over a backend that reads nothing ahead by itself (`O_DIRECT`), a scan
+/// four times the cache is read ahead into folios dropped behind the
+/// reader: each byte read from the backend once per scan, the scanned
+/// file holding at most a few windows at any time, the hot set kept, every
+/// byte right.
+#[test]
+fn a_scan_over_a_backend_that_reads_nothing_ahead_drops_its_folios_behind() {
+    const CAP_PAGES: u64 = 512; // 2 MiB
+    const HOT_PAGES: u64 = 32;
+    let cache = PageCache::new(config(CAP_PAGES * PAGE));
+    let hot_probe = Probe::new(HOT_PAGES, hot_byte);
+    let hot = cache.open(Arc::clone(&hot_probe)).unwrap();
+    let probe = Probe::reading_nothing_ahead(4 * CAP_PAGES, scan_byte);
+    let file = cache.open(Arc::clone(&probe)).unwrap();
+    hot_round(&cache, &hot_probe, &hot);
+    hot_round(&cache, &hot_probe, &hot);
+    let s0 = cache.stats();
+    let mut most = 0;
+    let mut misses = 0;
+    for _ in 0..2 {
+        scan(&probe, &file, PAGE as usize, |_| {
+            most = most.max(file.cached_pages())
+        });
+        misses += hot_round(&cache, &hot_probe, &hot).1;
+    }
+    let s = cache.stats();
+    assert_eq!(misses, 0, "the hot set stayed: {s:?}");
+    let (into, elsewhere) = probe.copies();
+    assert_eq!(into, 0);
+    // Each byte once per scan, a window or two read again at most (a
+    // window's folio evicted before its reader came).
+    let bytes = 2 * file.len();
+    assert!(
+        elsewhere >= bytes && elsewhere <= bytes + 2 * (CAP_PAGES / 16) * PAGE,
+        "{elsewhere}"
+    );
+    assert!(most <= CAP_PAGES / 4, "the scan held {most} pages at once");
+    assert!(
+        s.passthrough_pages - s0.passthrough_pages >= 2 * 4 * CAP_PAGES - 32,
+        "{s:?}"
+    );
+    assert_eq!(s.evictions - s0.evictions, 0, "nothing else evicted: {s:?}");
 }
 
 /// Pages written and not yet written back, pages cached clean, and a page

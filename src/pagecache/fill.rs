@@ -260,6 +260,9 @@ impl FileShared {
                 if holds(win.mark) {
                     folio.set(FolioFlags::READAHEAD);
                 }
+                if win.drop_behind {
+                    folio.set(FolioFlags::DROPBEHIND);
+                }
                 let at = pos * PAGE;
                 let in_file = (size.saturating_sub(at) as usize).min(folio.max_bytes());
                 bump(&self.cache.counters.backend_read_bytes, in_file as u64);
@@ -348,6 +351,7 @@ impl FileShared {
                     start: first,
                     end,
                     mark: None,
+                    drop_behind: false,
                 }],
                 None,
             )?;
@@ -377,7 +381,8 @@ impl FileShared {
                 .ra
                 .on_marker(f.index(), f.nr_pages(), size_pages, limit)
             {
-                if !self.reads_ahead
+                let mut win = win;
+                if !win.drop_behind
                     && self.reuse.stop_readahead(
                         win.start,
                         noreuse,
@@ -386,7 +391,13 @@ impl FileShared {
                         self.reuse_clocks(),
                     )
                 {
-                    return;
+                    if !self.reads_ahead {
+                        return; // the misses from here read straight
+                    }
+                    // A backend that reads nothing ahead: the windows go
+                    // on, dropped behind the reader.
+                    self.ra.drop_behind();
+                    win.drop_behind = true;
                 }
                 let _ = self.submit_fills(&[win], None);
             }

@@ -30,20 +30,36 @@
 //!
 //! A backend that reads nothing ahead by itself (one that asks for a
 //! readahead window, [`Backend::readahead_max`](crate::backend::Backend::readahead_max):
-//! an `O_DIRECT` file) is left to the cache's own readahead: a synchronous
-//! read per request would leave its device idle.
+//! an `O_DIRECT` file) would sit idle under a synchronous read per request:
+//! there the stream is read ahead into folios as any (windows of at most a
+//! sixteenth of the capacity), flagged `DROPBEHIND` (the kernel's
+//! `PG_dropbehind`), and each leaves the cache as soon as its reader has
+//! read it to its end, with a shadow as an eviction leaves
+//! ([`FileShared::drop_behind`]): a small ring of folios, one copy by the
+//! CPU (the device writes the folio), the rest of the cache untouched.
 
 use super::inode::FileShared;
 use super::reuse::Clocks;
 use super::stats::bump;
-use crate::filemap::PAGE_SIZE;
+use crate::filemap::{Folio, FolioFlags, MemWrite, PAGE_SIZE};
 use crate::{pin, EntryRef};
 use std::io;
+use std::sync::Arc;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// The most pages one read passes by at once (a larger request loops).
 const MAX_PAGES: u64 = 256;
+
+/// Where a read miss's bytes come from ([`FileShared::pass_by`]).
+pub(crate) enum Pass {
+    /// Through the cache, as any miss.
+    Cache,
+    /// Read straight into the caller's buffer: this many bytes.
+    Read(usize),
+    /// Through folios read ahead and dropped behind the reader.
+    DropBehind,
+}
 
 impl FileShared {
     /// The cache's clocks now, for the rule.
@@ -76,9 +92,11 @@ impl FileShared {
     /// (going to `out`): if the rule passes the miss at `pos` by, read the
     /// pages from `pos` on that no folio covers (at most [`MAX_PAGES`],
     /// not past `end`) from the backend into `out` and return how many
-    /// bytes that was; `None` to go on through the cache (a folio there,
-    /// the rule admits it, or a backend write overlapped the read).
-    /// `explicit`: the read asked ([`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE)).
+    /// bytes that was ([`Pass::Read`]; over a backend that reads nothing
+    /// ahead, [`Pass::DropBehind`]); [`Pass::Cache`] to go on through the
+    /// cache (a folio there, the rule admits it, or a backend write
+    /// overlapped the read). `explicit`: the read asked
+    /// ([`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE)).
     ///
     /// # Errors
     /// The backend's read error (nothing is cached for it).
@@ -89,26 +107,20 @@ impl FileShared {
         end: u64,
         out: &mut [u8],
         explicit: bool,
-    ) -> io::Result<Option<usize>> {
-        if self.reads_ahead || !self.may_pass(explicit) {
-            return Ok(None);
+    ) -> io::Result<Pass> {
+        if !self.may_pass(explicit) {
+            return Ok(Pass::Cache);
         }
         self.pass_by_slow(pos, end, out, explicit)
     }
 
     #[cold]
     #[inline(never)]
-    fn pass_by_slow(
-        &self,
-        pos: u64,
-        end: u64,
-        out: &mut [u8],
-        explicit: bool,
-    ) -> io::Result<Option<usize>> {
+    fn pass_by_slow(&self, pos: u64, end: u64, out: &mut [u8], explicit: bool) -> io::Result<Pass> {
         let size = self.len();
         let end = end.min(size);
         if pos >= end {
-            return Ok(None);
+            return Ok(Pass::Cache);
         }
         // Taken before the lookups: a write that finished after it and
         // before the read began is seen below as one that overlapped.
@@ -126,7 +138,7 @@ impl FileShared {
             }
         }
         if n == 0 {
-            return Ok(None);
+            return Ok(Pass::Cache);
         }
         let size_pages = size.div_ceil(PAGE);
         let auto = self.cache.config.passthrough;
@@ -134,7 +146,10 @@ impl FileShared {
             .reuse
             .on_miss(first, n, explicit, auto, size_pages, self.reuse_clocks())
         {
-            return Ok(None);
+            return Ok(Pass::Cache);
+        }
+        if self.reads_ahead {
+            return Ok(Pass::DropBehind);
         }
         let to = end.min((first + n) * PAGE);
         let len = (to - pos) as usize;
@@ -146,11 +161,43 @@ impl FileShared {
             // A write to the backend overlapped the read: its bytes may be
             // older than a folio written meanwhile, or torn. Read through
             // the cache instead.
-            return Ok(None);
+            return Ok(Pass::Cache);
         }
         let c = &self.cache.counters;
         bump(&c.passthrough_pages, n);
         bump(&c.passthrough_bytes, len as u64);
-        Ok(Some(len))
+        Ok(Pass::Read(len))
+    }
+
+    /// A reader copied folio `f` (locked by `w`, `DROPBEHIND`) up to byte
+    /// `read_to`: once that is its end, drop it from the cache as an
+    /// eviction does (a shadow in its place, the workingset's clock
+    /// moved), if it is clean and nothing pins it; else reclaim deals with
+    /// it (it rotates such folios, never promotes them).
+    pub(crate) fn drop_behind(
+        self: &Arc<Self>,
+        f: &Arc<Folio>,
+        w: &mut MemWrite<'_>,
+        read_to: usize,
+    ) {
+        if read_to < w.len()
+            || f.test(FolioFlags::DIRTY)
+            || f.test(FolioFlags::WRITEBACK)
+            || w.is_pinned()
+        {
+            return;
+        }
+        let nr = f.nr_pages();
+        let bytes = w.len() as u64;
+        let shadow = self.cache.workingset.eviction(nr, false);
+        let index = f.index();
+        self.detach(f, w, Some(shadow));
+        // The shadow-only nodes it leaves are the workingset's to trim.
+        self.cache
+            .workingset
+            .note_shadow(self.id, &Arc::downgrade(self), index);
+        let c = &self.cache.counters;
+        bump(&c.passthrough_pages, nr);
+        bump(&c.passthrough_bytes, bytes);
     }
 }

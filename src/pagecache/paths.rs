@@ -39,6 +39,7 @@
 use super::borrow::FolioBorrow;
 use super::folio::{self, FolioRef};
 use super::inode::{oom, FileShared};
+use super::passthrough::Pass;
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
 use crate::backend::checked_end;
@@ -111,7 +112,7 @@ impl FileShared {
     /// re-check `DETACHED`/`UPTODATE`, and check the blocks it uses are
     /// uptodate ([`BlockMap::is_uptodate`](super::blocks)).
     pub(crate) fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
-        self.get_folio_for(index, fill, 1)
+        self.get_folio_for(index, fill, 1, false)
     }
 
     /// [`get_folio`](FileShared::get_folio) for a read of `req` pages from
@@ -119,12 +120,14 @@ impl FileShared {
     /// (`fill`) and returns the folio holding `index` with its read in
     /// flight (locking it waits for the read); a random one reads its page
     /// alone, synchronously. A folio whose read failed is removed and its
-    /// error returned to a reader (a writer just goes on).
+    /// error returned to a reader (a writer just goes on). `drop_behind`:
+    /// the miss passes the cache by, its folios dropped once read.
     pub(crate) fn get_folio_for(
         self: &Arc<Self>,
         index: u64,
         fill: Fill,
         req: u64,
+        drop_behind: bool,
     ) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
@@ -147,10 +150,9 @@ impl FileShared {
             }
             let size = self.len();
             if fill == Fill::Read && allow_large {
-                if let Some(win) = self
-                    .ra
-                    .on_miss(index, req, size.div_ceil(PAGE), self.ra_limit())
-                {
+                let limit = self.ra_limit();
+                let pages = size.div_ceil(PAGE);
+                if let Some(win) = self.ra.on_miss(index, req, pages, limit, drop_behind) {
                     match self.submit_fills(&[win], Some(index))? {
                         Some(f) => return Ok(f),
                         // Someone else's folio is in the way: look again.
@@ -211,6 +213,9 @@ impl FileShared {
             }
             if fill == Fill::Write {
                 self.blocks.new_empty(&folio);
+            }
+            if drop_behind {
+                folio.set(FolioFlags::DROPBEHIND);
             }
             folio.set(FolioFlags::UPTODATE);
             drop(w);
@@ -366,12 +371,14 @@ impl FileShared {
         end: u64,
         out: &mut [u8],
     ) -> io::Result<usize> {
-        if let Some(n) = self.pass_by(pos, end, out, NOREUSE)? {
-            return Ok(n);
-        }
+        let drop_behind = match self.pass_by(pos, end, out, NOREUSE)? {
+            Pass::Read(n) => return Ok(n),
+            Pass::DropBehind => true,
+            Pass::Cache => false,
+        };
         loop {
             let req = (end.div_ceil(PAGE) - pos / PAGE).max(1);
-            let f = self.get_folio_for(pos / PAGE, Fill::Read, req)?;
+            let f = self.get_folio_for(pos / PAGE, Fill::Read, req, drop_behind)?;
             self.touch_marker(&f, NOREUSE);
             let mut w = f.mem().lock();
             if !folio::is_live(&f) {
@@ -383,6 +390,9 @@ impl FileShared {
                 self.fill_blocks(&f, &mut w, at, at + n)?;
             }
             out[..n].copy_from_slice(&w.bytes()[at..at + n]);
+            if f.test(FolioFlags::DROPBEHIND) {
+                self.drop_behind(&f, &mut w, at + n);
+            }
             return Ok(n);
         }
     }

@@ -47,6 +47,7 @@ fn window(offset: u64, len: usize, size: u64) -> Option<Window> {
         start,
         end,
         mark: None,
+        drop_behind: false,
     })
 }
 

@@ -57,6 +57,9 @@ pub(crate) struct Window {
     pub(crate) start: u64,
     pub(crate) end: u64,
     pub(crate) mark: Option<u64>,
+    /// The stream passes the cache by: each folio leaves it once read
+    /// (`FolioFlags::DROPBEHIND`).
+    pub(crate) drop_behind: bool,
 }
 
 struct State {
@@ -72,6 +75,9 @@ struct State {
     /// The hint in force (`Random` turns readahead off; `Sequential`
     /// doubles the maximum).
     advice: Advice,
+    /// The current stream's folios are dropped behind its reader (its
+    /// windows are then at most a quarter of `limit`).
+    drop_behind: bool,
 }
 
 impl State {
@@ -128,6 +134,7 @@ impl Readahead {
             next_miss: 0,
             max_pages: (max_bytes / 4096).max(1),
             advice: Advice::Normal,
+            drop_behind: false,
         }))
     }
 
@@ -162,8 +169,10 @@ impl Readahead {
         req: u64,
         size_pages: u64,
         limit: u64,
+        drop_behind: bool,
     ) -> Option<Window> {
         let mut s = self.0.lock();
+        let limit = if drop_behind { limit / 4 } else { limit };
         let max = s.max(limit)?;
         let in_window = s.size > 0 && index >= s.start && index <= s.start + s.size;
         if index != 0 && index != s.next_miss && !in_window {
@@ -185,6 +194,7 @@ impl Readahead {
         s.size = size;
         s.async_size = size.saturating_sub(req.max(1));
         s.next_miss = index + size;
+        s.drop_behind = drop_behind;
         Some(clip(&s, size_pages))
     }
 
@@ -199,6 +209,7 @@ impl Readahead {
         limit: u64,
     ) -> Option<Window> {
         let mut s = self.0.lock();
+        let limit = if s.drop_behind { limit / 4 } else { limit };
         let max = s.max(limit)?;
         let expected = s.start + s.size - s.async_size;
         let next = s.start + s.size;
@@ -230,6 +241,15 @@ fn clip(s: &State, size_pages: u64) -> Window {
         start: s.start,
         end,
         mark: (mark < end && s.async_size > 0).then_some(mark),
+        drop_behind: s.drop_behind,
+    }
+}
+
+impl Readahead {
+    /// The stream's next windows drop their folios behind the reader (the
+    /// stream now passes the cache by), at most a quarter of the size.
+    pub(crate) fn drop_behind(&self) {
+        self.0.lock().drop_behind = true;
     }
 }
 
@@ -241,13 +261,14 @@ mod tests {
     fn windows_grow_as_the_kernels_do() {
         // 4 KiB reads, 128 KiB maximum (32 pages).
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(
             w,
             Window {
                 start: 0,
                 end: 4,
-                mark: Some(1)
+                mark: Some(1),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(1, 1, 1 << 20, u64::MAX).unwrap();
@@ -256,7 +277,8 @@ mod tests {
             Window {
                 start: 4,
                 end: 12,
-                mark: Some(4)
+                mark: Some(4),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(4, 1, 1 << 20, u64::MAX).unwrap();
@@ -265,7 +287,8 @@ mod tests {
             Window {
                 start: 12,
                 end: 28,
-                mark: Some(12)
+                mark: Some(12),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(12, 1, 1 << 20, u64::MAX).unwrap();
@@ -277,25 +300,25 @@ mod tests {
     #[test]
     fn random_misses_read_alone_and_a_second_sequential_one_starts_a_window() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        assert_eq!(ra.on_miss(1000, 1, 1 << 20, u64::MAX), None);
-        assert_eq!(ra.on_miss(5, 1, 1 << 20, u64::MAX), None);
-        let w = ra.on_miss(6, 1, 1 << 20, u64::MAX).unwrap();
+        assert_eq!(ra.on_miss(1000, 1, 1 << 20, u64::MAX, false), None);
+        assert_eq!(ra.on_miss(5, 1, 1 << 20, u64::MAX, false), None);
+        let w = ra.on_miss(6, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.start, 6);
         assert_eq!(
-            ra.on_miss(7000, 1, 1 << 20, u64::MAX),
+            ra.on_miss(7000, 1, 1 << 20, u64::MAX, false),
             None,
             "a jump reads alone"
         );
         // A miss inside the window (its folios were evicted) goes on with
         // a larger window.
-        let w = ra.on_miss(8, 1, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(8, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!((w.start, w.end), (8, 16), "{w:?}");
     }
 
     #[test]
     fn windows_stop_at_the_end_of_the_file_and_advice_steers_them() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 2, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 1, 2, u64::MAX, false).unwrap();
         assert_eq!((w.start, w.end), (0, 2));
         assert_eq!(
             ra.on_marker(1, 1, 2, u64::MAX),
@@ -303,14 +326,14 @@ mod tests {
             "nothing past the end"
         );
         ra.advise(Advice::Random);
-        assert_eq!(ra.on_miss(0, 1, 100, u64::MAX), None);
+        assert_eq!(ra.on_miss(0, 1, 100, u64::MAX, false), None);
         ra.advise(Advice::Sequential);
-        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.end, 64, "the maximum doubled to 64 pages");
         ra.advise(Advice::Normal);
-        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.end, 32);
-        let w = ra.on_miss(0, 64, 1 << 20, 16).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, 16, false).unwrap();
         assert_eq!(w.end, 16, "a small cache's limit");
     }
 }
