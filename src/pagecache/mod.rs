@@ -13,8 +13,11 @@
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
 //! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`),
-//! `retry` (the writeback backoff of folios and files whose writes failed)
-//! and `stats` (the counters, at the bottom).
+//! `retry` (the writeback backoff of folios and files whose writes failed),
+//! `reuse` (which read misses are admitted and which pass the cache by),
+//! `passthrough` (the reads that pass it by: straight into the caller's
+//! buffer, or dropped behind the reader) and `stats` (the counters, at the
+//! bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
 //! own counter slot: they copy a folio's bytes optimistically and keep the
