@@ -32,6 +32,7 @@ use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
 use super::retry::Backoff;
 use super::reuse::Reuse;
+use super::ring::Ring;
 use super::stats::{bump, drop_gauge};
 use super::CacheInner;
 use crate::backend::Backend;
@@ -128,6 +129,8 @@ pub(crate) struct FileShared {
     /// Reads that pass the cache by: the hint, the stream, the pages
     /// passed by recently (`passthrough`).
     pub(crate) reuse: Reuse,
+    /// Small reads that pass the cache by are served from here.
+    pub(crate) ring: Ring,
 }
 
 impl FileShared {
@@ -163,6 +166,7 @@ impl FileShared {
             reads_ahead,
             backend_writes: BackendWrites::default(),
             reuse: Reuse::new(),
+            ring: Ring::new(),
         })
     }
 

@@ -75,6 +75,7 @@ mod readahead;
 mod reclaim;
 mod retry;
 mod reuse;
+mod ring;
 mod stats;
 mod throttle;
 mod workingset;

@@ -2,9 +2,12 @@
 //! again before it would be evicted (`reuse`'s rule: a sequential stream
 //! of a file larger than the cache, or a read that asked,
 //! [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE), or a file advised
-//! `NoReuse`) is read from the backend straight into the caller's buffer,
-//! one copy (the kernel's, for a file backend), and nothing is cached: no
-//! frame filled, nothing evicted, no second copy out.
+//! `NoReuse`) is read from the backend without filling a frame, evicting
+//! anything or leaving anything behind: a read of 128 KiB or more straight
+//! into the caller's buffer (one copy, the kernel's for a file backend), a
+//! smaller one from the file's ring (`ring`: one backend read per 256 KiB,
+//! then a copy out of a buffer the CPU's cache holds), as PostgreSQL reads
+//! a large scan through a 256 KB ring.
 //!
 //! Owns the read itself ([`FileShared::pass_by`], the first step of
 //! `read_at`'s locked path) and its counters (`passthrough_pages`,
@@ -40,6 +43,7 @@
 
 use super::inode::FileShared;
 use super::reuse::Clocks;
+use super::ring::RING_BYTES;
 use super::stats::bump;
 use crate::filemap::{Folio, FolioFlags, MemWrite, PAGE_SIZE};
 use crate::{pin, EntryRef};
@@ -154,19 +158,79 @@ impl FileShared {
         let to = end.min((first + n) * PAGE);
         let len = (to - pos) as usize;
         let out = &mut out[..len];
-        let got = self.read_backend(out, pos, size)?;
-        // Past the backend's end inside the file: zeros, as a miss fills.
-        out[got..].fill(0);
-        if !self.backend_writes.none_since(finished) {
-            // A write to the backend overlapped the read: its bytes may be
-            // older than a folio written meanwhile, or torn. Read through
-            // the cache instead.
-            return Ok(Pass::Cache);
-        }
+        let got = if len < RING_BYTES / 2 {
+            match self.ring_read(out, pos, size, finished)? {
+                Some(got) => got,
+                None => return Ok(Pass::Cache),
+            }
+        } else {
+            let got = self.read_backend(out, pos, size)?;
+            // Past the backend's end inside the file: zeros, as a miss
+            // fills.
+            out[got..].fill(0);
+            if !self.backend_writes.none_since(finished) {
+                // A write to the backend overlapped the read: its bytes may
+                // be older than a folio written meanwhile, or torn. Read
+                // through the cache instead.
+                return Ok(Pass::Cache);
+            }
+            len
+        };
         let c = &self.cache.counters;
-        bump(&c.passthrough_pages, n);
-        bump(&c.passthrough_bytes, len as u64);
-        Ok(Pass::Read(len))
+        bump(
+            &c.passthrough_pages,
+            (pos + got as u64).div_ceil(PAGE) - first,
+        );
+        bump(&c.passthrough_bytes, got as u64);
+        Ok(Pass::Read(got))
+    }
+
+    /// A small read passing the cache by (`out`, at `pos` of a file of
+    /// `size` bytes, its pages looked up uncached after `finished` backend
+    /// writes had finished), served from the file's ring: from what the
+    /// ring holds if no backend write started since it was filled, the
+    /// rest after filling it again from the page where its bytes end (one
+    /// backend read of [`RING_BYTES`]). Returns the bytes copied (all of
+    /// `out`), or `None` when a backend write overlapped a fill.
+    ///
+    /// Why the ring's bytes are the page's: no folio covers the page now
+    /// (looked up) and no backend write began since the ring was filled,
+    /// so nothing changed the page since (a folio that was dirty then has
+    /// been written back since, or is still cached).
+    fn ring_read(
+        &self,
+        out: &mut [u8],
+        pos: u64,
+        size: u64,
+        finished: u64,
+    ) -> io::Result<Option<usize>> {
+        let mut ring = self.ring.lock();
+        let mut done = 0;
+        while done < out.len() {
+            let at = pos + done as u64;
+            let held = ring.get(at, out.len() - done);
+            if !held.is_empty() && self.backend_writes.none_since(ring.writes) {
+                out[done..done + held.len()].copy_from_slice(held);
+                done += held.len();
+                continue;
+            }
+            let start = at / PAGE * PAGE;
+            let len = (size - start).min(RING_BYTES as u64) as usize;
+            ring.fill(start, len, finished, |buf| {
+                let got = self.read_backend(buf, start, size)?;
+                // Past the backend's end inside the file: zeros, as a miss
+                // fills.
+                buf[got..].fill(0);
+                Ok::<(), io::Error>(())
+            })?;
+            if !self.backend_writes.none_since(finished) {
+                // A write to the backend overlapped the fill: its bytes
+                // may be older than a folio written meanwhile, or torn.
+                ring.clear();
+                return Ok(None);
+            }
+        }
+        Ok(Some(done))
     }
 
     /// A reader copied folio `f` (locked by `w`, `DROPBEHIND`) up to byte

@@ -172,9 +172,12 @@ impl Readahead {
         drop_behind: bool,
     ) -> Option<Window> {
         let mut s = self.0.lock();
+        let in_window = s.size > 0 && index >= s.start && index <= s.start + s.size;
+        // A miss inside a stream that drops its folios behind goes on doing
+        // so (its reader mostly finds folios read ahead: few misses).
+        let drop_behind = drop_behind || (in_window && s.drop_behind);
         let limit = if drop_behind { limit / 4 } else { limit };
         let max = s.max(limit)?;
-        let in_window = s.size > 0 && index >= s.start && index <= s.start + s.size;
         if index != 0 && index != s.next_miss && !in_window {
             s.next_miss = index + req.max(1);
             return None;

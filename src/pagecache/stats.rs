@@ -342,7 +342,8 @@ pub struct CacheStats {
     /// struct and frame header per folio on the reclaim lists (with the
     /// allocator's chunk headers), the reclaim lists' and the block maps'
     /// tables (capacities times entry sizes), the workingset's queue of
-    /// shadow nodes and the files' shared state. Not counted: the bytes
+    /// shadow nodes and the files' shared state (with the 256 KiB ring of
+    /// each file a small read passed the cache by). Not counted: the bytes
     /// of frames pinned by zero-copy references after their folio moved
     /// on, and threads' magazines of tree nodes.
     pub metadata_bytes: u64,
