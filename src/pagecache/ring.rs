@@ -12,6 +12,7 @@
 //! the ring was filled (zeros past its end); the buffer is allocated on
 //! the first fill and kept with the file.
 
+use crate::aio::AlignedBuf;
 use crate::sync::{Lock, LockGuard};
 
 /// The ring's size: PostgreSQL's bulk-read ring.
@@ -19,7 +20,10 @@ pub(crate) const RING_BYTES: usize = 256 << 10;
 
 /// The ring's contents ([`Ring::lock`]).
 pub(crate) struct Held {
-    buf: Vec<u8>,
+    /// Page-aligned: the kernel's copy into a buffer that `malloc` offset
+    /// by 16 bytes ran at a quarter of the speed on this project's
+    /// machine (`rep movsb` to an unaligned destination).
+    buf: Option<AlignedBuf>,
     /// File offset of `buf[0]`.
     start: u64,
     /// Bytes held (0: nothing).
@@ -34,7 +38,7 @@ pub(crate) struct Ring(Lock<Held>);
 impl Ring {
     pub(crate) fn new() -> Ring {
         Ring(Lock::new(Held {
-            buf: Vec::new(),
+            buf: None,
             start: 0,
             len: 0,
             writes: 0,
@@ -57,7 +61,10 @@ impl Held {
             return &[];
         }
         let at = (pos - self.start) as usize;
-        &self.buf[at..self.len.min(at + n)]
+        match &self.buf {
+            Some(b) => &b[at..self.len.min(at + n)],
+            None => &[],
+        }
     }
 
     /// Make it hold `len` bytes from `start` (at most [`RING_BYTES`]) that
@@ -75,11 +82,9 @@ impl Held {
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let len = len.min(RING_BYTES);
-        if self.buf.len() < RING_BYTES {
-            self.buf = vec![0; RING_BYTES];
-        }
         self.len = 0;
-        fill(&mut self.buf[..len])?;
+        let buf = self.buf.get_or_insert_with(|| AlignedBuf::new(RING_BYTES));
+        fill(&mut buf[..len])?;
         (self.start, self.len, self.writes) = (start, len, writes);
         Ok(())
     }
@@ -91,7 +96,7 @@ impl Held {
 
     /// Bytes of memory it holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.buf.capacity()
+        self.buf.as_ref().map_or(0, |b| b.len())
     }
 }
 
