@@ -126,10 +126,17 @@ impl FileShared {
         if pos >= end {
             return Ok(Pass::Cache);
         }
+        let first = pos / PAGE;
+        let size_pages = size.div_ceil(PAGE);
+        let auto = self.cache.config.passthrough;
+        let step = self.reuse.step(first);
+        let cap = self.cache.capacity_pages();
+        if !self.reuse.wants(step, explicit, auto, size_pages, cap) {
+            return Ok(Pass::Cache);
+        }
         // Taken before the lookups: a write that finished after it and
         // before the read began is seen below as one that overlapped.
         let finished = self.backend_writes.finished();
-        let first = pos / PAGE;
         let last = (end - 1) / PAGE;
         let mut n = 0;
         {
@@ -144,12 +151,7 @@ impl FileShared {
         if n == 0 {
             return Ok(Pass::Cache);
         }
-        let size_pages = size.div_ceil(PAGE);
-        let auto = self.cache.config.passthrough;
-        if !self
-            .reuse
-            .on_miss(first, n, explicit, auto, size_pages, self.reuse_clocks())
-        {
+        if !self.reuse.pass(first, n, step, self.reuse_clocks()) {
             return Ok(Pass::Cache);
         }
         if self.reads_ahead {

@@ -31,10 +31,11 @@
 //!
 //! Invariants: the rule only chooses where a miss's bytes come from (the
 //! backend either way), never what a read returns; the state is per file
-//! (as the readahead window), under one lock taken only on misses of
-//! files the rule may pass by.
+//! (as the readahead window): the stream moved on without a lock at every
+//! miss the rule may pass by, and one lock taken only for a miss that
+//! would pass by (the refault test and the record).
 
-use crate::sync::{AtomicBool, Lock, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Lock, Ordering};
 
 /// How far past the previous miss's end (in pages) a miss still continues
 /// a sequential stream (a page or two read from elsewhere between).
@@ -102,11 +103,17 @@ pub(crate) struct Clocks {
     pub(crate) capacity: u64,
 }
 
-struct Stream {
-    /// The page after the previous miss: a miss at `next..=next + GAP`
-    /// continues the stream.
-    next: u64,
-    recent: [Run; RECENT],
+/// Where a miss stands in its file's stream ([`Reuse::step`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Step {
+    /// It continues the stream: from the previous miss's last page (a
+    /// read that ended inside a page, then the next starting there) to
+    /// [`GAP`] pages past it, or the file's first page (where a scan starts
+    /// again: the kernel's readahead starts a window there).
+    sequential: bool,
+    /// It is the previous miss's last page again: the same read going on,
+    /// not a refault.
+    continuing: bool,
 }
 
 /// One file's state for the rule (see the module notes).
@@ -114,7 +121,10 @@ pub(crate) struct Reuse {
     noreuse: AtomicBool,
     /// Advised `Random`: no sequential stream to detect.
     random: AtomicBool,
-    stream: Lock<Stream>,
+    /// The page after the previous miss (a miss at `next - 1..=next + GAP`
+    /// continues the stream).
+    next: AtomicU64,
+    recent: Lock<[Run; RECENT]>,
 }
 
 impl Reuse {
@@ -122,10 +132,8 @@ impl Reuse {
         Reuse {
             noreuse: AtomicBool::new(false),
             random: AtomicBool::new(false),
-            stream: Lock::new(Stream {
-                next: 0,
-                recent: [Run::default(); RECENT],
-            }),
+            next: AtomicU64::new(0),
+            recent: Lock::new([Run::default(); RECENT]),
         }
     }
 
@@ -156,12 +164,51 @@ impl Reuse {
             || self.noreuse()
     }
 
-    /// The rule for a miss of `n` pages from `index` (none of them cached)
-    /// in a file of `size_pages` (see the module notes): `true` to pass
-    /// them by, recorded as a run passed by at `clocks` (the caller then
-    /// adds `n` to the pages passed by); `false` to admit them. Every call
-    /// moves the stream on.
-    pub(crate) fn on_miss(
+    /// A miss at page `index`: move the stream on (no lock) and say where
+    /// the miss stands in it.
+    #[inline]
+    pub(crate) fn step(&self, index: u64) -> Step {
+        let prev = self.next.swap(index + 1, Ordering::Relaxed);
+        Step {
+            sequential: index == 0 || (index + 1 >= prev && index <= prev + GAP),
+            continuing: prev > 0 && index + 1 == prev,
+        }
+    }
+
+    /// Whether a miss at `step` may pass by (no lock): asked for, or a
+    /// sequential miss of a file larger than `cap` pages with `auto` on.
+    #[inline]
+    pub(crate) fn wants(
+        &self,
+        step: Step,
+        explicit: bool,
+        auto: bool,
+        size_pages: u64,
+        cap: u64,
+    ) -> bool {
+        explicit
+            || self.noreuse()
+            || (step.sequential && self.may_pass(false, auto, size_pages, cap))
+    }
+
+    /// The rest of the rule for a miss of `n` pages from `index` (none of
+    /// them cached) that [`wants`](Reuse::wants) to pass by, at `step`
+    /// (see the module notes): `true` to pass them by, recorded as a run
+    /// passed by at `clocks` (the caller then adds the pages to the pages
+    /// passed by); `false` to admit them (a refault).
+    pub(crate) fn pass(&self, index: u64, n: u64, step: Step, clocks: Clocks) -> bool {
+        self.next.store(index + n, Ordering::Relaxed);
+        let mut recent = self.recent.lock();
+        if !step.continuing && refault(&recent, index, clocks) {
+            return false;
+        }
+        record(&mut recent, index, n, clocks);
+        true
+    }
+
+    /// The whole rule for a miss of `n` pages from `index` (the tests').
+    #[cfg(test)]
+    fn on_miss(
         &self,
         index: u64,
         n: u64,
@@ -170,26 +217,10 @@ impl Reuse {
         size_pages: u64,
         clocks: Clocks,
     ) -> bool {
-        let mut s = self.stream.lock();
-        // The page after the previous miss's last (or that page again: a
-        // read that ends inside a page, then the next starting there), up
-        // to `GAP` pages further on; the first page of the file (where a
-        // scan starts again: the kernel's readahead starts a window there).
-        let sequential = index == 0 || (index + 1 >= s.next && index <= s.next + GAP);
-        // The previous miss's last page again (the rest of a page a read
-        // ended inside): the same read going on, not a refault.
-        let continuing = s.next > 0 && index + 1 == s.next;
-        s.next = index + n;
-        let asked = explicit || self.noreuse();
-        let auto = auto && !self.random.load(Ordering::Relaxed);
-        if !asked && !(auto && sequential && size_pages > clocks.capacity) {
-            return false;
-        }
-        if !continuing && refault(&s.recent, index, clocks) {
-            return false;
-        }
-        record(&mut s.recent, index, n, clocks);
-        true
+        let step = self.step(index);
+        self.next.store(index + n, Ordering::Relaxed);
+        self.wants(step, explicit, auto, size_pages, clocks.capacity)
+            && self.pass(index, n, step, clocks)
     }
 
     /// A reader reached readahead's marker and the next window would start
@@ -208,11 +239,10 @@ impl Reuse {
         if !self.may_pass(explicit, auto, size_pages, clocks.capacity) {
             return false;
         }
-        let mut s = self.stream.lock();
-        if refault(&s.recent, index, clocks) {
+        if refault(&self.recent.lock(), index, clocks) {
             return false;
         }
-        s.next = index;
+        self.next.store(index, Ordering::Relaxed);
         true
     }
 }
