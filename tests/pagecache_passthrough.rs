@@ -246,7 +246,7 @@ fn scan_twice_with_a_hot_set(bs: usize) {
     assert_eq!(d(|s| s.passthrough_bytes), bytes);
     // (A page two reads share is counted by each.)
     let pages = d(|s| s.passthrough_pages);
-    if bs as u64 % PAGE == 0 {
+    if (bs as u64).is_multiple_of(PAGE) {
         assert_eq!(pages, 2 * 4 * CAP_PAGES);
     } else {
         assert!(pages > 2 * 4 * CAP_PAGES, "{pages}");
@@ -476,7 +476,7 @@ fn a_scan_racing_writes_and_writeback_never_reads_a_torn_or_stale_page() {
                 page[..8].copy_from_slice(&v.to_le_bytes());
                 file.write_at(&page, p * PAGE).unwrap();
                 written[p as usize].fetch_max(v, Ordering::SeqCst);
-                if v % 8 == 0 {
+                if v.is_multiple_of(8) {
                     file.sync().unwrap(); // written back: reclaim may drop them
                 }
                 v += 1;
