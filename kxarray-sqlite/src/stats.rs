@@ -1,6 +1,6 @@
 //! The text of `PRAGMA kx_stats` ([`stats_text`]): the process cache's
 //! counters (`passthrough_pages` and `passthrough_bytes`: reads that passed
-//! the cache by, straight into SQLite's buffer), then the VFS's own ([`VfsStats`](crate::process::VfsStats):
+//! the cache by, without a frame), then the VFS's own ([`VfsStats`](crate::process::VfsStats):
 //! writes, syncs, fetches, lock conflicts, uncached reads, held reads
 //! (`hold`), and the
 //! coherence checks of issue 38: `coherence_checks`,

@@ -115,7 +115,8 @@ impl CachedFile {
 
     /// [`read_at`](CachedFile::read_at) with `flags` (as `preadv2(2)`):
     /// with [`ReadFlags::NOREUSE`], the pages no folio holds are read from
-    /// the backend straight into `buf` (one copy) and not kept, unless one
+    /// the backend without a frame (128 KiB or more straight into `buf`,
+    /// one copy; less through the file's 256 KiB ring) and not kept, unless one
     /// was passed by so recently that the workingset would keep it; cached
     /// pages, dirty or clean, are read from the cache as always, so the
     /// bytes returned are what `read_at` returns (`docs/memory.md`, "Reads

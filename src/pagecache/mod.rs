@@ -16,8 +16,8 @@
 //! `retry` (the writeback backoff of folios and files whose writes failed),
 //! `reuse` (which read misses are admitted and which pass the cache by),
 //! `passthrough` (the reads that pass it by: straight into the caller's
-//! buffer, or dropped behind the reader) and `stats` (the counters, at the
-//! bottom).
+//! buffer, through the file's `ring`, or dropped behind the reader) and
+//! `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
 //! own counter slot: they copy a folio's bytes optimistically and keep the
@@ -167,10 +167,10 @@ pub struct CacheConfig {
     /// (`docs/miss-path.md`); it is for machines with cores to spare.
     pub background_reclaim: bool,
     /// Let a sequential read of a file larger than the capacity pass the
-    /// cache by (default on): its misses are read straight into the
-    /// caller's buffer and not kept, so the scan neither evicts what is hot
-    /// nor pays a frame's fill and a second copy for pages a second scan
-    /// would not find anyway (`docs/memory.md`, "Reads that pass the cache
+    /// cache by (default on): its misses are read without a frame (into
+    /// the caller's buffer, or through the file's 256 KiB ring) and not
+    /// kept, so the scan neither evicts what is hot nor pays a frame's fill
+    /// and an eviction for pages a second scan would not find anyway (`docs/memory.md`, "Reads that pass the cache
     /// by"). Off: only reads that ask ([`ReadFlags::NOREUSE`], a file
     /// advised [`Advice::NoReuse`]) pass it by.
     pub passthrough: bool,

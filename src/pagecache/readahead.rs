@@ -42,7 +42,8 @@ pub enum Advice {
     /// The file's data will be read once (`POSIX_FADV_NOREUSE`, which
     /// Linux applies to the whole file): from now on, until
     /// [`Normal`](Advice::Normal), a `read_at` that misses reads the pages
-    /// no folio holds straight from the backend into the caller's buffer
+    /// no folio holds from the backend without a frame (into the caller's
+    /// buffer, or through the file's ring)
     /// and keeps nothing, as
     /// [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE) does for one
     /// read; cached pages are still served from the cache, and a page read

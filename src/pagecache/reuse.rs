@@ -11,17 +11,17 @@
 //! passed by with the clocks when they were ([`Run`]), and the public
 //! [`ReadFlags`] of one read.
 //!
-//! The rule ([`Reuse::on_miss`]), for a miss of a read at page `p` (no
+//! The rule ([`Reuse::wants`], then [`Reuse::pass`]), for a miss of a read at page `p` (no
 //! folio there):
 //! - it **may pass by** when the read asked for it ([`ReadFlags::NOREUSE`]),
 //!   the file is advised `NoReuse`, or (when the cache's
 //!   [`passthrough`](super::CacheConfig::passthrough) is on, the default,
-//!   and the file is not advised `Random`) it continues a sequential stream (the first page of the file, or the
-//!   last page of the previous miss up to [`GAP`] pages past it) of a file
-//!   larger than the
-//!   cache's capacity: a second scan of such a file would find none of its
-//!   pages cached (the workingset re-admits a refault only within the
-//!   capacity), so keeping them buys nothing and evicts what is hot;
+//!   and the file is not advised `Random`) it continues a sequential
+//!   stream (from the last page of the previous miss to [`GAP`] pages past
+//!   it, or the file's first page) of a file larger than the cache's
+//!   capacity: a second scan of such a file would find none of its pages
+//!   cached (the workingset re-admits a refault only within the capacity),
+//!   so keeping them buys nothing and evicts what is hot;
 //! - **but is admitted** if `p` was passed by recently: inside a run
 //!   remembered here whose refault distance (the pages of the run read
 //!   after `p`, plus every page passed by and every page evicted since the
@@ -59,8 +59,9 @@ pub struct ReadFlags(u32);
 
 impl ReadFlags {
     /// The bytes read will not be read again soon: pages the cache does not
-    /// hold are read from the backend straight into the caller's buffer
-    /// and not kept (the kernel's `RWF_DONTCACHE`); pages it holds, dirty
+    /// hold are read from the backend without a frame (128 KiB or more
+    /// straight into the caller's buffer, less through the file's 256 KiB
+    /// ring) and not kept (the kernel's `RWF_DONTCACHE`); pages it holds, dirty
     /// or clean, are served from it as always. A page passed by that is
     /// read again within the workingset's distance is admitted then.
     pub const NOREUSE: ReadFlags = ReadFlags(1);

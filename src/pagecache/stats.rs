@@ -316,8 +316,9 @@ pub struct CacheStats {
     pub cached_pages: u64,
     /// Pages brought in by readahead (beyond the one asked for).
     pub readahead_pages: u64,
-    /// Pages read for callers straight from the backend into their
-    /// buffers, passing the cache by (a scan of a file larger than the
+    /// Pages read for callers from the backend without a frame (into
+    /// their buffers, through a file's ring, or a folio dropped behind its
+    /// reader), passing the cache by (a scan of a file larger than the
     /// cache, [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE), a file
     /// advised [`NoReuse`](super::Advice::NoReuse)): no frame filled,
     /// nothing evicted. Also counted in `backend_read_bytes`. A page
