@@ -568,6 +568,40 @@ fn a_page_rewritten_and_dropped_while_read_is_never_torn() {
     );
 }
 
+/// The backend changed behind the cache (another process wrote the file)
+/// and the cache was told (`revalidate_range`, `revalidate`): the bytes the
+/// ring read before are not served again.
+#[test]
+fn a_change_behind_the_cache_is_seen_by_reads_that_pass_it_by() {
+    const CAP_PAGES: u64 = 64;
+    let cache = PageCache::new(config(CAP_PAGES * PAGE));
+    let probe = Probe::new(4 * CAP_PAGES, scan_byte);
+    let file = cache.open(Arc::clone(&probe)).unwrap();
+    let mut buf = vec![0u8; PAGE as usize];
+    for p in 0..10 {
+        probe.read(&file, &mut buf, p * PAGE, ReadFlags::empty());
+        check(&buf, p * PAGE, scan_byte);
+    }
+    // Pages 10 and 12 are in the ring already (it read 64 pages from 0).
+    probe
+        .disk
+        .write_all_at(&[0x77; PAGE as usize], 10 * PAGE)
+        .unwrap();
+    file.revalidate_range(10 * PAGE..11 * PAGE).unwrap();
+    probe.read(&file, &mut buf, 10 * PAGE, ReadFlags::empty());
+    assert!(buf.iter().all(|&b| b == 0x77), "revalidate_range");
+    probe
+        .disk
+        .write_all_at(&[0x78; PAGE as usize], 12 * PAGE)
+        .unwrap();
+    file.revalidate().unwrap();
+    probe.read(&file, &mut buf, 11 * PAGE, ReadFlags::empty());
+    check(&buf, 11 * PAGE, scan_byte);
+    probe.read(&file, &mut buf, 12 * PAGE, ReadFlags::empty());
+    assert!(buf.iter().all(|&b| b == 0x78), "revalidate");
+    assert!(cache.stats().passthrough_pages >= 12);
+}
+
 /// A page passed by and read again within the workingset's distance is
 /// admitted: a range of a quarter of the capacity, scanned three times, is
 /// read from the backend twice at most and hit the third time.

@@ -28,6 +28,10 @@
 //! - bytes past what the backend holds (inside the file's size: written
 //!   past the backend's end, not yet written back) read as zeros, as a
 //!   miss fills them;
+//! - a change behind the cache that the cache is told of (`revalidate`,
+//!   `revalidate_range`, `refresh_len`) counts as a backend write
+//!   ([`FileShared::backend_changed`]): the ring is never served from
+//!   bytes read before it;
 //! - a backend error is the read's error, and nothing is cached for it,
 //!   as on any miss.
 //!
@@ -78,6 +82,13 @@ impl FileShared {
             evicted: self.cache.workingset.clock(),
             capacity: self.cache.capacity_pages(),
         }
+    }
+
+    /// The backend changed behind the cache (`revalidate` and friends):
+    /// counted as a backend write, so that no read passing the cache by
+    /// in flight now keeps its bytes, nor is the ring served again.
+    pub(crate) fn backend_changed(&self) {
+        drop(self.backend_writes.begin());
     }
 
     /// Whether this file's misses may pass by (no lock, two loads): the

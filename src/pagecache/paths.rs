@@ -748,6 +748,7 @@ impl FileShared {
         let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
+        self.backend_changed();
         let len = self.backend.len()?;
         let (folios, shadows) = self.folios_in(0, u64::MAX);
         let mut busy = 0;
@@ -786,6 +787,7 @@ impl FileShared {
         let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
+        self.backend_changed();
         let new = self.backend.len()?;
         let old = self.len();
         if new == old {
@@ -832,6 +834,7 @@ impl FileShared {
         let (mut dropped, mut busy) = (0, 0);
         let mut pos = first;
         let _one_at_a_time = self.split_lock.lock();
+        self.backend_changed();
         while pos < end {
             let Some(f) = self.cached(pos) else {
                 pos += 1;
