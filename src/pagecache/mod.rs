@@ -13,8 +13,11 @@
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
 //! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`),
-//! `retry` (the writeback backoff of folios and files whose writes failed)
-//! and `stats` (the counters, at the bottom).
+//! `retry` (the writeback backoff of folios and files whose writes failed),
+//! `reuse` (which read misses are admitted and which pass the cache by),
+//! `passthrough` (the reads that pass it by: straight into the caller's
+//! buffer, through the file's `ring`, or dropped behind the reader) and
+//! `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
 //! own counter slot: they copy a folio's bytes optimistically and keep the
@@ -66,11 +69,14 @@ mod inode;
 mod kswapd;
 mod lru;
 mod options;
+mod passthrough;
 mod paths;
 mod read_async;
 mod readahead;
 mod reclaim;
 mod retry;
+mod reuse;
+mod ring;
 mod stats;
 mod throttle;
 mod workingset;
@@ -88,6 +94,7 @@ pub use paths::MAX_FILE_SIZE;
 pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
 pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
+pub use reuse::ReadFlags;
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE, STUCK_PAUSES};
 
@@ -163,11 +170,20 @@ pub struct CacheConfig {
     /// reader but gained nothing with one reader and lost with two
     /// (`docs/miss-path.md`); it is for machines with cores to spare.
     pub background_reclaim: bool,
+    /// Let a sequential read of a file larger than the capacity pass the
+    /// cache by (default on): its misses are read without a frame (into
+    /// the caller's buffer, or through the file's 256 KiB ring) and not
+    /// kept, so the scan neither evicts what is hot nor pays a frame's fill
+    /// and an eviction for pages a second scan would not find anyway (`docs/memory.md`, "Reads that pass the cache
+    /// by"). Off: only reads that ask ([`ReadFlags::NOREUSE`], a file
+    /// advised [`Advice::NoReuse`]) pass it by.
+    pub passthrough: bool,
 }
 
 impl Default for CacheConfig {
     /// 64 MiB, order-4 readahead cap, 10% background threshold, 20% dirty
-    /// limit, ratelimit 32 pages, 1 s expiry, flusher on.
+    /// limit, ratelimit 32 pages, 1 s expiry, flusher on, background
+    /// reclaim off, scans larger than the cache passing it by.
     fn default() -> Self {
         CacheConfig {
             capacity: 64 << 20,
@@ -179,6 +195,7 @@ impl Default for CacheConfig {
             dirty_expire: Duration::from_secs(1),
             flusher: true,
             background_reclaim: false,
+            passthrough: true,
         }
     }
 }
@@ -250,6 +267,12 @@ impl CacheConfig {
     /// made by the miss that finds the cache over its capacity).
     pub fn background_reclaim(mut self, on: bool) -> Self {
         self.background_reclaim = on;
+        self
+    }
+    /// Let sequential reads of files larger than the capacity pass the
+    /// cache by, or not ([`CacheConfig::passthrough`]).
+    pub fn passthrough(mut self, on: bool) -> Self {
+        self.passthrough = on;
         self
     }
 }
@@ -326,7 +349,10 @@ impl CacheInner {
 /// use kxarray::backend::RamDisk;
 /// use kxarray::pagecache::{CacheConfig, PageCache};
 ///
-/// let cache = PageCache::new(CacheConfig::default().capacity(64 * 4096).flusher(false));
+/// // Scans keep what they read here (a scan of a file larger than the
+/// // cache would pass it by: `CacheConfig::passthrough`).
+/// let config = CacheConfig::default().capacity(64 * 4096).flusher(false).passthrough(false);
+/// let cache = PageCache::new(config);
 /// let a = cache.open(RamDisk::new(1 << 20)).unwrap();
 /// let b = cache.clone().open(RamDisk::new(1 << 20)).unwrap(); // the same cache
 /// let mut buf = [0u8; 4096];
@@ -559,6 +585,8 @@ impl PageCache {
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages,
             readahead_pages: c.readahead_pages.load(Ordering::Relaxed),
+            passthrough_pages: c.passthrough_pages.load(Ordering::Relaxed),
+            passthrough_bytes: c.passthrough_bytes.load(Ordering::Relaxed),
             capacity_bytes: self.capacity(),
             cached_bytes: cached_pages * PAGE_SIZE as u64,
             frame_bytes_free: crate::filemap::frame_stats().bytes_free as u64,
