@@ -118,7 +118,6 @@ fn a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents() {
 /// written). Before, only a `pthread_atfork` handler told a child apart:
 /// such a child submitted into the parent's ring, whose reaper took its
 /// completion.
-#[test]
 fn a_child_made_without_fork_handlers_never_touches_the_parents_ring() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     let (_path, file) = patterned_file(1 << 16);
@@ -345,6 +344,7 @@ fn io_uring_ran_here() -> harness::Outcome {
 harness::main!(
     tests: [
         a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents,
+        a_child_made_without_fork_handlers_never_touches_the_parents_ring,
         a_parents_request_fails_in_the_child_instead_of_hanging,
         a_refused_io_uring_enter_is_seen_at_setup,
         a_refused_io_uring_enter_after_setup_fails_over_to_the_pool,
