@@ -304,6 +304,8 @@ pub mod filemap;
 pub mod memory;
 pub mod node_cache;
 pub mod pagecache;
+#[cfg(all(target_os = "linux", not(loom)))]
+pub mod shared;
 
 pub use chunked::ChunkedXArray;
 pub use cursor::{Cursor, CursorMut};

@@ -1,0 +1,597 @@
+//! A region joined: the region file found or made in the user's own
+//! directory, checked, mapped, and this process's membership in it.
+//!
+//! Owns [`Region`] (the mapping, this process's open of the file, its
+//! member slot) and the checks a region file passes before anything in it
+//! is trusted:
+//!
+//! - the directory is the user's own (`O_NOFOLLOW | O_DIRECTORY`, then
+//!   `fstat`: a directory, owned by the effective user, no access for
+//!   group or others);
+//! - the file is opened relative to it with `O_NOFOLLOW | O_CLOEXEC`, and
+//!   must be a regular file owned by the effective user, mode without
+//!   group or other bits, exactly as long as its header says, with a header
+//!   whose format words are exactly the ones this code writes
+//!   ([`Geometry::from_words`]) for the same user;
+//! - a new region is laid out in a file of its own name (`O_CREAT |
+//!   O_EXCL`, mode 0600), then linked to the region's name with `linkat`,
+//!   which fails if the name exists: no member ever sees a half-made region,
+//!   and two processes making one at once end with one.
+//!
+//! Membership ([`Region::me`]) belongs to a process: a child after `fork`
+//! (or a raw `clone`) notices that its pid is not the one that joined and
+//! joins again on a new open of the file before it takes any lock, so it
+//! never acts under its parent's slot, and it closes its inherited copy of
+//! the parent's descriptor without releasing the parent's lock (the
+//! parent's open file description still holds it).
+
+use super::frame::Owner;
+use super::layout::{hdr, Geometry, MEMBERS, PAGE64, READY};
+use super::map::Mapping;
+use super::member::{self, live_byte, w as mw, LIVE};
+use crate::sync::{Lock, Ordering};
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+/// Why a region could not be joined (the caller falls back to a private
+/// cache and says so once).
+#[derive(Debug)]
+pub enum RegionError {
+    /// A system call failed.
+    Io(&'static str, io::Error),
+    /// The directory or file is not the user's own, or not what this code
+    /// makes: refused, never written.
+    Refused(String),
+    /// Every member slot is taken by a live process.
+    Full,
+}
+
+impl fmt::Display for RegionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegionError::Io(what, e) => write!(f, "{what}: {e}"),
+            RegionError::Refused(why) => write!(f, "refused: {why}"),
+            RegionError::Full => write!(f, "all {MEMBERS} member slots are in use"),
+        }
+    }
+}
+
+impl std::error::Error for RegionError {}
+
+fn cpath(p: &Path) -> Result<CString, RegionError> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| RegionError::Refused(format!("{} holds a NUL byte", p.display())))
+}
+
+fn cname(n: &str) -> Result<CString, RegionError> {
+    if n.is_empty() || n.contains('/') || n.starts_with('.') {
+        return Err(RegionError::Refused(format!("bad region name {n:?}")));
+    }
+    CString::new(n).map_err(|_| RegionError::Refused(format!("bad region name {n:?}")))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub(crate) fn getpid() -> u32 {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() as u32 }
+}
+
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    // SAFETY: `st` is a valid out-pointer.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is writable.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Open `dir` as the user's own directory: no symbolic link, a directory,
+/// owned by the effective user, nothing for group or others.
+pub(crate) fn open_private_dir(dir: &Path) -> Result<OwnedFd, RegionError> {
+    let c = cpath(dir)?;
+    // SAFETY: a valid C string; the flags open a directory without
+    // following a final symbolic link.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(RegionError::Io(
+            "open the region's directory",
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = fstat(fd.as_fd()).map_err(|e| RegionError::Io("fstat the region's directory", e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(RegionError::Refused(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if st.st_uid != euid() || st.st_mode & 0o077 != 0 {
+        return Err(RegionError::Refused(format!(
+            "{} is owned by uid {} with mode {:o}: not this user's own directory",
+            dir.display(),
+            st.st_uid,
+            st.st_mode & 0o7777
+        )));
+    }
+    Ok(fd)
+}
+
+/// The user's own directory for regions: `$XDG_RUNTIME_DIR/kxarray` when
+/// the runtime directory is the user's, else `/dev/shm/kxarray-<uid>`
+/// (made with mode 0700 if missing; a name someone else made is refused
+/// by [`open_private_dir`]).
+pub fn default_dir() -> PathBuf {
+    let uid = euid();
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        let x = PathBuf::from(x);
+        if let Ok(m) = std::fs::symlink_metadata(&x) {
+            use std::os::unix::fs::MetadataExt;
+            if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 {
+                return x.join("kxarray");
+            }
+        }
+    }
+    PathBuf::from(format!("/dev/shm/kxarray-{uid}"))
+}
+
+/// Make `dir` (mode 0700) if it is missing, then open it as the user's own.
+pub(crate) fn make_private_dir(dir: &Path) -> Result<OwnedFd, RegionError> {
+    let c = cpath(dir)?;
+    // SAFETY: a valid C string. mkdir never follows a final symbolic link:
+    // a link at the name makes it fail with EEXIST, and the open below
+    // refuses it.
+    if unsafe { libc::mkdir(c.as_ptr(), 0o700) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(RegionError::Io("make the region's directory", e));
+        }
+    }
+    open_private_dir(dir)
+}
+
+fn openat(dir: BorrowedFd<'_>, name: &CString, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    // SAFETY: `dir` is open, `name` a valid C string.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn pread_words(fd: BorrowedFd<'_>, off: u64, n: usize) -> io::Result<Vec<u64>> {
+    let mut buf = vec![0u8; n * 8];
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: `buf[done..]` is writable for its length.
+        let r = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                (off + done as u64) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        done += r as usize;
+    }
+    Ok(buf
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect())
+}
+
+fn pwrite_all(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: `buf[done..]` is readable for its length.
+        let r = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                buf[done..].as_ptr().cast(),
+                buf.len() - done,
+                (off + done as u64) as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+/// Lay out a new region of at most `max_frames` frames in `fd`.
+fn lay_out(fd: BorrowedFd<'_>, max_frames: u64) -> io::Result<Geometry> {
+    let g = Geometry::for_frames(max_frames);
+    // SAFETY: `fd` is open for writing.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), g.len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let words = g.words(euid());
+    let mut page = vec![0u8; PAGE64 as usize];
+    for (i, w) in words.iter().enumerate() {
+        page[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    page[hdr::STATE * 8..hdr::STATE * 8 + 8].copy_from_slice(&READY.to_le_bytes());
+    pwrite_all(fd, &page, 0)?;
+    Ok(g)
+}
+
+/// This process's membership: its slot and the pid that joined.
+#[derive(Debug)]
+struct Membership {
+    me: Owner,
+    pid: u32,
+    fd: OwnedFd,
+}
+
+/// A region this process has joined.
+#[derive(Debug)]
+pub struct Region {
+    map: Mapping,
+    name: PathBuf,
+    dir: OwnedFd,
+    file_name: CString,
+    membership: Lock<Membership>,
+    /// The descriptor `membership` owns, readable without its lock (it
+    /// changes only when a child joins again, before the child has a
+    /// second thread of ours).
+    fd: crate::sync::AtomicU32,
+    /// `pid << 8 | slot + 1` of the membership now: one load tells a
+    /// child after fork that it must join again.
+    current: crate::sync::AtomicU64,
+    /// What this process keeps for its membership (its dirty list's lock
+    /// and reservations, its open files, its flusher).
+    pub(crate) local: super::writeback::Local,
+    this: Weak<Region>,
+}
+
+impl Region {
+    /// Join the region `name` in the user's own directory `dir` (made if
+    /// missing), making the region if there is none, with room for
+    /// `max_frames` frames when it is made.
+    ///
+    /// # Errors
+    /// [`RegionError`]: the directory or file refused, a system call
+    /// failed, or no member slot is free.
+    pub fn join(dir: &Path, name: &str, max_frames: u64) -> Result<Arc<Region>, RegionError> {
+        let dirfd = make_private_dir(dir)?;
+        let cn = cname(name)?;
+        let fd = loop {
+            match openat(
+                dirfd.as_fd(),
+                &cn,
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0,
+            ) {
+                Ok(fd) => break fd,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    if let Some(fd) = Self::make(dirfd.as_fd(), &cn, max_frames)? {
+                        break fd;
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Err(RegionError::Refused(format!("{name} is a symbolic link")))
+                }
+                Err(e) => return Err(RegionError::Io("open the region", e)),
+            }
+        };
+        let geo = Self::check(fd.as_fd(), name)?;
+        let map =
+            Mapping::map(fd.as_fd(), geo).map_err(|e| RegionError::Io("map the region", e))?;
+        let raw = fd.as_raw_fd() as u32;
+        let region = Arc::new_cyclic(|this| Region {
+            map,
+            name: dir.join(name),
+            dir: dirfd,
+            file_name: cn,
+            membership: Lock::new(Membership {
+                me: Owner::of_slot(0),
+                pid: 0,
+                fd,
+            }),
+            fd: crate::sync::AtomicU32::new(raw),
+            current: crate::sync::AtomicU64::new(0),
+            local: super::writeback::Local::default(),
+            this: this.clone(),
+        });
+        region.enter()?;
+        Ok(region)
+    }
+
+    /// This region as an `Arc` (for threads that hold it weakly).
+    pub(crate) fn self_arc(&self) -> Option<Arc<Region>> {
+        self.this.upgrade()
+    }
+
+    /// Make a region at `name` in `dir`: laid out under a name of its own,
+    /// then linked into place. `None` when another process linked one first
+    /// (the caller opens that one).
+    fn make(
+        dir: BorrowedFd<'_>,
+        name: &CString,
+        max_frames: u64,
+    ) -> Result<Option<OwnedFd>, RegionError> {
+        let tmp = CString::new(format!(".new-{}-{:x}", getpid(), member::now_ms())).unwrap();
+        let fd = openat(
+            dir,
+            &tmp,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+        .map_err(|e| RegionError::Io("make the region", e))?;
+        let made =
+            lay_out(fd.as_fd(), max_frames).map_err(|e| RegionError::Io("lay the region out", e));
+        let linked = made.and_then(|_| {
+            // SAFETY: both names are valid C strings relative to `dir`;
+            // linkat does not follow symbolic links without AT_SYMLINK_FOLLOW
+            // and fails if `name` exists.
+            let r = unsafe {
+                libc::linkat(
+                    dir.as_raw_fd(),
+                    tmp.as_ptr(),
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                    0,
+                )
+            };
+            if r == 0 {
+                Ok(true)
+            } else {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EEXIST) {
+                    Ok(false)
+                } else {
+                    Err(RegionError::Io("link the region into place", e))
+                }
+            }
+        });
+        // SAFETY: a valid C string relative to `dir`.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+        Ok(linked?.then_some(fd))
+    }
+
+    /// Check an opened region file; its geometry.
+    fn check(fd: BorrowedFd<'_>, name: &str) -> Result<Geometry, RegionError> {
+        let st = fstat(fd).map_err(|e| RegionError::Io("fstat the region", e))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(RegionError::Refused(format!(
+                "{name} is not a regular file"
+            )));
+        }
+        if st.st_uid != euid() || st.st_mode & 0o077 != 0 {
+            return Err(RegionError::Refused(format!(
+                "{name} is owned by uid {} with mode {:o}",
+                st.st_uid,
+                st.st_mode & 0o7777
+            )));
+        }
+        let words = pread_words(fd, 0, 10)
+            .map_err(|e| RegionError::Refused(format!("{name}: its header cannot be read: {e}")))?;
+        let w: [u64; 10] = words.try_into().unwrap();
+        let geo = Geometry::from_words(&w, euid())
+            .map_err(|e| RegionError::Refused(format!("{name}: {e}")))?;
+        if st.st_size as u64 != geo.len {
+            return Err(RegionError::Refused(format!(
+                "{name} is {} bytes, its header says {}",
+                st.st_size, geo.len
+            )));
+        }
+        let state = pread_words(fd, (hdr::STATE * 8) as u64, 1)
+            .map_err(|e| RegionError::Io("read the region's state", e))?;
+        if state[0] != READY {
+            return Err(RegionError::Refused(format!("{name} was never finished")));
+        }
+        Ok(geo)
+    }
+
+    /// Take a member slot through the current descriptor: the first slot
+    /// whose liveness byte can be locked, recovered first if a dead member
+    /// left it. Called with no membership lock held (recovery takes it).
+    fn enter(&self) -> Result<(), RegionError> {
+        for slot in 0..MEMBERS {
+            let got = self
+                .with_fd(|fd| member::try_lock_byte(fd, live_byte(slot)))
+                .map_err(|e| RegionError::Io("lock a member slot", e))?;
+            if !got {
+                continue;
+            }
+            let me = Owner::of_slot(slot);
+            let ms = self.map.member(slot);
+            if ms.state() != 0 {
+                // A dead member's slot: undo what it left, as its recoverer.
+                super::recover::recover(self, Owner::of_slot(slot), me);
+            }
+            let gen = (ms.state() >> 8) + 1;
+            ms.words[mw::PID].store(u64::from(getpid()), Ordering::Relaxed);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            ms.words[mw::JOINED].store(now, Ordering::Relaxed);
+            ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+            self.local.reset();
+            ms.words[mw::STATE].store(gen << 8 | LIVE, Ordering::Release);
+            self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
+            let pid = getpid();
+            {
+                let mut m = self.membership.lock();
+                m.me = me;
+                m.pid = pid;
+            }
+            self.current.store(
+                u64::from(pid) << 8 | u64::from(me.bits()),
+                Ordering::Release,
+            );
+            return Ok(());
+        }
+        Err(RegionError::Full)
+    }
+
+    /// This process's member identity, joining again first if the process
+    /// is not the one that joined (a child after fork or clone).
+    ///
+    /// # Errors
+    /// The child's join failed (the caller treats the region as unusable
+    /// for this call: a read reads the file, a write fails).
+    #[inline]
+    pub(crate) fn me(&self) -> Result<Owner, RegionError> {
+        let cur = self.current.load(Ordering::Acquire);
+        let pid = getpid();
+        if cur >> 8 == u64::from(pid) {
+            if let Some(o) = Owner::from_bits(cur as u32 & 0xff) {
+                return Ok(o);
+            }
+        }
+        self.rejoin(pid)
+    }
+
+    #[cold]
+    fn rejoin(&self, pid: u32) -> Result<Owner, RegionError> {
+        {
+            let mut m = self.membership.lock();
+            if m.pid == pid {
+                return Ok(m.me);
+            }
+            // A child: a new open of the file (its own open file
+            // description), then a slot of its own. Dropping the old
+            // descriptor closes the child's copy only; the parent's lock
+            // stays with the parent.
+            let fd = openat(
+                self.dir.as_fd(),
+                &self.file_name,
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0,
+            )
+            .map_err(|e| RegionError::Io("open the region again after fork", e))?;
+            Self::check(fd.as_fd(), &self.name.display().to_string())?;
+            self.fd.store(fd.as_raw_fd() as u32, Ordering::Release);
+            m.fd = fd;
+            m.pid = 0;
+            self.current.store(0, Ordering::Release);
+        }
+        self.enter()?;
+        self.me()
+    }
+
+    /// The mapping.
+    #[inline]
+    pub(crate) fn map(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// The region file's path.
+    pub fn path(&self) -> &Path {
+        &self.name
+    }
+
+    /// This process's slot, if it is a member now (without joining).
+    pub fn member_slot(&self) -> Option<usize> {
+        let cur = self.current.load(Ordering::Acquire);
+        (cur >> 8 == u64::from(getpid()))
+            .then(|| Owner::from_bits(cur as u32 & 0xff).map(|o| o.slot()))
+            .flatten()
+    }
+
+    /// Run `f` with this process's open of the region file (for liveness
+    /// checks and recovery).
+    pub(crate) fn with_fd<R>(&self, f: impl FnOnce(BorrowedFd<'_>) -> R) -> R {
+        // SAFETY: the descriptor `membership` owns; it is closed only when
+        // a child replaces it in `rejoin`, before any other thread of the
+        // child uses the region.
+        f(unsafe { BorrowedFd::borrow_raw(self.raw_fd()) })
+    }
+
+    /// The raw descriptor of this process's open of the region file.
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd.load(Ordering::Acquire) as RawFd
+    }
+
+    /// Whether member `o`'s process is alive: it holds its liveness byte
+    /// (this process's own slot is alive by definition).
+    pub(crate) fn alive(&self, o: Owner) -> bool {
+        if self.member_slot() == Some(o.slot()) {
+            return true;
+        }
+        self.with_fd(|fd| member::held_elsewhere(fd, live_byte(o.slot())).unwrap_or(true))
+    }
+
+    /// A lock holder `o` makes no progress: if it is dead, recover it (the
+    /// first to lock its liveness byte does; others return and wait again).
+    pub(crate) fn stuck(&self, o: Owner) {
+        if self.alive(o) {
+            return;
+        }
+        let Ok(me) = self.me() else { return };
+        if me == o {
+            return;
+        }
+        let got =
+            self.with_fd(|fd| member::try_lock_byte(fd, live_byte(o.slot())).unwrap_or(false));
+        if !got {
+            return;
+        }
+        // Another recoverer may have finished and a new member joined
+        // between the liveness check and the lock: the lock says no one
+        // holds the byte now, so the slot's state tells what is left.
+        if self.map.member(o.slot()).state() != 0 {
+            super::recover::recover(self, o, me);
+        }
+        self.with_fd(|fd| member::unlock_byte(fd, live_byte(o.slot())));
+    }
+
+    /// Leave the region: the slot is freed (the caller has written back
+    /// what this member dirtied) and the liveness byte released.
+    pub(crate) fn leave(&self) {
+        let (me, pid) = {
+            let m = self.membership.lock();
+            (m.me, m.pid)
+        };
+        if pid != getpid() {
+            return; // a child that never joined: nothing of ours to free
+        }
+        let ms = self.map.member(me.slot());
+        super::recover::release_openers(self, me);
+        ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+        ms.words[mw::STATE].store(0, Ordering::Release);
+        self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
+        self.current.store(0, Ordering::Release);
+        self.with_fd(|fd| member::unlock_byte(fd, live_byte(me.slot())));
+    }
+
+    /// The header's word `i`.
+    #[inline]
+    pub(crate) fn hword(&self, i: usize) -> &crate::sync::AtomicU64 {
+        &self.map.header().words[i]
+    }
+}
