@@ -180,6 +180,24 @@ impl Region {
             .map(|frames| frames * PAGE64)
     }
 
+    /// Recover every member whose process is gone (the reaper's pass; a
+    /// member finds a dead one by itself only when it waits on one of its
+    /// locks, or takes its slot). How many were recovered.
+    pub fn reap(&self) -> usize {
+        let Some(mine) = self.member_slot() else {
+            return 0;
+        };
+        let mut n = 0;
+        for m in 0..MEMBERS {
+            let o = frame::Owner::of_slot(m);
+            if m != mine && self.map().member(m).state() != 0 && !self.alive(o) {
+                self.stuck(o);
+                n += usize::from(self.map().member(m).state() == 0);
+            }
+        }
+        n
+    }
+
     /// Publish this member's counters in its slot (for other members'
     /// statistics).
     pub(crate) fn publish_counters(&self) {

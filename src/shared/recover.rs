@@ -43,9 +43,10 @@ use super::region::Region;
 use crate::sync::Ordering;
 
 /// Undo what member `dead` left; the caller (`me`) holds its liveness
-/// byte. The slot is free afterwards.
+/// byte. The slot is free afterwards, unless `me == dead`: a joiner taking
+/// over the dead member's slot, which then keeps its dirty list as its own.
 pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
-    debug_assert_ne!(dead, me);
+    let same = dead == me;
     let map = region.map();
     let geo = *map.geo();
     let mut locks = 0u64;
@@ -78,7 +79,12 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
         let Some(h) = map.frame(f) else { break };
         let st = h.state();
         if st & OWNER == dead.bits() {
-            if let Some(prev) = h.steal(dead, me) {
+            let prev = if same {
+                Some(st & !OWNER)
+            } else {
+                h.steal(dead, me)
+            };
+            if let Some(prev) = prev {
                 locks += 1;
                 if finish_frame(region, f, h, me, prev, &mut adopt) {
                     freed += 1;
@@ -127,18 +133,20 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
             }
         }
     }
-    // 4. the dirty list
+    // 4. the dirty list (a joiner of the slot keeps it as its own)
     let ms = map.member(dead.slot());
-    let mut list = Vec::new();
-    ms.dirty_snapshot(&mut list);
-    for e in list {
-        if let Some(h) = map.frame(e.frame) {
-            if h.state() & (DIRTY | WRITEBACK) != 0 {
-                adopt.push(e);
+    if !same {
+        let mut list = Vec::new();
+        ms.dirty_snapshot(&mut list);
+        for e in list {
+            if let Some(h) = map.frame(e.frame) {
+                if h.state() & (DIRTY | WRITEBACK) != 0 {
+                    adopt.push(e);
+                }
             }
         }
     }
-    region.adopt_dirty(&adopt);
+    region.adopt_dirty(me, &adopt);
     // 5. openers, counters, the slot
     release_openers(region, dead);
     for i in 0..super::member::COUNTERS {
@@ -148,8 +156,10 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
             .fetch_add(v, Ordering::Relaxed);
         ms.set_counter(i, 0);
     }
-    ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
-    ms.words[mw::STATE].store(0, Ordering::Release);
+    if !same {
+        ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+        ms.words[mw::STATE].store(0, Ordering::Release);
+    }
     region.hword(hdr::RECOVERED).fetch_add(1, Ordering::Relaxed);
     region
         .hword(hdr::RECOVERED_FRAMES)

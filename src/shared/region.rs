@@ -429,20 +429,9 @@ impl Region {
             }
             let me = Owner::of_slot(slot);
             let ms = self.map.member(slot);
-            if ms.state() != 0 {
-                // A dead member's slot: undo what it left, as its recoverer.
-                super::recover::recover(self, Owner::of_slot(slot), me);
-            }
-            let gen = (ms.state() >> 8) + 1;
-            ms.words[mw::PID].store(u64::from(getpid()), Ordering::Relaxed);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            ms.words[mw::JOINED].store(now, Ordering::Relaxed);
-            ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
             self.local.reset();
-            ms.words[mw::STATE].store(gen << 8 | LIVE, Ordering::Release);
-            self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
+            // The slot is this process's from here (it holds the byte):
+            // recovery below acts as it.
             let pid = getpid();
             {
                 let mut m = self.membership.lock();
@@ -453,6 +442,21 @@ impl Region {
                 u64::from(pid) << 8 | u64::from(me.bits()),
                 Ordering::Release,
             );
+            if ms.state() != 0 {
+                // A dead member's slot: undo what it left, as the member
+                // taking its place (its dirty list becomes this one's).
+                super::recover::recover(self, me, me);
+            } else {
+                ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+            }
+            let gen = (ms.state() >> 8) + 1;
+            ms.words[mw::PID].store(u64::from(pid), Ordering::Relaxed);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            ms.words[mw::JOINED].store(now, Ordering::Relaxed);
+            ms.words[mw::STATE].store(gen << 8 | LIVE, Ordering::Release);
+            self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
             return Ok(());
         }
         Err(RegionError::Full)
@@ -552,7 +556,10 @@ impl Region {
         if self.alive(o) {
             return;
         }
-        let Ok(me) = self.me() else { return };
+        let Some(mine) = self.member_slot() else {
+            return;
+        };
+        let me = Owner::of_slot(mine);
         if me == o {
             return;
         }

@@ -196,14 +196,14 @@ impl Region {
         self.start_flusher();
     }
 
-    /// Put a dead member's dirty frames on this member's list (its
-    /// recoverer's); those that find no room are written back now.
-    pub(crate) fn adopt_dirty(&self, entries: &[DirtyEntry]) {
-        let Some(me) = self.member_slot() else { return };
+    /// Put a dead member's dirty frames on member `me`'s list (its
+    /// recoverer's, or its own when a joiner took the dead member's slot);
+    /// those that find no room are written back now.
+    pub(crate) fn adopt_dirty(&self, me: Owner, entries: &[DirtyEntry]) {
         let mut left = Vec::new();
         {
             let _g = self.local.dirty.lock();
-            let ms = self.map().member(me);
+            let ms = self.map().member(me.slot());
             for &e in entries {
                 let r = self.local.reserved.load(Ordering::Relaxed);
                 if ms.dirty_len() + r >= DIRTY_MAX || !ms.dirty_push(e) {
@@ -212,9 +212,9 @@ impl Region {
             }
         }
         if !left.is_empty() {
-            let _ = self.write_back(Owner::of_slot(me), &left);
+            let _ = self.write_back(me, &left);
         }
-        if !entries.is_empty() {
+        if !entries.is_empty() || self.map().member(me.slot()).dirty_len() > 0 {
             self.start_flusher();
         }
     }
