@@ -52,6 +52,31 @@ const PAGE: u64 = PAGE_SIZE as u64;
 pub struct CachedFile {
     pub(super) shared: Arc<FileShared>,
     pub(super) since: crate::sync::Lock<u64>,
+    /// The file in the region shared with other processes, when the cache
+    /// shares ([`CacheConfig::shared`](super::CacheConfig::shared)) and the
+    /// backend is a file: every operation runs there, and the private
+    /// state above holds nothing.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(super) region: Option<crate::shared::SharedFile>,
+}
+
+/// Run `$e` on the shared file and return, when the handle has one.
+macro_rules! in_region {
+    ($self:ident, $s:ident => $e:expr) => {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some($s) = &$self.region {
+            return $e;
+        }
+    };
+}
+
+/// The error of a zero-copy call on a file in the shared region.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn zero_copy_unsupported() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "zero-copy references are made of private folios: a file in the shared cache reads and writes by copy",
+    )
 }
 
 impl Clone for CachedFile {
@@ -59,6 +84,8 @@ impl Clone for CachedFile {
         CachedFile {
             shared: Arc::clone(&self.shared),
             since: crate::sync::Lock::new(*self.since.lock()),
+            #[cfg(all(target_os = "linux", not(loom)))]
+            region: self.region.clone(),
         }
     }
 }
@@ -83,7 +110,26 @@ impl CachedFile {
         CachedFile {
             shared,
             since: crate::sync::Lock::new(since),
+            #[cfg(all(target_os = "linux", not(loom)))]
+            region: None,
         }
+    }
+
+    /// A handle whose operations run on `region`'s frames.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(crate) fn in_region(shared: Arc<FileShared>, region: crate::shared::SharedFile) -> Self {
+        let mut f = CachedFile::new(shared);
+        f.region = Some(region);
+        f
+    }
+
+    /// Whether the file is cached in the region shared with other
+    /// processes ([`CacheConfig::shared`](super::CacheConfig::shared)).
+    pub fn is_shared(&self) -> bool {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        return self.region.is_some();
+        #[cfg(not(all(target_os = "linux", not(loom))))]
+        false
     }
 
     /// Read up to `buf.len()` bytes at `offset`. Returns fewer at the end
@@ -109,6 +155,7 @@ impl CachedFile {
     /// ```
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        in_region!(self, s => s.read_at(buf, offset));
         self.shared.read_at(buf, offset)
     }
 
@@ -148,6 +195,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"hi");
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        in_region!(self, s => s.write_at(buf, offset));
         self.shared.write_at(buf, offset)
     }
 
@@ -165,6 +213,7 @@ impl CachedFile {
     /// assert_eq!(file.len(), 14);
     /// ```
     pub fn len(&self) -> u64 {
+        in_region!(self, s => s.len());
         self.shared.len()
     }
 
@@ -213,6 +262,7 @@ impl CachedFile {
     /// assert_eq!((e.kind(), ram.len()), (std::io::ErrorKind::Unsupported, 4096));
     /// ```
     pub fn set_len(&self, len: u64) -> io::Result<()> {
+        in_region!(self, s => s.set_len(len));
         self.shared.set_len(len)
     }
 
@@ -240,6 +290,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 0);
     /// ```
     pub fn sync(&self) -> io::Result<()> {
+        in_region!(self, s => s.sync());
         self.sync_range(0..u64::MAX)
     }
 
@@ -263,6 +314,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 0);
     /// ```
     pub fn sync_data(&self) -> io::Result<()> {
+        in_region!(self, s => s.sync_data());
         let written = self.write_back(0..u64::MAX);
         let flushed = self.shared.backend.flush_data();
         written.and(flushed)
@@ -289,6 +341,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 4096); // page 2 is still dirty
     /// ```
     pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
+        in_region!(self, s => s.sync_range(range));
         let written = self.write_back(range);
         let flushed = self.shared.backend.flush();
         written.and(flushed)
@@ -321,6 +374,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"journal");
     /// ```
     pub fn write_back(&self, range: Range<u64>) -> io::Result<()> {
+        in_region!(self, s => s.write_back(range));
         if range.end > range.start {
             // Its error is in the error sequence, checked just below.
             let _ = writeback::writeback(
@@ -356,6 +410,7 @@ impl CachedFile {
     /// assert_eq!(b, [1]);
     /// ```
     pub fn invalidate(&self, range: Range<u64>) -> io::Result<u64> {
+        in_region!(self, s => Ok(s.invalidate(range)));
         Ok(self.shared.invalidate(range))
     }
 
@@ -400,6 +455,7 @@ impl CachedFile {
     /// assert_eq!(b[..10], [2; 10]);
     /// ```
     pub fn revalidate_range(&self, range: Range<u64>) -> io::Result<u64> {
+        in_region!(self, s => s.revalidate_range(range));
         match self.shared.revalidate_range(range) {
             (dropped, 0) => Ok(dropped),
             (_, busy) => Err(io::Error::new(
@@ -446,6 +502,7 @@ impl CachedFile {
     /// assert_eq!((&b, file.len()), (b"new", 15));
     /// ```
     pub fn revalidate(&self) -> io::Result<()> {
+        in_region!(self, s => s.revalidate().map(drop));
         self.shared.revalidate()
     }
 
@@ -484,6 +541,7 @@ impl CachedFile {
     /// assert_eq!(c, [9]);
     /// ```
     pub fn refresh_len(&self) -> io::Result<u64> {
+        in_region!(self, s => s.refresh_len());
         self.shared.refresh_len()
     }
 
@@ -509,6 +567,7 @@ impl CachedFile {
     /// assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     /// ```
     pub fn read_folio(&self, index: u64) -> io::Result<FolioRef> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         let s = &self.shared;
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return Err(io::Error::new(
@@ -542,6 +601,7 @@ impl CachedFile {
     /// assert_eq!(file.try_read_folio(3).unwrap().page(3)[0], 5);
     /// ```
     pub fn try_read_folio(&self, index: u64) -> Option<FolioRef> {
+        in_region!(self, _s => None);
         let s = &self.shared;
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return None;
@@ -637,6 +697,7 @@ impl CachedFile {
         index: u64,
         guard: &'g Guard,
     ) -> io::Result<FolioBorrow<'g>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         match self.shared.folio_hit_in(index, guard) {
             Some(b) => Ok(b),
             None => self.read_folio_in_miss(index, guard),
@@ -703,6 +764,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"in place");
     /// ```
     pub fn write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
@@ -743,6 +805,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"fast");
     /// ```
     pub fn try_write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
@@ -769,6 +832,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().cached_pages, 4); // the whole cache
     /// ```
     pub fn cached_pages(&self) -> u64 {
+        in_region!(self, s => s.cached_pages());
         self.shared.mapping.nr_pages()
     }
 }

@@ -57,6 +57,17 @@ pub(crate) struct Locked {
     pub(crate) open: Option<u64>,
 }
 
+/// What [`Region::drop_clean_page`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// The page was cached clean and is dropped.
+    Yes,
+    /// It is dirty or being written back: it stays.
+    Dirty,
+    /// No frame held it.
+    Absent,
+}
+
 /// What [`Region::get_locked`] got.
 #[derive(Debug)]
 pub(crate) enum Got {
@@ -313,26 +324,32 @@ impl Region {
     }
 
     /// Drop page `tag` if a frame holds it clean (revalidation: the kernel's
-    /// `invalidate_mapping_pages`, which leaves dirty pages alone). Whether
-    /// one was dropped.
-    pub(crate) fn drop_clean_page(&self, tag: Tag, me: Owner) -> bool {
+    /// `invalidate_mapping_pages`, which leaves dirty pages alone), after
+    /// any fill in flight (its read may predate the change).
+    pub(crate) fn drop_clean_page(&self, tag: Tag, me: Owner) -> Dropped {
         let hash = tag.hash();
         let fp = fingerprint(hash);
         let map = self.map();
         let b = map.bucket(hash);
         let mut stuck = |o: Owner| self.stuck(o);
         let Some(f) = b.lock(me, &mut stuck).lookup(fp, tag, map) else {
-            return false;
+            return Dropped::Absent;
         };
-        let Some(h) = map.frame(f) else { return false };
+        let Some(h) = map.frame(f) else {
+            return Dropped::Absent;
+        };
         let st = h.lock(me, &mut stuck);
-        if h.tag() != tag || st & VALID == 0 || st & (DIRTY | super::frame::WRITEBACK) != 0 {
+        if h.tag() != tag || st & VALID == 0 {
             h.unlock(me, 0, 0);
-            return false;
+            return Dropped::Absent;
+        }
+        if st & (DIRTY | super::frame::WRITEBACK) != 0 {
+            h.unlock(me, 0, 0);
+            return Dropped::Dirty;
         }
         self.evict_locked(f, h, me, tag, st, false);
         h.unlock(me, 0, 0);
-        true
+        Dropped::Yes
     }
 
     /// Give back a frame claimed for an overwrite and not written (its

@@ -25,8 +25,8 @@
 //! - **Close.** The last handle of the process writes back what this
 //!   member dirtied in the file and clears its bit in the openers.
 
-use super::access::{pread_into, Fill, Got};
-use super::files::{self, find_or_claim, member_bit, w as fw, Seen, TableFull};
+use super::access::{pread_into, Dropped, Fill, Got};
+use super::files::{self, find_or_claim, member_bit, w as fw, TableFull};
 use super::frame::{Owner, Tag, WRITEBACK};
 use super::layout::{hdr, PAGE, PAGE64};
 use super::region::{Region, RegionError};
@@ -44,6 +44,8 @@ pub struct SharedFile {
     region: Arc<Region>,
     io: Arc<FileIo>,
     since: Lock<u64>,
+    /// Whether the descriptor was opened for writing.
+    writable: bool,
 }
 
 impl Clone for SharedFile {
@@ -52,6 +54,7 @@ impl Clone for SharedFile {
             region: Arc::clone(&self.region),
             io: Arc::clone(&self.io),
             since: Lock::new(*self.since.lock()),
+            writable: self.writable,
         }
     }
 }
@@ -124,6 +127,9 @@ impl SharedFile {
     /// [`NotShared`] when the file cannot be shared.
     pub fn open(region: Arc<Region>, fd: OwnedFd, path: &[u8]) -> Result<SharedFile, NotShared> {
         let (id, now) = files::identify(fd.as_fd()).ok_or(NotShared::Unidentifiable)?;
+        // SAFETY: F_GETFL on a descriptor of ours reads its flags.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        let writable = flags >= 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
         let me = region.me().map_err(NotShared::Region)?;
         let map = region.map();
         let table = map.header_u32(hdr::FILES_LOCK);
@@ -169,6 +175,7 @@ impl SharedFile {
             region,
             io,
             since: Lock::new(since),
+            writable,
         };
         if let Some(end) = revalidate {
             f.drop_clean(0..end);
@@ -265,6 +272,7 @@ impl SharedFile {
         if buf.is_empty() {
             return Ok(0);
         }
+        self.check_writable()?;
         let me = self
             .region
             .me()
@@ -378,6 +386,7 @@ impl SharedFile {
     /// # Errors
     /// The file's `ftruncate` error.
     pub fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
         let me = self
             .region
             .me()
@@ -442,23 +451,55 @@ impl SharedFile {
         self.region.drop_page(tag, me);
     }
 
-    /// Drop the clean frames of `range` (bytes); how many pages.
-    fn drop_clean(&self, range: Range<u64>) -> u64 {
-        let Ok(me) = self.region.me() else { return 0 };
+    /// Drop the clean frames of pages `pages`: how many, and whether a dirty
+    /// one stayed.
+    fn drop_clean(&self, pages: Range<u64>) -> (u64, bool) {
+        let Ok(me) = self.region.me() else {
+            return (0, false);
+        };
         let epoch = self.slot().epoch();
-        pages(range)
-            .filter(|&i| {
-                self.region
-                    .drop_clean_page(Tag::new(self.io.slot, epoch, i), me)
-            })
-            .count() as u64
+        let mut n = 0;
+        let mut dirty = false;
+        for i in pages {
+            match self
+                .region
+                .drop_clean_page(Tag::new(self.io.slot, epoch, i), me)
+            {
+                Dropped::Yes => n += 1,
+                Dropped::Dirty => dirty = true,
+                Dropped::Absent => {}
+            }
+        }
+        (n, dirty)
     }
 
-    /// Forget the clean cached pages of `range` (the file changed under the
-    /// cache there): the next reads read the file. Dirty pages stay. How
-    /// many pages were dropped.
-    pub fn revalidate_range(&self, range: Range<u64>) -> u64 {
-        self.drop_clean(range)
+    /// Forget the clean cached pages holding any byte of `range` (the file
+    /// changed under the cache there), after any fill in flight: the next
+    /// reads read the file. How many pages were dropped.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::ResourceBusy`] when a page of the range is dirty or
+    /// being written back (newer than the file: it stays).
+    pub fn revalidate_range(&self, range: Range<u64>) -> io::Result<u64> {
+        let (n, dirty) = self.drop_clean(pages(range));
+        if dirty {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "a page of the range is dirty in the shared cache",
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Drop the clean cached pages lying wholly inside `range`; dirty ones
+    /// stay. How many.
+    pub fn invalidate(&self, range: Range<u64>) -> u64 {
+        let first = range.start.div_ceil(PAGE64);
+        let last = range.end / PAGE64;
+        if last <= first {
+            return 0;
+        }
+        self.drop_clean(first..last).0
     }
 
     /// Forget every clean cached page of the file and take its size from
@@ -469,14 +510,101 @@ impl SharedFile {
     pub fn revalidate(&self) -> io::Result<u64> {
         let now = files::look(self.io.fd.as_fd()).ok_or_else(io::Error::last_os_error)?;
         let slot = self.slot();
-        let n = self.drop_clean(0..slot.size().max(now.size));
-        if slot.get(fw::DIRTY) == 0 {
-            slot.set(fw::SIZE, now.size);
-        } else {
-            slot.grow_to(now.size);
-        }
+        let (n, _) = self.drop_clean(pages(0..slot.size().max(now.size)));
+        self.take_size(now.size);
         slot.set_seen(now);
         Ok(n)
+    }
+
+    /// Take the file's size as it is now (another process grew or shrank
+    /// it); the new size.
+    ///
+    /// # Errors
+    /// The file's `fstat` error.
+    pub fn refresh_len(&self) -> io::Result<u64> {
+        let now = files::look(self.io.fd.as_fd()).ok_or_else(io::Error::last_os_error)?;
+        self.take_size(now.size);
+        Ok(self.len())
+    }
+
+    fn take_size(&self, size: u64) {
+        let slot = self.slot();
+        if slot.get(fw::DIRTY) == 0 {
+            let old = slot.size();
+            slot.set(fw::SIZE, size);
+            if size < old {
+                if let Ok(me) = self.region.me() {
+                    let epoch = slot.epoch();
+                    for index in size.div_ceil(PAGE64)..old.div_ceil(PAGE64) {
+                        self.region
+                            .drop_page(Tag::new(self.io.slot, epoch, index), me);
+                    }
+                }
+            }
+        } else {
+            slot.grow_to(size);
+        }
+    }
+
+    /// Write back every member's dirty pages of the file overlapping
+    /// `range`, without syncing the file.
+    ///
+    /// # Errors
+    /// A writeback error not reported to this handle before.
+    pub fn write_back(&self, range: Range<u64>) -> io::Result<()> {
+        let me = self
+            .region
+            .me()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let p = pages(range);
+        let (dirty, _) = self.region.dirty_of(self.io.slot);
+        let mut list: Vec<(u64, u32)> = dirty
+            .iter()
+            .filter_map(|&f| self.region.map().frame(f).map(|h| (h.tag().index, f)))
+            .filter(|(i, _)| p.contains(i))
+            .collect();
+        list.sort_unstable();
+        let r = self.region.write_back_file(me, &self.io, &list);
+        self.check_errseq().and(r)
+    }
+
+    /// [`write_back`](Self::write_back) then `fsync`.
+    ///
+    /// # Errors
+    /// As [`sync`](Self::sync).
+    pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
+        self.write_back(range)?;
+        // SAFETY: a descriptor of ours.
+        if unsafe { libc::fsync(self.io.fd.as_raw_fd()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the file was opened read-only",
+            ))
+        }
+    }
+
+    fn check_errseq(&self) -> io::Result<()> {
+        let now = self.slot().errseq();
+        let mut since = self.since.lock();
+        if now != *since {
+            *since = now;
+            let errno = (now & 0xffff) as i32;
+            return Err(io::Error::from_raw_os_error(if errno == 0 {
+                libc::EIO
+            } else {
+                errno
+            }));
+        }
+        Ok(())
     }
 
     /// Write back every member's dirty pages of the file and sync it
@@ -505,18 +633,7 @@ impl SharedFile {
         if let Some(s) = files::look(self.io.fd.as_fd()) {
             self.slot().set_seen(s);
         }
-        let now = self.slot().errseq();
-        let mut since = self.since.lock();
-        if now != *since {
-            *since = now;
-            let errno = (now & 0xffff) as i32;
-            return Err(io::Error::from_raw_os_error(if errno == 0 {
-                libc::EIO
-            } else {
-                errno
-            }));
-        }
-        r
+        self.check_errseq().and(r)
     }
 
     /// Pages of the file the region holds now (a probe of each page up to
