@@ -46,6 +46,9 @@ struct Args {
     /// Read the whole file once first (in process 0 only), so the region is warm.
     #[arg(long)]
     warm: bool,
+    /// Reads per process instead of `--seconds` (for instruction counts).
+    #[arg(long)]
+    reads: Option<u64>,
     /// The region's directory (shared mode; default: the user's own).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
@@ -119,7 +122,7 @@ fn reader(a: &Args, id: usize) {
     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (id as u64 * 0x1234_5678_9abc);
     let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
     let mut n = 0u64;
-    while Instant::now() < deadline {
+    while a.reads.map_or(Instant::now() < deadline, |r| n < r) {
         for _ in 0..256 {
             x ^= x << 13;
             x ^= x >> 7;

@@ -304,7 +304,7 @@ pub mod filemap;
 pub mod memory;
 pub mod node_cache;
 pub mod pagecache;
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(target_os = "linux")]
 pub mod shared;
 
 pub use chunked::ChunkedXArray;
