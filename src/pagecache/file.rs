@@ -155,7 +155,15 @@ impl CachedFile {
     /// ```
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        in_region!(self, s => s.read_at(buf, offset));
+        in_region!(self, s => {
+            let (n, pages, misses) = s.read_counted(buf, offset)?;
+            let c = &self.shared.cache.counters;
+            c.hits.add(pages - misses);
+            if misses != 0 {
+                c.misses.add(misses);
+            }
+            Ok(n)
+        });
         self.shared.read_at(buf, offset)
     }
 

@@ -209,14 +209,25 @@ impl SharedFile {
     /// The file's read error for a page not cached.
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_counted(buf, offset).map(|(n, _, _)| n)
+    }
+
+    /// [`read_at`](Self::read_at), also saying how many pages it read and
+    /// how many of them were misses (for the page cache's statistics).
+    ///
+    /// # Errors
+    /// As [`read_at`](Self::read_at).
+    #[inline]
+    pub fn read_counted(&self, buf: &mut [u8], offset: u64) -> io::Result<(usize, u64, u64)> {
         let slot = self.slot();
         let size = slot.size();
         if offset >= size || buf.is_empty() {
-            return Ok(0);
+            return Ok((0, 0, 0));
         }
         let n = (size - offset).min(buf.len() as u64) as usize;
         let epoch = slot.epoch();
         let mut done = 0;
+        let (mut pages, mut misses) = (0, 0);
         while done < n {
             let pos = offset + done as u64;
             let index = pos / PAGE64;
@@ -226,10 +237,12 @@ impl SharedFile {
             let dst = &mut buf[done..done + len];
             if !self.region.read_cached(tag, off, dst) {
                 self.read_slow(tag, off, dst, size)?;
+                misses += 1;
             }
+            pages += 1;
             done += len;
         }
-        Ok(n)
+        Ok((n, pages, misses))
     }
 
     #[cold]

@@ -219,3 +219,69 @@ fn a_hostile_region_file_is_refused() {
         Err(RegionError::Refused(_))
     ));
 }
+
+#[test]
+fn every_hostile_name_is_refused_and_nothing_outside_is_written() {
+    let d = dir();
+    use std::os::unix::fs::PermissionsExt;
+    // a FIFO, a directory, a huge sparse file of garbage, a right header
+    // with the wrong length
+    let fifo = std::ffi::CString::new(d.path().join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    let huge = std::fs::File::create(d.path().join("huge")).unwrap();
+    huge.set_len(1 << 40).unwrap();
+    std::fs::set_permissions(
+        d.path().join("huge"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    drop(Region::join(d.path(), "short", 1024).unwrap());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("short"))
+        .unwrap();
+    f.set_len(1 << 20).unwrap();
+    for name in ["fifo", "dir", "huge", "short"] {
+        let t = std::time::Instant::now();
+        let r = Region::join(d.path(), name, 1024);
+        assert!(r.is_err(), "{name} accepted");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{name}: no wait"
+        );
+    }
+    // a directory that is a symbolic link to somewhere else: refused, and
+    // nothing is made there
+    let elsewhere = dir();
+    let link = d.path().join("linked");
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    assert!(matches!(
+        Region::join(&link, "r", 1024),
+        Err(RegionError::Refused(_)) | Err(RegionError::Io(..))
+    ));
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing made through the link"
+    );
+}
+
+#[test]
+fn another_users_region_file_is_refused() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root to make a file another user owns");
+        return;
+    }
+    let d = dir();
+    drop(Region::join(d.path(), "theirs", 1024).unwrap());
+    let p = std::ffi::CString::new(d.path().join("theirs").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path; uid 65534 is nobody.
+    assert_eq!(unsafe { libc::chown(p.as_ptr(), 65534, 65534) }, 0);
+    assert!(matches!(
+        Region::join(d.path(), "theirs", 1024),
+        Err(RegionError::Refused(_))
+    ));
+}
