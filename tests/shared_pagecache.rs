@@ -5,6 +5,7 @@
 //!
 //! The tests fork, so they take one lock each.
 
+mod harness;
 mod shared_common;
 
 use kxarray::backend::{FileBackend, RamDisk};
@@ -28,7 +29,6 @@ fn shared_cache(dir: &Path, capacity: u64) -> PageCache {
     )
 }
 
-#[test]
 fn two_caches_share_a_files_pages_and_keep_a_ram_disk_private() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     let d = private_dir();
@@ -64,7 +64,6 @@ fn two_caches_share_a_files_pages_and_keep_a_ram_disk_private() {
     assert!(ram.read_folio(0).is_ok());
 }
 
-#[test]
 fn a_read_only_file_refuses_writes_at_the_call() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     let d = private_dir();
@@ -158,14 +157,57 @@ fn fork_child_is_a_member_of_its_own(clone: bool) {
     assert_eq!(&std::fs::read(&path).unwrap()[4096..4101], b"child");
 }
 
-#[test]
 fn a_child_after_fork_joins_as_a_member_of_its_own() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     fork_child_is_a_member_of_its_own(false);
 }
 
-#[test]
 fn a_raw_clone_child_joins_as_a_member_of_its_own() {
     let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
     fork_child_is_a_member_of_its_own(true);
 }
+
+/// A region file another user owns at the region's name is refused (the
+/// cache then keeps its files private), and nothing in it is written.
+fn another_users_region_file_is_refused() -> harness::Outcome {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return harness::skip("needs root to make a file another user owns");
+    }
+    let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
+    let d = private_dir();
+    drop(kxarray::shared::Region::join(d.path(), "pc", 1 << 14).unwrap());
+    let path = d.path().join("pc");
+    let before = std::fs::read(&path).unwrap();
+    let p = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path; uid 65534 is nobody.
+    assert_eq!(unsafe { libc::chown(p.as_ptr(), 65534, 65534) }, 0);
+    assert!(matches!(
+        kxarray::shared::Region::join(d.path(), "pc", 1 << 14),
+        Err(kxarray::shared::RegionError::Refused(_))
+    ));
+    let cache = shared_cache(d.path(), 4 << 20);
+    assert!(cache.region().is_none(), "the cache fell back to private");
+    let f = d.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    assert!(!cache
+        .open(FileBackend::create(&f).unwrap())
+        .unwrap()
+        .is_shared());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the foreign file is untouched"
+    );
+    Ok(())
+}
+
+harness::main!(
+    tests: [
+        two_caches_share_a_files_pages_and_keep_a_ram_disk_private,
+        a_read_only_file_refuses_writes_at_the_call,
+        a_child_after_fork_joins_as_a_member_of_its_own,
+        a_raw_clone_child_joins_as_a_member_of_its_own,
+        another_users_region_file_is_refused,
+    ],
+);

@@ -267,21 +267,3 @@ fn every_hostile_name_is_refused_and_nothing_outside_is_written() {
         "nothing made through the link"
     );
 }
-
-#[test]
-fn another_users_region_file_is_refused() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root to make a file another user owns");
-        return;
-    }
-    let d = dir();
-    drop(Region::join(d.path(), "theirs", 1024).unwrap());
-    let p = std::ffi::CString::new(d.path().join("theirs").as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid path; uid 65534 is nobody.
-    assert_eq!(unsafe { libc::chown(p.as_ptr(), 65534, 65534) }, 0);
-    assert!(matches!(
-        Region::join(d.path(), "theirs", 1024),
-        Err(RegionError::Refused(_))
-    ));
-}
