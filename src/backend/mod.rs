@@ -306,7 +306,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     }
 
     /// This backend's file for a cache shared by processes
-    /// ([`CacheConfig::shared`](crate::pagecache::CacheConfig::shared)):
+    /// (the page cache's `CacheConfig::shared`):
     /// a descriptor of its own (a duplicate: the shared cache reads, writes
     /// back and syncs through it) and the file's path (for a process that
     /// must write back a dead one's pages). `None` (the default): the

@@ -96,7 +96,7 @@ pub(crate) unsafe fn pread_into(
         let r = unsafe {
             libc::pread(
                 fd.as_raw_fd(),
-                ptr.add(done).cast(),
+                ptr.wrapping_add(done).cast(),
                 len - done,
                 (off + done as u64) as libc::off_t,
             )

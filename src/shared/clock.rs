@@ -35,13 +35,10 @@
 use super::files::{w as fw, LIVE as FILE_LIVE};
 use super::frame::{FrameHeader, Owner, Tag, DIRTY, ERROR, OWNER, VALID, WRITEBACK};
 use super::index::fingerprint;
-use super::layout::{hdr, FILES, PAGE64};
+use super::layout::{hdr, BATCH, FILES, PAGE64};
 use super::region::Region;
 use crate::sync::Ordering;
 use std::io;
-
-/// Frames a member takes from the hand at once.
-pub(crate) const BATCH: u64 = 16;
 
 /// Why the clock found no frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,8 +29,8 @@ use super::access::{pread_into, Dropped, Fill, Got};
 use super::files::{self, find_or_claim, member_bit, w as fw, TableFull};
 use super::frame::{Owner, Tag, WRITEBACK};
 use super::layout::{hdr, PAGE, PAGE64};
+use super::region::FileIo;
 use super::region::{Region, RegionError};
-use super::writeback::FileIo;
 use crate::sync::{Lock, Ordering};
 use std::io;
 use std::ops::Range;
@@ -165,7 +165,6 @@ impl SharedFile {
         unlock_word(table);
         let io = Arc::new(FileIo {
             slot: claimed.slot,
-            id,
             fd,
             opener: Some(Arc::downgrade(&region)),
         });
@@ -416,7 +415,7 @@ impl SharedFile {
                 for index in len.div_ceil(PAGE64)..old.div_ceil(PAGE64) {
                     self.drop_waiting(Tag::new(self.io.slot, epoch, index), me);
                 }
-                if len % PAGE64 != 0 {
+                if !len.is_multiple_of(PAGE64) {
                     self.region.zero_tail(
                         Tag::new(self.io.slot, epoch, len / PAGE64),
                         me,

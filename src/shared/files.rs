@@ -429,7 +429,7 @@ pub(crate) fn free_idle(map: &Mapping, n: usize) -> usize {
         })
         .map(|s| (now.wrapping_sub(map.file(s).get(w::LAST_USE) as u32), s))
         .collect();
-    idle.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    idle.sort_unstable_by_key(|&(age, _)| std::cmp::Reverse(age));
     let mut freed = 0;
     for &(_, s) in idle.iter().take(n) {
         let f = map.file(s);

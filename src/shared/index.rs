@@ -162,6 +162,7 @@ impl Bucket {
     }
 
     /// The holder of the bucket's lock, if any.
+    #[cfg(test)]
     pub(crate) fn holder(&self) -> Option<Owner> {
         Owner::from_bits(self.lock.load(Ordering::Acquire))
     }
@@ -272,15 +273,6 @@ impl BucketGuard<'_> {
             }
         }
         n
-    }
-
-    /// Forget the shadow of `fp`, if any (a refault consumed it).
-    pub(crate) fn drop_shadow(&self, fp: u64) {
-        for w in &self.b.ways {
-            if matches!(decode(w.load(Ordering::Relaxed)), Way::Shadow(s, _) if s == fp) {
-                w.store(0, Ordering::Release);
-            }
-        }
     }
 }
 

@@ -34,6 +34,8 @@ use core::fmt;
 pub(crate) const PAGE: usize = 4096;
 /// `PAGE` as a `u64`.
 pub(crate) const PAGE64: u64 = PAGE as u64;
+/// Frames a member takes from the clock hand at once.
+pub(crate) const BATCH: u64 = 16;
 /// The format's magic word.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"KXSHRC01");
 /// The format's version: a file of another version is refused.
@@ -131,7 +133,7 @@ pub(crate) mod hdr {
 }
 
 /// The header's state word once the region is laid out.
-pub(crate) const READY: u64 = 0x5245_4144_59; // "READY"
+pub(crate) const READY: u64 = 0x0052_4541_4459; // "READY"
 
 /// Where each part of a region lies, computed from its most frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,18 +211,18 @@ impl Geometry {
 
     /// The format words of the header, in order from [`hdr::MAGIC`].
     pub(crate) fn words(&self, uid: u32) -> [u64; 10] {
-        [
-            MAGIC,
-            VERSION,
-            PAGE64,
-            self.max_frames,
-            MEMBERS as u64,
-            FILES as u64,
-            self.buckets,
-            DIRTY_MAX as u64,
-            self.len,
-            u64::from(uid),
-        ]
+        let mut w = [0u64; 10];
+        w[hdr::MAGIC] = MAGIC;
+        w[hdr::VERSION] = VERSION;
+        w[hdr::PAGE] = PAGE64;
+        w[hdr::MAX_FRAMES] = self.max_frames;
+        w[hdr::MEMBERS] = MEMBERS as u64;
+        w[hdr::FILES] = FILES as u64;
+        w[hdr::BUCKETS] = self.buckets;
+        w[hdr::DIRTY_MAX] = DIRTY_MAX as u64;
+        w[hdr::LEN] = self.len;
+        w[hdr::UID] = u64::from(uid);
+        w
     }
 
     /// The geometry the format words `w` describe, if they are exactly the

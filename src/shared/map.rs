@@ -122,9 +122,10 @@ impl Mapping {
     unsafe fn at<T>(&self, off: u64) -> &T {
         debug_assert!(off + core::mem::size_of::<T>() as u64 <= self.geo.len);
         debug_assert_eq!(off % core::mem::align_of::<T>() as u64, 0);
-        // SAFETY: in bounds and aligned (the contract); the memory is
-        // mapped for `self`'s life and accessed only atomically.
-        unsafe { &*self.base.as_ptr().add(off as usize).cast::<T>() }
+        let p = self.base.as_ptr().wrapping_add(off as usize).cast::<T>();
+        // SAFETY: as above: `p` is in bounds, aligned, mapped while `self`
+        // lives, and a `T` of atomics only.
+        unsafe { &*p }
     }
 
     /// The header page.
@@ -246,7 +247,7 @@ impl FrameBytes<'_> {
         // every write to a frame's bytes is `store`'s byte-wise atomic one
         // or the kernel's (outside this process's memory model), so the
         // byte-wise atomic load races with nothing non-atomic.
-        unsafe { bytewise::load(dst, self.ptr.add(off)) }
+        unsafe { bytewise::load(dst, self.ptr.wrapping_add(off)) }
     }
 
     /// Copy `src` to offset `off` of the frame. Callers hold the frame's
@@ -261,7 +262,7 @@ impl FrameBytes<'_> {
         // SAFETY: inside the frame (checked), mapped while `'a` lives, not
         // overlapping `src` (a Rust slice cannot point into the region:
         // no `&[u8]` over it is ever made); concurrent readers use `load`.
-        unsafe { bytewise::store(self.ptr.add(off), src) }
+        unsafe { bytewise::store(self.ptr.wrapping_add(off), src) }
     }
 
     /// Zero `len` bytes from offset `off`.
@@ -271,7 +272,7 @@ impl FrameBytes<'_> {
     pub(crate) fn zero(&self, off: usize, len: usize) {
         assert!(off + len <= super::layout::PAGE);
         // SAFETY: as for `store`.
-        unsafe { bytewise::fill(self.ptr.add(off), len, 0) }
+        unsafe { bytewise::fill(self.ptr.wrapping_add(off), len, 0) }
     }
 
     /// The first byte's address, for the kernel's I/O (`pread` into,

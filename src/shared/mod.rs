@@ -6,7 +6,7 @@
 //! This module owns the shared region and everything in it; the page
 //! cache's handles run on it through [`SharedFile`]. Its parts, bottom up:
 //!
-//! - `layout`: the region file's format ([`Geometry`](layout::Geometry));
+//! - `layout`: the region file's format (`Geometry`);
 //! - `map`: the mapping and every view into it, the unsafe engine (atomics
 //!   and byte-wise atomic copies only: no `&[u8]` over shared bytes);
 //! - `wait`: sleeping on a word with the kernel's shared futex;
@@ -96,3 +96,30 @@ pub use stats::RegionStats;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(not(loom))]
+static HOOKS: region::Hooks = region::Hooks {
+    recover: recover::recover,
+    release_openers: recover::release_openers,
+};
+
+#[cfg(not(loom))]
+impl Region {
+    /// Join the region `name` in the user's own directory `dir` (made if
+    /// missing, mode 0700), making the region if there is none, with room
+    /// for at most `max_frames` frames when it is made (an existing
+    /// region keeps its own). A dead member's slot this process takes is
+    /// recovered first.
+    ///
+    /// # Errors
+    /// [`RegionError`]: the directory or file refused (not the user's own,
+    /// a symbolic link, not a region this code made), a system call
+    /// failed, or all 64 member slots are taken by live processes.
+    pub fn join(
+        dir: &std::path::Path,
+        name: &str,
+        max_frames: u64,
+    ) -> Result<std::sync::Arc<Region>, RegionError> {
+        Region::join_with(dir, name, max_frames, &HOOKS)
+    }
+}

@@ -18,6 +18,12 @@
 //!   which fails if the name exists: no member ever sees a half-made region,
 //!   and two processes making one at once end with one.
 //!
+//! It also owns what one process keeps for its membership ([`Local`]:
+//! its dirty list's lock and reservations, its clock batch, the files it
+//! has open, whether its flusher runs; reset when a child joins, so
+//! nothing of the parent's membership is used by the child) and
+//! [`FileIo`], one open of a file shared by the process's handles of it.
+//!
 //! Membership ([`Region::me`]) belongs to a process: a child after `fork`
 //! (or a raw `clone`) notices that its pid is not the one that joined and
 //! joins again on a new open of the file before it takes any lock, so it
@@ -29,7 +35,8 @@ use super::frame::Owner;
 use super::layout::{hdr, Geometry, MEMBERS, PAGE64, READY};
 use super::map::Mapping;
 use super::member::{self, live_byte, w as mw, LIVE};
-use crate::sync::{Lock, Ordering};
+use crate::sync::{AtomicUsize, Lock, Ordering};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fmt;
 use std::io;
@@ -136,7 +143,7 @@ pub(crate) fn open_private_dir(dir: &Path) -> Result<OwnedFd, RegionError> {
 /// The user's own directory for regions: `$XDG_RUNTIME_DIR/kxarray` when
 /// the runtime directory is the user's, else `/dev/shm/kxarray-<uid>`
 /// (made with mode 0700 if missing; a name someone else made is refused
-/// by [`open_private_dir`]).
+/// when the region is joined).
 pub fn default_dir() -> PathBuf {
     let uid = euid();
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
@@ -248,6 +255,18 @@ fn lay_out(fd: BorrowedFd<'_>, max_frames: u64) -> io::Result<Geometry> {
     Ok(g)
 }
 
+/// What a region calls in the modules above it: recovery of a dead
+/// member (`me` recovers `dead`, holding its liveness byte) and the clearing
+/// of a member's openers bits; the face (`mod.rs`) fills them in, so that
+/// this module imports none of them.
+#[derive(Debug)]
+pub(crate) struct Hooks {
+    /// Undo what member `dead` left (the caller `me` holds its byte).
+    pub(crate) recover: fn(&Region, Owner, Owner),
+    /// Clear a member's bit in every file's openers.
+    pub(crate) release_openers: fn(&Region, Owner),
+}
+
 /// This process's membership: its slot and the pid that joined.
 #[derive(Debug)]
 struct Membership {
@@ -273,7 +292,9 @@ pub struct Region {
     current: crate::sync::AtomicU64,
     /// What this process keeps for its membership (its dirty list's lock
     /// and reservations, its open files, its flusher).
-    pub(crate) local: super::writeback::Local,
+    pub(crate) local: Local,
+    /// What the region calls in the modules above it (recovery).
+    hooks: &'static Hooks,
     this: Weak<Region>,
 }
 
@@ -285,7 +306,12 @@ impl Region {
     /// # Errors
     /// [`RegionError`]: the directory or file refused, a system call
     /// failed, or no member slot is free.
-    pub fn join(dir: &Path, name: &str, max_frames: u64) -> Result<Arc<Region>, RegionError> {
+    pub(crate) fn join_with(
+        dir: &Path,
+        name: &str,
+        max_frames: u64,
+        hooks: &'static Hooks,
+    ) -> Result<Arc<Region>, RegionError> {
         let dirfd = make_private_dir(dir)?;
         let cn = cname(name)?;
         let fd = loop {
@@ -323,7 +349,8 @@ impl Region {
             }),
             fd: crate::sync::AtomicU32::new(raw),
             current: crate::sync::AtomicU64::new(0),
-            local: super::writeback::Local::default(),
+            local: Local::default(),
+            hooks,
             this: this.clone(),
         });
         region.enter()?;
@@ -445,7 +472,7 @@ impl Region {
             if ms.state() != 0 {
                 // A dead member's slot: undo what it left, as the member
                 // taking its place (its dirty list becomes this one's).
-                super::recover::recover(self, me, me);
+                (self.hooks.recover)(self, me, me);
             } else {
                 ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
             }
@@ -572,7 +599,7 @@ impl Region {
         // between the liveness check and the lock: the lock says no one
         // holds the byte now, so the slot's state tells what is left.
         if self.map.member(o.slot()).state() != 0 {
-            super::recover::recover(self, o, me);
+            (self.hooks.recover)(self, o, me);
         }
         self.with_fd(|fd| member::unlock_byte(fd, live_byte(o.slot())));
     }
@@ -588,7 +615,7 @@ impl Region {
             return; // a child that never joined: nothing of ours to free
         }
         let ms = self.map.member(me.slot());
-        super::recover::release_openers(self, me);
+        (self.hooks.release_openers)(self, me);
         ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
         ms.words[mw::STATE].store(0, Ordering::Release);
         self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
@@ -600,5 +627,69 @@ impl Region {
     #[inline]
     pub(crate) fn hword(&self, i: usize) -> &crate::sync::AtomicU64 {
         &self.map.header().words[i]
+    }
+}
+
+/// One open of a file in the region, shared by this process's handles of
+/// it: the descriptor writebacks and fills use.
+#[derive(Debug)]
+pub(crate) struct FileIo {
+    /// The file slot.
+    pub(crate) slot: usize,
+    /// The descriptor.
+    pub(crate) fd: OwnedFd,
+    /// The region, when this open set the member's bit in the file's
+    /// openers (a handle's open; not a recoverer's reopen): dropping it
+    /// writes back what this member dirtied in the file and clears the bit.
+    pub(crate) opener: Option<Weak<Region>>,
+}
+
+/// This process's side of its membership.
+#[derive(Debug, Default)]
+pub(crate) struct Local {
+    /// Serializes appends to and compaction of this member's dirty list.
+    pub(crate) dirty: Lock<()>,
+    /// Entries reserved and not yet appended.
+    pub(crate) reserved: AtomicUsize,
+    /// Files this process has open, by slot.
+    files: Lock<HashMap<usize, Weak<FileIo>>>,
+    /// The flusher thread's process, once started (0: none in this
+    /// process).
+    pub(crate) flusher_pid: crate::sync::AtomicU32,
+    /// The clock batch this process walks: the next frame and the batch's
+    /// end (frame numbers before the modulo).
+    hand: Lock<(u64, u64)>,
+}
+
+impl Local {
+    /// A new membership (after join or a child's rejoin): nothing reserved,
+    /// no flusher in this process yet (a parent's is not the child's).
+    pub(crate) fn reset(&self) {
+        self.reserved.store(0, Ordering::Relaxed);
+        *self.hand.lock() = (0, 0);
+    }
+
+    /// The next frame of this process's clock batch, taking a new batch
+    /// (`claim` returns its first frame) when it is used up.
+    pub(crate) fn next_hand(&self, claim: impl FnOnce() -> u64) -> u64 {
+        let mut h = self.hand.lock();
+        if h.0 >= h.1 {
+            let start = claim();
+            *h = (start, start + super::layout::BATCH);
+        }
+        let f = h.0;
+        h.0 += 1;
+        f
+    }
+
+    /// Remember `io` as this process's open of its slot.
+    pub(crate) fn register(&self, io: &Arc<FileIo>) {
+        let mut m = self.files.lock();
+        m.retain(|_, w| w.strong_count() > 0);
+        m.insert(io.slot, Arc::downgrade(io));
+    }
+
+    pub(crate) fn file(&self, slot: usize) -> Option<Arc<FileIo>> {
+        self.files.lock().get(&slot).and_then(Weak::upgrade)
     }
 }

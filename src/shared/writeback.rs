@@ -1,7 +1,7 @@
 //! Writeback of shared frames: by any live member, of any member's dirty
 //! frames, with the file's own descriptor of the member doing it.
 //!
-//! Owns this process's side of dirty data ([`Local`]: its dirty list's lock
+//! Owns the protocol of dirty data over this process's `Local` (its dirty list's lock
 //! and reservations, the files it has open, its flusher thread) and the
 //! writeback protocol:
 //!
@@ -33,15 +33,16 @@
 //! from a dead member) opens it again by the path the file's slot records
 //! and uses it only if its identity is the slot's.
 
-use super::files::{identify, read_path, w as fw, FileId};
+use super::files::{identify, read_path, w as fw};
 use super::frame::{FrameHeader, Owner, Tag, DIRTY, ERROR, VALID, WRITEBACK};
 use super::layout::{DIRTY_MAX, FILES, MEMBERS, PAGE64};
 use super::member::{self, DirtyEntry};
+use super::region::FileIo;
 use super::region::Region;
-use crate::sync::{AtomicUsize, Lock, Ordering};
+use crate::sync::Ordering;
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -49,22 +50,6 @@ use std::time::Duration;
 const MAX_RUN: usize = 256;
 /// How old a dirty frame gets before the flusher writes it back.
 pub(crate) const DIRTY_EXPIRE_MS: u32 = 1000;
-
-/// One open of a file in the region, shared by this process's handles of
-/// it: the descriptor writebacks and fills use.
-#[derive(Debug)]
-pub(crate) struct FileIo {
-    /// The file slot.
-    pub(crate) slot: usize,
-    /// The file's identity (what a reopen must match).
-    pub(crate) id: FileId,
-    /// The descriptor.
-    pub(crate) fd: OwnedFd,
-    /// The region, when this open set the member's bit in the file's
-    /// openers (a handle's open; not a recoverer's reopen): dropping it
-    /// writes back what this member dirtied in the file and clears the bit.
-    pub(crate) opener: Option<Weak<Region>>,
-}
 
 impl Drop for FileIo {
     fn drop(&mut self) {
@@ -94,56 +79,6 @@ impl Drop for FileIo {
         region.compact_own(me);
         map.file(self.slot).words[fw::OPENERS]
             .fetch_and(!super::files::member_bit(me), Ordering::AcqRel);
-    }
-}
-
-/// This process's side of its membership.
-#[derive(Debug, Default)]
-pub(crate) struct Local {
-    /// Serializes appends to and compaction of this member's dirty list.
-    dirty: Lock<()>,
-    /// Entries reserved and not yet appended.
-    reserved: AtomicUsize,
-    /// Files this process has open, by slot.
-    files: Lock<HashMap<usize, Weak<FileIo>>>,
-    /// The flusher thread's process, once started (0: none in this
-    /// process).
-    flusher_pid: crate::sync::AtomicU32,
-    /// The clock batch this process walks: the next frame and the batch's
-    /// end (frame numbers before the modulo).
-    hand: Lock<(u64, u64)>,
-}
-
-impl Local {
-    /// A new membership (after join or a child's rejoin): nothing reserved,
-    /// no flusher in this process yet (a parent's is not the child's).
-    pub(crate) fn reset(&self) {
-        self.reserved.store(0, Ordering::Relaxed);
-        *self.hand.lock() = (0, 0);
-    }
-
-    /// The next frame of this process's clock batch, taking a new batch
-    /// (`claim` returns its first frame) when it is used up.
-    pub(crate) fn next_hand(&self, claim: impl FnOnce() -> u64) -> u64 {
-        let mut h = self.hand.lock();
-        if h.0 >= h.1 {
-            let start = claim();
-            *h = (start, start + super::clock::BATCH);
-        }
-        let f = h.0;
-        h.0 += 1;
-        f
-    }
-
-    /// Remember `io` as this process's open of its slot.
-    pub(crate) fn register(&self, io: &Arc<FileIo>) {
-        let mut m = self.files.lock();
-        m.retain(|_, w| w.strong_count() > 0);
-        m.insert(io.slot, Arc::downgrade(io));
-    }
-
-    fn file(&self, slot: usize) -> Option<Arc<FileIo>> {
-        self.files.lock().get(&slot).and_then(Weak::upgrade)
     }
 }
 
@@ -243,13 +178,11 @@ impl Region {
         use std::os::fd::FromRawFd;
         // SAFETY: a descriptor just opened, owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let (id, _) = identify(fd.as_fd())?;
-        if id != want {
+        if identify(fd.as_fd())?.0 != want {
             return None;
         }
         let io = Arc::new(FileIo {
             slot,
-            id,
             fd,
             opener: None,
         });
@@ -304,7 +237,7 @@ impl Region {
         let slot = map.file(io.slot);
         let mut first = Ok(());
         let mut run: Vec<(u64, u32, Tag)> = Vec::with_capacity(MAX_RUN);
-        let mut flush = |run: &mut Vec<(u64, u32, Tag)>| {
+        let flush = |run: &mut Vec<(u64, u32, Tag)>| {
             if run.is_empty() {
                 return Ok(());
             }
@@ -506,13 +439,13 @@ impl Region {
         for f in under.into_iter().chain(dirty.iter().copied()) {
             self.wait_writeback(me, io, f);
         }
-        // SAFETY: a descriptor of ours.
-        let r = unsafe {
-            if data {
-                libc::fdatasync(io.fd.as_raw_fd())
-            } else {
-                libc::fsync(io.fd.as_raw_fd())
-            }
+        let fd = io.fd.as_raw_fd();
+        let r = if data {
+            // SAFETY: a descriptor of ours.
+            unsafe { libc::fdatasync(fd) }
+        } else {
+            // SAFETY: a descriptor of ours.
+            unsafe { libc::fsync(fd) }
         };
         if r != 0 && first.is_ok() {
             first = Err(io::Error::last_os_error());
@@ -594,9 +527,4 @@ fn end_writeback(h: &FrameHeader, tag: Tag, err: Option<i32>, slot: &super::map:
         h.end_writeback(if err.is_some() && same { ERROR } else { 0 });
         slot.dirty_dec();
     }
-}
-
-/// A descriptor borrowed for a fill (the file's own).
-pub(crate) fn borrow(io: &FileIo) -> BorrowedFd<'_> {
-    io.fd.as_fd()
 }

@@ -11,12 +11,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-pub const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 /// The environment variable that makes this binary a child.
-pub const ROLE: &str = "KX_SHARED_CHILD";
+pub(crate) const ROLE: &str = "KX_SHARED_CHILD";
 
 /// A temporary directory of mode 0700 (what a region's directory must be).
-pub fn private_dir() -> tempfile::TempDir {
+pub(crate) fn private_dir() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -24,7 +24,7 @@ pub fn private_dir() -> tempfile::TempDir {
 }
 
 /// Open `path` in `region`.
-pub fn open(region: &Arc<Region>, path: &Path) -> SharedFile {
+pub(crate) fn open(region: &Arc<Region>, path: &Path) -> SharedFile {
     let fd = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -34,7 +34,7 @@ pub fn open(region: &Arc<Region>, path: &Path) -> SharedFile {
 }
 
 /// Run this test binary's test `test` again as a child with `role` set.
-pub fn spawn(test: &str, role: &str) -> Child {
+pub(crate) fn spawn(test: &str, role: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env(ROLE, role)
@@ -46,7 +46,7 @@ pub fn spawn(test: &str, role: &str) -> Child {
 }
 
 /// The role this process was started with, if it is a child.
-pub fn role() -> Option<String> {
+pub(crate) fn role() -> Option<String> {
     std::env::var(ROLE).ok()
 }
 
@@ -59,7 +59,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// Page `page` as writer `writer` writes it at sequence `seq`.
-pub fn pattern(writer: u32, page: u32, seq: u64) -> Vec<u8> {
+pub(crate) fn pattern(writer: u32, page: u32, seq: u64) -> Vec<u8> {
     let mut b = vec![0u8; PAGE];
     b[0..4].copy_from_slice(&writer.to_le_bytes());
     b[4..8].copy_from_slice(&page.to_le_bytes());
@@ -75,7 +75,7 @@ pub fn pattern(writer: u32, page: u32, seq: u64) -> Vec<u8> {
 /// What a page read holds: `None` for zeros (never written), else the
 /// writer and sequence of the whole write it is; `Err` for anything else
 /// (torn, wrong page, garbage).
-pub fn decode(page: u32, b: &[u8]) -> Result<Option<(u32, u64)>, String> {
+pub(crate) fn decode(page: u32, b: &[u8]) -> Result<Option<(u32, u64)>, String> {
     if b.iter().all(|&x| x == 0) {
         return Ok(None);
     }
@@ -92,14 +92,14 @@ pub fn decode(page: u32, b: &[u8]) -> Result<Option<(u32, u64)>, String> {
 }
 
 /// A small deterministic random source.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         mix(self.0)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
