@@ -78,7 +78,7 @@ fn cache(a: &Args) -> PageCache {
             ..SharedConfig::default()
         };
         if let Some(d) = &a.dir {
-            s.dir = d.clone();
+            s.dir = Some(d.clone());
         }
         c = c.shared_with(s);
     }

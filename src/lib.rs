@@ -301,6 +301,8 @@ pub mod aio;
 pub mod backend;
 pub mod chunked;
 pub mod filemap;
+pub mod fork;
+pub mod ipc;
 pub mod memory;
 pub mod node_cache;
 pub mod pagecache;

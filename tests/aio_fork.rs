@@ -10,8 +10,8 @@ mod harness;
 mod aio_common;
 
 use aio_common::{
-    engines, fork_child, pattern, patterned_file, pipe, refuse_io_uring_enter, returns_within,
-    wait_child, wait_within,
+    child_by, engines, fork_child, pattern, patterned_file, pipe, refuse_io_uring_enter,
+    returns_within, wait_child, wait_within, How,
 };
 use kxarray::aio::{EngineChoice, EngineKind, IoEngine, IoSettings, CURRENT_POSITION};
 use std::io::Write;
@@ -107,6 +107,56 @@ fn a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents() {
         let (n, buf) = engine.read(&file, 4096, vec![0u8; 4096]).wait();
         assert_eq!(n.unwrap(), 4096, "{name}");
         assert!(is_pattern(&buf, 4096), "{name}");
+    }
+}
+
+/// A child made without the C library's fork handlers (glibc's `_Fork`,
+/// the raw `clone(2)` system call) reads through the engine it inherited
+/// while the parent has a read pending: the child's reads complete in the
+/// child with the right bytes, and nothing reaches the parent's rings (no
+/// stray completion, the parent's read still pending until its pipe is
+/// written). Before, only a `pthread_atfork` handler told a child apart:
+/// such a child submitted into the parent's ring, whose reaper took its
+/// completion.
+fn a_child_made_without_fork_handlers_never_touches_the_parents_ring() {
+    let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
+    let (_path, file) = patterned_file(1 << 16);
+    for how in [How::UnderscoreFork, How::RawClone] {
+        for (name, engine) in engines() {
+            let (r1, mut w1) = pipe();
+            let before = engine.read(&r1, CURRENT_POSITION, vec![0u8; 4096]);
+            let (n, _) = engine.read(&file, 0, vec![0u8; 4096]).wait();
+            assert_eq!(n.unwrap(), 4096, "{name}");
+            let child_engine = engine.clone();
+            let child_file = file.clone();
+            let pid = child_by(how, move || {
+                for at in [8192u64, 16384] {
+                    match wait_within(
+                        child_engine.read(&child_file, at, vec![0u8; 4096]),
+                        Duration::from_secs(10),
+                    ) {
+                        Some((Ok(4096), buf)) if is_pattern(&buf, at) => {}
+                        Some(_) => return 2,
+                        None => return 3,
+                    }
+                }
+                0
+            });
+            let status = wait_child(pid, LIMIT);
+            assert_eq!(status, Some(0), "{name} {how:?}: the child's reads");
+            assert!(
+                !before.is_done(),
+                "{name} {how:?}: the parent's read completed early"
+            );
+            assert_eq!(engine.stray_completions(), 0, "{name} {how:?}");
+            w1.write_all(b"parent").unwrap();
+            let (n, buf) = wait_within(before, LIMIT).expect("the parent's read hangs");
+            assert_eq!(
+                (n.unwrap(), &buf[..6]),
+                (6, &b"parent"[..]),
+                "{name} {how:?}"
+            );
+        }
     }
 }
 
@@ -294,6 +344,7 @@ fn io_uring_ran_here() -> harness::Outcome {
 harness::main!(
     tests: [
         a_forked_child_reads_through_its_own_engine_and_never_touches_the_parents,
+        a_child_made_without_fork_handlers_never_touches_the_parents_ring,
         a_parents_request_fails_in_the_child_instead_of_hanging,
         a_refused_io_uring_enter_is_seen_at_setup,
         a_refused_io_uring_enter_after_setup_fails_over_to_the_pool,

@@ -229,14 +229,30 @@ fn no_import_cycle_anywhere_in_src() {
 }
 
 /// The I/O engine is its own layer below `backend`: it imports only the
-/// `sync` shim, `backend` uses it and never the page cache, and inside
+/// `sync` shim and `fork` (which process an engine belongs to), `backend`
+/// uses it and never the page cache; `fork` and `ipc` (what processes
+/// share) import nothing of the crate, and `memory` only those two; inside
 /// `aio` the engines sit on the in-flight record, which sits on the
 /// buffers and the completion side.
 fn the_io_engine_sits_below_backend() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let (top, folders) = graphs(&src);
     let aio: Vec<&String> = top["aio"].iter().collect();
-    assert_eq!(aio, ["sync"], "aio imports only the sync shim");
+    assert_eq!(
+        aio,
+        ["fork", "sync"],
+        "aio imports only the sync shim and fork"
+    );
+    assert!(
+        top.get("fork").is_none_or(|s| s.is_empty()),
+        "fork imports nothing"
+    );
+    assert!(
+        top.get("ipc").is_none_or(|s| s.is_empty()),
+        "ipc imports nothing"
+    );
+    let memory: Vec<&String> = top["memory"].iter().collect();
+    assert_eq!(memory, ["fork", "ipc"], "memory imports only fork and ipc");
     assert!(top["backend"].contains("aio"), "backend submits to aio");
     assert!(
         !top["backend"].contains("pagecache"),

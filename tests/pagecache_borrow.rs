@@ -11,8 +11,15 @@ use std::sync::Arc;
 
 const PAGE: u64 = 4096;
 
+/// A cache of `pages` whose scans fill it (they are the tests' reclaim
+/// pressure: a scan larger than the cache would otherwise pass it by).
 fn cache(pages: u64) -> PageCache {
-    PageCache::new(CacheConfig::default().capacity(pages * PAGE).flusher(false))
+    PageCache::new(
+        CacheConfig::default()
+            .capacity(pages * PAGE)
+            .flusher(false)
+            .passthrough(false),
+    )
 }
 
 fn stamped_disk(pages: u64) -> RamDisk {

@@ -322,7 +322,8 @@ fn stats_follow_the_capacity() {
     let config = CacheConfig::default()
         .capacity(16 << 20)
         .dirty_background_bytes(16 << 20)
-        .flusher(false);
+        .flusher(false)
+        .passthrough(false); // the scan below must fill the cache and evict
     let cache = PageCache::new(config);
     let file = cache.open(RamDisk::new(32 << 20)).unwrap();
     let empty = cache.stats();

@@ -124,7 +124,10 @@ fn fill(capacity: u64) {
     }
     {
         let base = rss();
-        let cache = PageCache::new(CacheConfig::default().capacity(capacity));
+        // The scan must fill the cache (it would pass a cache smaller
+        // than the file by).
+        let config = CacheConfig::default().capacity(capacity).passthrough(false);
+        let cache = PageCache::new(config);
         let file = cache.open(sparse_file(len)).unwrap();
         for off in (0..len).step_by(buf.len()) {
             file.read_at(&mut buf, off).unwrap();

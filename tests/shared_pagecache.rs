@@ -22,7 +22,7 @@ fn shared_cache(dir: &Path, capacity: u64) -> PageCache {
             .capacity(capacity)
             .flusher(false)
             .shared_with(SharedConfig {
-                dir: dir.to_path_buf(),
+                dir: Some(dir.to_path_buf()),
                 name: "pc".into(),
                 max_bytes: Some(64 << 20),
             }),

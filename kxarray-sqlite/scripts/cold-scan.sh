@@ -12,6 +12,9 @@
 #   ROUNDS=3 ROWS=2400000 bash kxarray-sqlite/scripts/cold-scan.sh   # about 1.1 GB
 #   KEYS=scattered ROWS=400000 CONFIGS="unix kx-direct kx-direct-noprefetch" bash kxarray-sqlite/scripts/cold-scan.sh
 #
+# kx-before, kx-direct-before: kx and kx-direct with another build of the
+# extension (KX_BEFORE=/path/to/libkxarray_sqlite, no suffix).
+#
 # KEYS=scattered: a table filled in a scattered key order (its leaves out
 # of order in the file: db.sh); kx-direct-noprefetch: kx_direct=1 with
 # kx_prefetch=0 (no prefetch of a scan's B-tree children).
@@ -43,12 +46,16 @@ scan() { # config -> seconds
     kx-direct) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
     kx-direct-noprefetch) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1&kx_prefetch=0" ;;
     kx) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
+    kx-before) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
+    kx-direct-before) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
     *) echo "unknown config $1" >&2; exit 2 ;;
   esac
   drop "$DB"
   local t0 t1 out
   t0=$(date +%s.%N)
-  out=$(sqlite3 -cmd ".load $LIB" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
+  local lib=$LIB
+  [ "${1%-before}" = "$1" ] || lib=${KX_BEFORE:?set KX_BEFORE to the other build of the extension}
+  out=$(sqlite3 -cmd ".load $lib" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
   t1=$(date +%s.%N)
   [ "$out" = $((ROWS * 400)) ] || { echo "$1: wrong result $out" >&2; exit 1; }
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'

@@ -12,6 +12,8 @@
 #   kx           kxarray with the default settings (capacity from the machine)
 #   kx-direct0   kxarray with kx_direct=0 spelled out
 #   kx-1g        kxarray with kx_cache=1g
+#   kx-before    kxarray's default settings with another build of the
+#                extension (KX_BEFORE=/path/to/libkxarray_sqlite, no suffix)
 # The kernel's cache is warmed (the file read with cat) before every round;
 # the order of the configurations rotates per round. Prints each run's
 # wall and CPU time (user + system), then per configuration the medians and
@@ -52,6 +54,7 @@ run() { # config -> seconds
     kx) uri="file:$DB?vfs=kxarray" ;;
     kx-direct0) uri="file:$DB?vfs=kxarray&kx_direct=0" ;;
     kx-1g) uri="file:$DB?vfs=kxarray&kx_cache=1g" ;;
+    kx-before) uri="file:$DB?vfs=kxarray" ;;
     *) echo "unknown config $c" >&2; exit 2 ;;
   esac
   # wall seconds and CPU seconds (user + system, every thread)
@@ -59,7 +62,9 @@ run() { # config -> seconds
   if [ "$c" = unix ]; then
     /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".open '$uri'" < "$SQL" > /dev/null
   else
-    /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".load $EXT" -cmd ".open '$uri'" < "$SQL" > /dev/null
+    local ext=$EXT
+    [ "$c" = kx-before ] && ext=${KX_BEFORE:?set KX_BEFORE to the other build of the extension}
+    /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".load $ext" -cmd ".open '$uri'" < "$SQL" > /dev/null
   fi
   awk '{printf "%s\t%.2f\n", $1, $2 + $3}' "$tf"
 }

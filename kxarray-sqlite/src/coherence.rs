@@ -98,20 +98,13 @@ use crate::filesig::Sig;
 use crate::process::vfs_stats;
 use crate::shm::Shm;
 use crate::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
+use crate::walindex::{frame_pgno, frames_readable, page_size, read_seen, WalSeen};
 use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;
 use std::os::raw::c_int;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
-
-/// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
-/// `WALINDEX_HDR_SIZE`.
-const INDEX_HDR_BYTES: u32 = 136;
-/// Page numbers in an index region (`HASHTABLE_NPAGE`).
-const NPAGE: u32 = 4096;
-/// Page numbers in the first region (`HASHTABLE_NPAGE_ONE`).
-const NPAGE_ONE: u32 = NPAGE - INDEX_HDR_BYTES / 4;
 
 /// What the checks need of a database (its `Inode`'s parts).
 #[derive(Clone, Copy, Debug)]
@@ -122,53 +115,6 @@ pub(crate) struct Db<'a> {
     pub(crate) file: &'a CachedFile,
     /// Its name (for messages, and the WAL's name).
     pub(crate) path: &'a Path,
-}
-
-/// The WAL-index state the cache is valid against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct WalSeen {
-    /// `aSalt` (the WAL generation).
-    salts: [u32; 2],
-    /// `nBackfill`: frames copied to the database.
-    backfill: u32,
-    /// `iChange`: commits ever written to the index (a restart keeps it).
-    change: u32,
-    /// `mxFrame`: the last valid frame.
-    mx: u32,
-}
-
-impl WalSeen {
-    /// Whether the database file may differ from `self`'s time to
-    /// `other`'s (salts or backfill moved).
-    fn same_file(&self, other: &WalSeen) -> bool {
-        self.salts == other.salts && self.backfill == other.backfill
-    }
-}
-
-/// The index's salts, `iChange` and `mxFrame` (both header copies
-/// agreeing: a commit elsewhere writes copy 1, then copy 0; a few retries
-/// wait one out) and `nBackfill`, or `None` when region 0 is not mapped
-/// or the copies keep disagreeing.
-#[inline]
-fn read_seen(shm: &Shm) -> Option<WalSeen> {
-    for _ in 0..100 {
-        // copy 0: iChange at byte 8, mxFrame at 16, aSalt at 32 and 36;
-        // then copy 1 (48 bytes on), then nBackfill (byte 96), in that
-        // order (`Acquire` loads: none is read before the one ahead of it)
-        let [a0, a1, a2, a3, b0, b1, b2, b3, backfill] =
-            shm.words(0, [2, 4, 8, 9, 12 + 2, 12 + 4, 12 + 8, 12 + 9, 24])?;
-        let a = [a0, a1, a2, a3];
-        if a == [b0, b1, b2, b3] {
-            return Some(WalSeen {
-                salts: [a[2], a[3]],
-                backfill,
-                change: a[0],
-                mx: a[1],
-            });
-        }
-        std::thread::yield_now();
-    }
-    None
 }
 
 /// The most old-generation frames [`old_generation_pages`] reads.
@@ -289,26 +235,6 @@ fn old_generation_pages(
     .then_some(pages)
 }
 
-/// The database page size the index header records (`szPage`; 1 means
-/// 65536), or `None` when it is not a page size.
-fn page_size(shm: &Shm) -> Option<u64> {
-    let b = shm.word(0, 3)?.to_ne_bytes();
-    let sz = u16::from_ne_bytes([b[2], b[3]]);
-    let sz = if sz == 1 { 65536 } else { u64::from(sz) };
-    (sz >= 512 && sz.is_power_of_two()).then_some(sz)
-}
-
-/// The page number of WAL frame `frame` (1-based) in the index
-/// (`walFramePgno`).
-fn frame_pgno(shm: &Shm, frame: u32) -> Option<u32> {
-    let hash = (frame + NPAGE - NPAGE_ONE - 1) / NPAGE;
-    if hash == 0 {
-        shm.word(0, (INDEX_HDR_BYTES / 4 + frame - 1) as usize)
-    } else {
-        shm.word(hash as usize, ((frame - 1 - NPAGE_ONE) % NPAGE) as usize)
-    }
-}
-
 /// The coherence state of one database's cache (see the module notes).
 #[derive(Debug, Default)]
 pub(crate) struct Coherence {
@@ -389,6 +315,16 @@ fn drop_pages(file: &CachedFile, pages: &mut Vec<u32>, size: u64) -> io::Result<
 }
 
 impl Coherence {
+    /// Forget what the cache knew (a check unwound half-way): the next
+    /// check drops everything.
+    pub(crate) fn forget(&mut self) {
+        self.sig = None;
+        self.wal = None;
+        self.own_ckpt = false;
+        self.restart_from = None;
+        self.known.clear();
+    }
+
     /// The process took SHARED from no lock (see the module notes).
     ///
     /// # Errors
@@ -488,7 +424,10 @@ impl Coherence {
             self.known.clear();
             self.known_salts = w.salts;
         }
-        if w.mx > MAX_OLD_FRAMES {
+        if w.mx > MAX_OLD_FRAMES
+            || !frames_readable(self.known.len() as u32 + 1, w.mx, shm.mapped())
+        {
+            self.known.clear();
             return;
         }
         for f in self.known.len() as u32 + 1..=w.mx {
@@ -539,6 +478,11 @@ impl Coherence {
             // Our own checkpoint's frames, written through this cache.
             self.wal = Some(now);
             return Ok(());
+        }
+        // Values from the `-shm`: at most `MAX_FRAMES_READ` page numbers,
+        // from regions SQLite mapped, else a full drop (`walindex`).
+        if !frames_readable(seen.backfill + 1, now.backfill, shm.mapped()) {
+            return self.full(inode, Some(now));
         }
         pages.reserve((now.backfill - seen.backfill) as usize);
         for f in seen.backfill + 1..=now.backfill {

@@ -53,7 +53,7 @@ use crate::inode::{self, Inode, Key, WritePolicy};
 use crate::pattern::{self, Pattern};
 use crate::process::{api, vfs_stats};
 use crate::shm::ShmHandle;
-use kxarray::pagecache::PageCache;
+use kxarray::pagecache::{PageCache, ReadFlags};
 use std::io;
 use std::os::raw::{c_int, c_void};
 use std::path::PathBuf;
@@ -91,6 +91,10 @@ pub(crate) struct Handle {
     fetches: Fetches,
     /// The reads' pattern (sequential or not), for the readahead hint.
     pattern: Pattern,
+    /// Bytes this handle still reads as a bulk read SQLite announced
+    /// (`PRAGMA integrity_check` or `quick_check` of a database larger than
+    /// a quarter of the cache): read without being kept (0: none).
+    bulk: u64,
     /// A database over `O_DIRECT` with `kx_prefetch` on: the interior
     /// pages' children a scan will read.
     children: Option<Children>,
@@ -163,6 +167,45 @@ impl Handle {
         }
     }
 
+    /// Whether this handle's reads should pass the cache by now
+    /// ([`ReadFlags::NOREUSE`]): a bulk read SQLite announced, or a scan
+    /// (the handle's reads run forward) of a file larger than the cache,
+    /// which a second scan would not find cached either. Over `O_DIRECT`
+    /// the cache reads ahead into folios instead (no read passes by).
+    /// Pages the cache holds are read from it either way, and a page
+    /// passed by that is read again soon is admitted (the cache's rule).
+    #[inline]
+    fn noreuse(&self) -> bool {
+        (self.bulk > 0 || self.pattern.is_sequential())
+            && !self.inode.direct
+            && (self.bulk > 0 || self.inode.file.len() > self.cache.capacity())
+    }
+
+    /// The flags of this handle's next read of `len` bytes (`noreuse`),
+    /// counting it against a bulk read's bytes.
+    #[inline]
+    fn read_flags(&mut self, len: u64) -> ReadFlags {
+        if !self.noreuse() {
+            return ReadFlags::empty();
+        }
+        self.bulk = self.bulk.saturating_sub(len);
+        ReadFlags::NOREUSE
+    }
+
+    /// `SQLITE_FCNTL_PRAGMA` `name`: `integrity_check` and `quick_check`
+    /// read every page of the database once, so a database larger than a
+    /// quarter of the cache (PostgreSQL's threshold for a bulk read's ring)
+    /// is read without being kept, for as many bytes as the file holds:
+    /// SQLite tells a VFS when such a pragma is parsed, not when it ends.
+    fn note_bulk(&mut self, name: &str) {
+        let bulk = name.eq_ignore_ascii_case("integrity_check")
+            || name.eq_ignore_ascii_case("quick_check");
+        let len = self.inode.file.len();
+        if bulk && self.inode.is_db && len > self.cache.capacity() / 4 {
+            self.bulk = len;
+        }
+    }
+
     /// Whether a read is a checkpoint's read of WAL frames while the cache
     /// holds none of the WAL: read once (the frame's page is written to the
     /// database next), so read straight from the file ([`read_uncached`])
@@ -220,6 +263,7 @@ impl Handle {
             mmap_limit: 0,
             fetches: Fetches::new(),
             pattern,
+            bulk: 0,
             children,
             unbooked: (0, 0, 0),
             shm: None,
@@ -422,7 +466,8 @@ unsafe extern "C" fn x_read(
             read_uncached(h, &mut out[..want], off)
         } else {
             h.note_read(off, n as u64);
-            h.inode.file.read_at(&mut out[..want], off)
+            let flags = h.read_flags(n as u64);
+            h.inode.file.read_at_with(&mut out[..want], off, flags)
         };
         if let (Ok(got), Some(c)) = (&read, h.children.as_mut()) {
             if *got == n && n >= 512 && n.is_power_of_two() && off % n as u64 == 0 {
@@ -815,6 +860,12 @@ unsafe extern "C" fn x_fetch(
             return SQLITE_OK;
         }
         h.note_read(off as u64, amt as u64);
+        if h.noreuse() {
+            // A scan or bulk read passing the cache by: SQLite reads the
+            // page with xRead (a fetched page would be kept).
+            h.count_fetch(None);
+            return SQLITE_OK;
+        }
         let file = &h.inode.file;
         match h.fetches.fetch(file, off, amt) {
             Some((p, held)) => {

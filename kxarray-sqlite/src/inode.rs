@@ -58,8 +58,7 @@ use crate::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
-    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK, SQLITE_SHM_EXCLUSIVE,
-    SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
+    SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
 };
 use crate::hold::Hold;
 use crate::oslock::{self, Kind};
@@ -389,27 +388,25 @@ impl Inode {
     fn shm_lock_checked(
         &self,
         s: &mut ShmHandle,
-        (offset, n, flags): (c_int, c_int, c_int),
+        call: (c_int, c_int, c_int),
         action: ShmLockAction,
     ) -> c_int {
-        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
-        let check = |s: &mut ShmHandle| {
+        let r = s.lock_checked(call, |shm| {
             let mut coh = lock(&self.coherence);
-            crate::coherence::on_shm_lock(&mut coh, &self.db(), &s.shm, action)
-        };
-        if unlock {
-            let _ = check(s);
-        }
-        let rc = s.lock(offset, n, flags);
-        if rc != SQLITE_OK || unlock {
-            return rc;
-        }
-        match check(s) {
-            Ok(()) => SQLITE_OK,
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, action)
+            }));
+            r.unwrap_or_else(|p| {
+                // Whatever the check had half-recorded is unknown now:
+                // the next check drops everything.
+                coh.forget();
+                std::panic::resume_unwind(p)
+            })
+        });
+        match r {
+            Ok(rc) => rc,
             Err(msg) => {
                 crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
-                let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
-                s.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
                 SQLITE_IOERR_SHMLOCK
             }
         }

@@ -108,6 +108,7 @@ mod shm;
 mod stats;
 mod vfs;
 mod walframes;
+mod walindex;
 mod walsize;
 
 pub use api::Api;

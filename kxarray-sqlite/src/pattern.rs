@@ -92,6 +92,12 @@ impl Pattern {
         Some(Hint::WillNeed(from, to - from))
     }
 
+    /// Whether the handle's reads run forward now (a scan).
+    #[inline]
+    pub(crate) fn is_sequential(&self) -> bool {
+        self.sequential
+    }
+
     /// Note a read of `len` bytes at `off`; the hint to give now, if the
     /// pattern changed.
     #[inline]

@@ -36,7 +36,9 @@
 //!   in the process, its OFD lock a read lock, until the process's next
 //!   lock call; a handle's masks say which slots it holds, and an
 //!   exclusive lock is granted only on slots free in the process (as
-//!   `unixShmLock`).
+//!   `unixShmLock`);
+//! - a lock taken before a check of the index (`ShmHandle::lock_checked`)
+//!   is released again when the check fails or unwinds.
 //!
 //! One system call less per WAL read transaction than the unix VFS: to
 //! start one, SQLite moves a reader's mark (`walTryBeginRead`: WAL read
@@ -382,9 +384,10 @@ impl Shm {
         r.list.push(p);
     }
 
-    /// The 32-bit word `i` of region `region`, read atomically, mapping the
-    /// region when it exists and is not mapped yet; `None` when it does not
-    /// exist (or no region was mapped yet: the size is unknown).
+    /// The 32-bit word `i` of region `region`, read atomically; `None`
+    /// when SQLite has not mapped that region (`xShmMap`: this never maps
+    /// one, whatever the `-shm` says) or no region was mapped yet (the size
+    /// is unknown).
     pub(crate) fn word(&self, region: usize, i: usize) -> Option<u32> {
         self.words(region, [i]).map(|[w]| w)
     }
@@ -394,7 +397,7 @@ impl Shm {
     /// reads nine words per WAL read transaction): without a lock when the region
     /// is one of the first [`FAST_REGIONS`] and mapped, else under one
     /// lock of the regions; `None` when a word is past the regions' size or
-    /// the region does not exist.
+    /// the region is not mapped.
     #[inline]
     pub(crate) fn words<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
         let base = self.fast.get(region).map(|p| p.load(Ordering::Acquire));
@@ -412,20 +415,14 @@ impl Shm {
         }
     }
 
-    /// [`Shm::words`] under the regions' mutex, mapping the region when
-    /// it exists and is not mapped yet.
+    /// [`Shm::words`] under the regions' mutex, for a region past the
+    /// published ones (never mapping one).
     #[cold]
     #[inline(never)]
     fn words_locked<const N: usize>(&self, region: usize, idx: [usize; N]) -> Option<[u32; N]> {
-        let mut r = lock(&self.regions);
+        let r = lock(&self.regions);
         if r.list.is_empty() || idx.iter().any(|&i| (i + 1) * 4 > r.size) {
             return None;
-        }
-        if region >= r.list.len() {
-            let size = r.size;
-            if self.map_locked(&mut r, region, size, false) != SQLITE_OK {
-                return None;
-            }
         }
         let base = *r.list.get(region)?;
         // SAFETY: a region of `self` (valid while `self` lives) and its
@@ -474,6 +471,11 @@ impl Shm {
         };
         let n = i64::from(SQLITE_SHM_NLOCK) - 3;
         Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 3, n)?.is_some())
+    }
+
+    /// Regions mapped now (SQLite's `xShmMap` calls made them).
+    pub(crate) fn mapped(&self) -> usize {
+        lock(&self.regions).list.len()
     }
 
     /// Delete the `-shm` file (the last handle unmapped with SQLite's
@@ -689,6 +691,51 @@ impl ShmHandle {
         SQLITE_OK
     }
 
+    /// `xShmLock(offset, n, flags)` on this handle with `check` run on its
+    /// index: before the call for a release (which never fails: the
+    /// check only records), after it for a lock that was granted; a lock
+    /// whose check fails, or unwinds, is released again before this returns
+    /// (or the unwinding goes on), so no other process meets a lock this one
+    /// no longer holds for a reason.
+    ///
+    /// # Errors
+    /// The failed check's message (the lock released): the caller returns
+    /// `SQLITE_IOERR_SHMLOCK`.
+    pub(crate) fn lock_checked(
+        &mut self,
+        (offset, n, flags): (c_int, c_int, c_int),
+        check: impl FnOnce(&Shm) -> Result<(), String>,
+    ) -> Result<c_int, String> {
+        let unlock = flags & SQLITE_SHM_UNLOCK != 0;
+        if unlock {
+            let shm = Arc::clone(&self.shm);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
+            let rc = self.lock(offset, n, flags);
+            return match r {
+                Ok(_) => Ok(rc),
+                Err(p) => std::panic::resume_unwind(p),
+            };
+        }
+        let rc = self.lock(offset, n, flags);
+        if rc != SQLITE_OK {
+            return Ok(rc);
+        }
+        let shm = Arc::clone(&self.shm);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&shm)));
+        let kind = flags & (SQLITE_SHM_EXCLUSIVE | SQLITE_SHM_SHARED);
+        match r {
+            Ok(Ok(())) => Ok(SQLITE_OK),
+            Ok(Err(msg)) => {
+                self.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                Err(msg)
+            }
+            Err(p) => {
+                self.lock(offset, n, SQLITE_SHM_UNLOCK | kind);
+                std::panic::resume_unwind(p)
+            }
+        }
+    }
+
     /// Whether the handle holds slot `i` exclusive.
     pub(crate) fn holds_exclusive(&self, i: c_int) -> bool {
         (0..SQLITE_SHM_NLOCK).contains(&i) && self.exclusive & (1 << i) != 0
@@ -765,6 +812,7 @@ mod tests {
         }
         assert_eq!(s.word(FAST_REGIONS, 3), Some(9));
         assert_eq!(s.word(FAST_REGIONS + 1, 0), None);
+        assert_eq!(s.mapped(), FAST_REGIONS + 1);
     }
 
     #[test]
@@ -908,5 +956,38 @@ mod tests {
         let (s4, rc) = Shm::open(path, &db, true).unwrap();
         assert_eq!(rc, SQLITE_READONLY_CANTINIT);
         assert_eq!(s4.map(0, 32768, false).1, SQLITE_READONLY_CANTINIT);
+    }
+    /// A lock taken before its check is released when the check fails
+    /// and when it panics: another process (a second `-shm` open) can take
+    /// the checkpoint lock afterwards. Before, a panic in the check (a
+    /// debug build's overflow on a forged `-shm`) unwound with the lock
+    /// held, and another process's checkpoint got `SQLITE_BUSY` until this
+    /// one closed.
+    #[test]
+    fn a_lock_whose_check_fails_or_unwinds_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = File::create(dir.path().join("db")).unwrap();
+        let path = dir.path().join("db-shm");
+        let (mine, _) = Shm::open(path.clone(), &db, false).unwrap();
+        let (theirs, _) = Shm::open(path, &db, false).unwrap();
+        let mut s = ShmHandle::new(Arc::new(mine));
+        let mut other = ShmHandle::new(Arc::new(theirs));
+        const CKPT: c_int = 1; // WAL_CKPT_LOCK
+        let ckpt = (CKPT, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
+        let free = |o: &mut ShmHandle| {
+            let rc = o.lock(CKPT, 1, SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE);
+            o.lock(CKPT, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
+            rc == SQLITE_OK
+        };
+        assert_eq!(s.lock_checked(ckpt, |_| Ok(())), Ok(SQLITE_OK));
+        assert!(!free(&mut other), "held while checked");
+        s.lock(CKPT, 1, SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE);
+        assert!(s.lock_checked(ckpt, |_| Err("stale".into())).is_err());
+        assert!(free(&mut other), "released after a failed check");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.lock_checked(ckpt, |_| panic!("a check that overflows"))
+        }));
+        assert!(unwound.is_err());
+        assert!(free(&mut other), "released after a check that unwound");
     }
 }

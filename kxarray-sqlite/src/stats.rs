@@ -3,7 +3,8 @@
 //! `name=value` (a program splits each line at its first `=`, or the whole
 //! text at white space), sizes followed by the same in MiB for a person.
 //!
-//! `kx_stats` has the process cache's counters, then the VFS's own
+//! `kx_stats` has the process cache's counters (`passthrough_pages` and
+//! `passthrough_bytes`: reads that passed the cache by, without a frame), then the VFS's own
 //! ([`VfsStats`](crate::process::VfsStats): writes, syncs, fetches, lock
 //! conflicts, uncached reads, held reads (`hold`), the coherence checks
 //! with other processes' writes), the files open, and the shared memory
@@ -78,6 +79,8 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         .count("hits", s.hits)
         .count("misses", s.misses)
         .pages("readahead_pages", s.readahead_pages)
+        .pages("passthrough_pages", s.passthrough_pages)
+        .bytes("passthrough_bytes", s.passthrough_bytes)
         .count("evictions", s.evictions)
         .count("refaults", s.refaults)
         .bytes("backend_read_bytes", s.backend_read_bytes)

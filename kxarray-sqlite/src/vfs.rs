@@ -51,9 +51,11 @@ const BUDGET_START: u64 = 16 << 20;
 /// The cache, made with `settings.cache_bytes` if it does not exist yet
 /// (with `settings.budget`, started small and joined to the shared memory
 /// budget, at most `cache_bytes`; with `settings.pressure`, a pressure
-/// monitor following it for the life of the process). The flusher thread
-/// is off: every write is written through, so nothing is left dirty for
-/// it.
+/// monitor following it from a later miss for the life of the process).
+/// No thread starts here: the budget's, the monitor's, the I/O engine's
+/// and the frames' start with the first reads and writes. The flusher
+/// thread is off: every write is written through, so nothing is left
+/// dirty for it.
 fn cache_for(settings: &Settings) -> &'static PageCache {
     let capacity = settings.cache_bytes;
     let c = CACHE.get_or_init(|| {
@@ -91,8 +93,10 @@ fn cache_for(settings: &Settings) -> &'static PageCache {
 }
 
 /// Join the shared memory budget with `cache`, wanting at most `want`
-/// bytes; where that fails (no thread), one line in SQLite's log and the
-/// cache keeps its starting capacity raised to `want`.
+/// bytes (its thread starts at a later miss, and a forked child joins as
+/// its own member: `kxarray::memory::SharedBudget`); where that fails, one
+/// line in SQLite's log and the cache keeps its starting capacity raised
+/// to `want`.
 fn join_budget(cache: &PageCache, want: u64) {
     use kxarray::memory::BudgetConfig;
     match cache.join_budget(BudgetConfig::new(want)) {
@@ -120,17 +124,35 @@ fn join_budget(cache: &PageCache, want: u64) {
 /// shrinking.
 const PRESSURE_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Start the process's pressure monitor over `cache` after
-/// [`PRESSURE_DELAY`], from a thread of its own, its lines to SQLite's
-/// log; where PSI is unavailable, one line there and nothing else.
+/// Follow memory pressure over `cache`: the process's monitor starts at
+/// the cache's first miss [`PRESSURE_DELAY`] or more after the cache was
+/// made (no thread before: an idle process has none), and again in a
+/// child after `fork` (the parent's is the parent's); its lines go to
+/// SQLite's log; where PSI is unavailable, one line there and nothing
+/// else.
 fn follow_pressure(cache: &PageCache) {
     #[cfg(target_os = "linux")]
     {
         use kxarray::memory::{LogSink, PressureConfig, PressureMonitor};
-        static MONITOR: OnceLock<PressureMonitor> = OnceLock::new();
-        let cache = cache.clone();
-        let arm = move || {
-            std::thread::sleep(PRESSURE_DELAY);
+        type Monitor = Option<(u64, Option<PressureMonitor>)>;
+        static MONITOR: std::sync::Mutex<Monitor> = std::sync::Mutex::new(None);
+        let made = std::time::Instant::now();
+        let c = cache.clone();
+        cache.on_demand(move || {
+            if made.elapsed() < PRESSURE_DELAY {
+                return false;
+            }
+            let gen = kxarray::fork::generation();
+            // Held by a thread of the parent at fork time, or by another
+            // thread now: the next miss looks again.
+            let Ok(mut m) = MONITOR.try_lock() else {
+                return false;
+            };
+            if m.as_ref().is_some_and(|(g, _)| *g == gen) {
+                return true;
+            }
+            // An inherited monitor's drop touches nothing of the parent's.
+            drop(m.take());
             let log = LogSink::Callback(Arc::new(|line: &str| {
                 api().log(SQLITE_NOTICE, &format!("kxarray: {line}"))
             }));
@@ -138,19 +160,12 @@ fn follow_pressure(cache: &PageCache) {
                 log,
                 ..PressureConfig::default()
             };
-            if let Ok(m) = PressureMonitor::start(Arc::new(cache), config) {
-                let _ = MONITOR.set(m);
-            }
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("kxarray-psi-arm".into())
-            .spawn(arm)
-        {
-            api().log(
-                SQLITE_NOTICE,
-                &format!("kxarray: no pressure monitor (thread: {e})"),
-            );
-        }
+            *m = Some((
+                gen,
+                PressureMonitor::start(Arc::new(c.clone()), config).ok(),
+            ));
+            true
+        });
     }
     #[cfg(not(target_os = "linux"))]
     let _ = cache;

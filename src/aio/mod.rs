@@ -56,9 +56,10 @@
 //!
 //! Module structure (one concept each, no cycles): `buf` (the buffer
 //! traits), `completion` (the handle and its slot), `op` (an in-flight
-//! record), `fork` (which process an engine belongs to), `uring` and
-//! `pool` (the two engines); this file is the facade and the choice
-//! between them.
+//! record), `uring` and `pool` (the two engines); this file is the
+//! facade and the choice between them. Which process an engine belongs to
+//! is [`crate::fork`]'s generation (a child made by `fork`, `_Fork` or a
+//! raw `clone` sees a new one).
 //!
 //! Invariants (see each file's notes for its own):
 //! - every submitted request completes exactly once, through its slot, and
@@ -69,7 +70,13 @@
 //! - dropping the last handle on an engine waits for everything in flight
 //!   (for a bounded time, see above), then stops its threads;
 //! - completions run on the engine's threads, never on the thread of a
-//!   caller waiting for another request.
+//!   caller waiting for another request (a request run on its
+//!   submitter's thread, over a bound or among the first
+//!   [`IoSettings::inline_first`], completes there, inside the submitting
+//!   call);
+//! - the engine's threads (reapers, pool workers) start with its first
+//!   request that is not run inline: an engine made and not used has
+//!   none.
 //!
 //! ```
 //! use kxarray::aio::{AlignedBuf, IoEngine};
@@ -91,7 +98,6 @@
 
 mod buf;
 mod completion;
-mod fork;
 mod op;
 mod pool;
 #[cfg(target_os = "linux")]
@@ -101,6 +107,7 @@ pub use buf::{downcast_buf, AlignedBuf, IoBuf, IoBufMut};
 pub use completion::{BufResult, Completer, Completion};
 pub use op::{CURRENT_POSITION, MAX_RW};
 
+use crate::fork;
 use crate::sync::Lock;
 use completion::{Progress, Slot};
 use op::{check_offset, BounceReadOp, BounceWriteOp, Op, ReadOp, WriteOp};
@@ -182,6 +189,7 @@ pub struct IoSettings {
     ring_entries: u32,
     threads: usize,
     pool_depth: usize,
+    inline_first: usize,
 }
 
 impl Default for IoSettings {
@@ -196,6 +204,7 @@ impl Default for IoSettings {
             ring_entries: 256,
             threads: (4 * cpus).clamp(4, 32),
             pool_depth: 512,
+            inline_first: 0,
         }
     }
 }
@@ -253,6 +262,24 @@ impl IoSettings {
         self.pool_depth = n.max(1);
         self
     }
+
+    /// Run the engine's first `n` requests on regular files on the
+    /// submitter's thread (synchronously: their completions run there,
+    /// before the call returns), so that a process that reads a file's
+    /// header and nothing more (SQLite at open) starts no thread: the
+    /// engine's threads start with the first request after those (or the
+    /// first on a pipe, a socket or anything else that may block).
+    /// Default 0; [`IoEngine::global`] uses 8.
+    pub fn inline_first(mut self, n: usize) -> Self {
+        self.inline_first = n;
+        self
+    }
+}
+
+/// Whether `f` is a regular file (a read of it does not wait for another
+/// party), by `fstat`.
+fn is_regular(f: &File) -> bool {
+    f.metadata().is_ok_and(|m| m.file_type().is_file())
 }
 
 enum Imp {
@@ -273,6 +300,9 @@ struct Inner {
     after_refusal: OnceLock<pool::Pool>,
     /// In a forked child: the child's own engine, made on first use.
     child: Lock<Option<Arc<Inner>>>,
+    /// Requests still to run on their submitter's thread
+    /// ([`IoSettings::inline_first`]).
+    inline_left: crate::sync::AtomicUsize,
 }
 
 impl Inner {
@@ -293,9 +323,10 @@ impl Inner {
             imp,
             settings: settings.clone(),
             fallback,
-            generation: fork::watch(),
+            generation: fork::generation(),
             after_refusal: OnceLock::new(),
             child: Lock::new(None),
+            inline_left: crate::sync::AtomicUsize::new(settings.inline_first),
         })
     }
 
@@ -312,6 +343,24 @@ impl Inner {
         ))
     }
 
+    /// Whether `ops` run on the submitter's thread: all on regular files,
+    /// and as many inline requests left (taken now).
+    #[cold]
+    fn take_inline(&self, ops: &[Box<dyn Op>]) -> bool {
+        use crate::sync::Ordering;
+        if !ops.iter().all(|op| is_regular(op.file())) {
+            self.inline_left.store(0, Ordering::Relaxed);
+            return false;
+        }
+        let n = ops.len();
+        self.inline_left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(n)
+            })
+            .map_err(|_| self.inline_left.store(0, Ordering::Relaxed))
+            .is_ok()
+    }
+
     /// The pool that replaces refused rings.
     fn after_refusal(&self) -> &pool::Pool {
         self.after_refusal
@@ -319,7 +368,14 @@ impl Inner {
     }
 
     /// Submit ops together; the progress handle their completions use.
-    fn submit(&self, ops: Vec<Box<dyn Op>>) -> Option<Arc<dyn Progress>> {
+    fn submit(&self, mut ops: Vec<Box<dyn Op>>) -> Option<Arc<dyn Progress>> {
+        if self.inline_left.load(crate::sync::Ordering::Relaxed) > 0 && self.take_inline(&ops) {
+            for mut op in ops.drain(..) {
+                let res = op.run_sync();
+                op::finish_guarded(op, res);
+            }
+            return None;
+        }
         match &self.imp {
             #[cfg(target_os = "linux")]
             Imp::Uring(r) if r.refused().is_none() => {
@@ -446,6 +502,9 @@ impl IoEngine {
                 Ok(s) => (s, None),
                 Err(e) => (IoSettings::default(), Some(format!("{e}; using auto"))),
             };
+            // A process that reads a header and nothing more starts no
+            // thread for it.
+            let settings = settings.inline_first(8);
             let forced = std::env::var(ENGINE_ENV).ok().filter(|_| note.is_none());
             let (engine, note) = match IoEngine::new(&settings) {
                 Ok(e) => (e, note),

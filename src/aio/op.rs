@@ -46,6 +46,8 @@ pub(crate) trait Op: Send {
     /// What to submit. Called once, just before submission, on the op at
     /// its final address.
     fn sqe(&mut self) -> Sqe;
+    /// The file it reads or writes.
+    fn file(&self) -> &std::fs::File;
     /// Perform the request on the calling thread (a pool worker, or a
     /// submitter over its ring's in-flight limit).
     fn run_sync(&mut self) -> io::Result<usize>;
@@ -110,6 +112,9 @@ pub(crate) struct ReadOp<B> {
 }
 
 impl<B: IoBufMut> Op for ReadOp<B> {
+    fn file(&self) -> &std::fs::File {
+        &self.file
+    }
     fn sqe(&mut self) -> Sqe {
         Sqe {
             fd: self.file.as_raw_fd(),
@@ -137,6 +142,9 @@ pub(crate) struct WriteOp<B> {
 }
 
 impl<B: IoBuf> Op for WriteOp<B> {
+    fn file(&self) -> &std::fs::File {
+        &self.file
+    }
     fn sqe(&mut self) -> Sqe {
         Sqe {
             fd: self.file.as_raw_fd(),
@@ -168,6 +176,9 @@ pub(crate) struct BounceReadOp<B> {
 }
 
 impl<B: IoBufMut> Op for BounceReadOp<B> {
+    fn file(&self) -> &std::fs::File {
+        &self.file
+    }
     fn sqe(&mut self) -> Sqe {
         Sqe {
             fd: self.file.as_raw_fd(),
@@ -202,6 +213,9 @@ pub(crate) struct BounceWriteOp<B> {
 }
 
 impl<B: IoBuf> Op for BounceWriteOp<B> {
+    fn file(&self) -> &std::fs::File {
+        &self.file
+    }
     fn sqe(&mut self) -> Sqe {
         Sqe {
             fd: self.file.as_raw_fd(),

@@ -24,9 +24,9 @@
 //! - no op is finished under the queue lock.
 
 use super::completion::{mark_engine_thread, on_engine_thread, Progress};
-use super::fork;
 use super::op::{finish_guarded, Op};
-use crate::sync::{AtomicUsize, Lock, Ordering};
+use crate::fork;
+use crate::sync::{AtomicBool, AtomicUsize, Lock, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{JoinHandle, Thread};
@@ -154,18 +154,23 @@ impl Progress for Shared {
     }
 }
 
-/// The pool.
+/// The pool: its workers start with the first request.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Lock<Vec<JoinHandle<()>>>,
+    /// Workers asked for.
+    wanted: usize,
+    /// Workers running (set once they were started).
+    running: AtomicUsize,
+    started: AtomicBool,
     depth: usize,
 }
 
 impl Pool {
     /// A pool of `n` workers holding at most `depth` ops (at least 1)
-    /// queued or running. Should a thread fail to start, the pool runs
-    /// with those that did; with none, requests run on the submitter's
-    /// thread.
+    /// queued or running; the workers start with the first request.
+    /// Should a thread fail to start, the pool runs with those that did;
+    /// with none, requests run on the submitter's thread.
     pub(crate) fn new(n: usize, depth: usize) -> Pool {
         let shared = Arc::new(Shared {
             queue: Lock::new(Queue {
@@ -176,11 +181,28 @@ impl Pool {
             in_flight: AtomicUsize::new(0),
             exited: Mutex::new(0),
             exited_cv: Condvar::new(),
-            generation: fork::watch(),
+            generation: fork::generation(),
         });
-        let mut workers = Vec::new();
+        Pool {
+            shared,
+            workers: Lock::new(Vec::new()),
+            wanted: n,
+            running: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
+            depth: depth.max(1),
+        }
+    }
+
+    /// Start the workers (the first request's submitter, once).
+    #[cold]
+    fn start(&self) {
+        let mut workers = self.workers.lock();
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let n = self.wanted;
         for i in 0..n {
-            let s = Arc::clone(&shared);
+            let s = Arc::clone(&self.shared);
             let h = std::thread::Builder::new()
                 .name(format!("kx-aio-pool-{i}"))
                 .spawn(move || {
@@ -207,15 +229,17 @@ impl Pool {
                 }
             }
         }
-        Pool {
-            shared,
-            workers,
-            depth: depth.max(1),
-        }
+        self.running.store(workers.len(), Ordering::Relaxed);
+        self.started.store(true, Ordering::Release);
     }
 
+    /// The workers it runs (or will run, before the first request).
     pub(crate) fn threads(&self) -> usize {
-        self.workers.len()
+        if self.started.load(Ordering::Acquire) {
+            self.running.load(Ordering::Relaxed)
+        } else {
+            self.wanted
+        }
     }
 
     /// The most ops queued or running.
@@ -230,14 +254,16 @@ impl Pool {
     /// Queue ops and wake as many idle workers; an op over the bound (or
     /// every op, without workers) runs on the calling thread.
     pub(crate) fn submit(&self, ops: impl IntoIterator<Item = Box<dyn Op>>) {
+        if !self.started.load(Ordering::Acquire) {
+            self.start();
+        }
+        let no_workers = self.running.load(Ordering::Relaxed) == 0;
         let mut wake = Vec::new();
         let mut inline = Vec::new();
         {
             let mut q = self.shared.queue.lock();
             for op in ops {
-                if self.workers.is_empty()
-                    || self.shared.in_flight.load(Ordering::Relaxed) >= self.depth
-                {
+                if no_workers || self.shared.in_flight.load(Ordering::Relaxed) >= self.depth {
                     inline.push(op);
                     continue;
                 }
@@ -262,9 +288,10 @@ impl Drop for Pool {
     fn drop(&mut self) {
         if self.shared.foreign() {
             // The parent's workers do not exist here.
-            std::mem::forget(std::mem::take(&mut self.workers));
+            std::mem::forget(std::mem::take(&mut *self.workers.lock()));
             return;
         }
+        let mut workers = std::mem::take(&mut *self.workers.lock());
         let idle = {
             let mut q = self.shared.queue.lock();
             q.stop = true;
@@ -273,20 +300,16 @@ impl Drop for Pool {
         for t in idle {
             t.unpark();
         }
-        for h in &self.workers {
+        for h in &workers {
             h.thread().unpark();
         }
         // A waker run by a worker may drop the last engine handle: that
         // worker returns by itself, it cannot wait for itself.
         let me = std::thread::current().id();
-        let others = self
-            .workers
-            .iter()
-            .filter(|h| h.thread().id() != me)
-            .count();
+        let others = workers.iter().filter(|h| h.thread().id() != me).count();
         let all = self.shared.wait_exited(others, Instant::now() + DROP_GRACE);
         let mut stuck = 0;
-        for h in self.workers.drain(..) {
+        for h in workers.drain(..) {
             if h.thread().id() == me {
                 continue;
             }

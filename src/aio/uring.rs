@@ -45,8 +45,8 @@
 //!   so the buffers stay valid until the kernel is done with them).
 
 use super::completion::{mark_engine_thread, on_engine_thread, Progress};
-use super::fork;
 use super::op::{finish_guarded, Op, Sqe};
+use crate::fork;
 use crate::sync::{AtomicBool, AtomicUsize, Lock, Ordering};
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 use std::collections::VecDeque;
@@ -232,7 +232,7 @@ impl Ring {
     /// two and at most [`MAX_ENTRIES`]; its completion queue is four times
     /// as large, at most the kernel's limit of twice `MAX_ENTRIES`.
     fn new(entries: u32) -> io::Result<Ring> {
-        let generation = fork::watch();
+        let generation = fork::generation();
         let entries = entries.clamp(1, MAX_ENTRIES).next_power_of_two();
         let cq = entries.saturating_mul(4).min(2 * MAX_ENTRIES);
         // SUBMIT_ALL (Linux 5.18) keeps submitting past an entry that fails
@@ -642,50 +642,70 @@ std::thread_local! {
     static SHARD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-/// The rings of one engine and their reapers.
+/// The rings of one engine and their reapers, started on the first
+/// request (an engine made and never used, or used only to describe
+/// itself, has no thread).
 pub(crate) struct Rings {
     rings: Vec<Arc<Ring>>,
-    reapers: Vec<JoinHandle<()>>,
+    /// Ring `i`'s reaper at index `i` (`None`: it could not be started).
+    reapers: Lock<Vec<Option<JoinHandle<()>>>>,
+    /// Whether the reapers were started (set once, under `reapers`).
+    started: AtomicBool,
     next_shard: AtomicUsize,
     generation: u64,
 }
 
 impl Rings {
     /// `n` rings of `entries` submission entries each (see [`Ring::new`]
-    /// for the rounding), with their reapers.
+    /// for the rounding); their reapers start with the first request
+    /// ([`Rings::ring`]).
     ///
     /// # Errors
     /// The first ring's setup error (`EPERM` under seccomp or
     /// `kernel.io_uring_disabled`, `ENOSYS` on kernels without io_uring,
     /// `Unsupported` without the read and write opcodes, the error of an
-    /// `io_uring_enter` refused), or a thread spawn error.
+    /// `io_uring_enter` refused).
     pub(crate) fn new(n: usize, entries: u32) -> io::Result<Rings> {
         let n = n.clamp(1, MAX_RINGS);
         let mut rings = Vec::with_capacity(n);
         for _ in 0..n {
             rings.push(Arc::new(Ring::new(entries)?));
         }
-        let mut me = Rings {
-            rings: Vec::new(),
-            reapers: Vec::new(),
+        Ok(Rings {
+            rings,
+            reapers: Lock::new(Vec::new()),
+            started: AtomicBool::new(false),
             next_shard: AtomicUsize::new(0),
-            generation: fork::watch(),
-        };
-        for (i, r) in rings.iter().enumerate() {
+            generation: fork::generation(),
+        })
+    }
+
+    /// Start the reapers (the first request's submitter, once). A ring
+    /// whose reaper cannot be started is refused (`EAGAIN`): its requests
+    /// then run on the engine's pool, and nothing waits for a reaper that
+    /// does not exist.
+    #[cold]
+    fn start_reapers(&self) {
+        let mut reapers = self.reapers.lock();
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        for (i, r) in self.rings.iter().enumerate() {
             let r2 = Arc::clone(r);
             let h = std::thread::Builder::new()
                 .name(format!("kx-aio-reap-{i}"))
                 .spawn(move || r2.reaper());
             match h {
-                Ok(h) => {
-                    me.rings.push(Arc::clone(r));
-                    me.reapers.push(h);
+                Ok(h) => reapers.push(Some(h)),
+                Err(e) => {
+                    reapers.push(None);
+                    log::warn!("kxarray: io_uring reaper {i}: {e}; its ring is not used");
+                    r.refuse(&io::Error::from_raw_os_error(libc::EAGAIN));
+                    r.exited.set();
                 }
-                // `me` stops the reapers already started when it drops.
-                Err(e) => return Err(e),
             }
         }
-        Ok(me)
+        self.started.store(true, Ordering::Release);
     }
 
     pub(crate) fn count(&self) -> usize {
@@ -721,8 +741,13 @@ impl Rings {
             .sum()
     }
 
-    /// The calling thread's ring.
+    /// The calling thread's ring, its reapers started first if they were
+    /// not.
+    #[inline]
     pub(crate) fn ring(&self) -> &Arc<Ring> {
+        if !self.started.load(Ordering::Acquire) {
+            self.start_reapers();
+        }
         let s = SHARD.with(|s| match s.get() {
             Some(i) => i,
             None => {
@@ -740,16 +765,25 @@ impl Drop for Rings {
         if self.foreign() {
             // The parent's: its reapers do not exist here and its queues
             // are the parent's pages. Touch nothing.
-            std::mem::forget(std::mem::take(&mut self.reapers));
+            std::mem::forget(std::mem::take(&mut *self.reapers.lock()));
             return;
         }
+        if !self.started.load(Ordering::Acquire) {
+            // Never used: nothing in flight, no reaper to stop.
+            return;
+        }
+        let mut reapers = std::mem::take(&mut *self.reapers.lock());
         for r in &self.rings {
             r.stop();
         }
         // A waker run by a reaper may drop the last engine handle: that
         // reaper stops by itself, it cannot wait for itself.
         let me = std::thread::current().id();
-        let mine = |i: usize| self.reapers.get(i).is_some_and(|h| h.thread().id() == me);
+        let mine = |i: usize| {
+            reapers
+                .get(i)
+                .is_some_and(|h| h.as_ref().is_some_and(|h| h.thread().id() == me))
+        };
         let deadline = Instant::now() + DROP_GRACE;
         let mut late = Vec::new();
         for (i, r) in self.rings.iter().enumerate() {
@@ -770,7 +804,8 @@ impl Drop for Rings {
                 );
             }
         }
-        for (i, h) in self.reapers.drain(..).enumerate() {
+        for (i, h) in reapers.drain(..).enumerate() {
+            let Some(h) = h else { continue };
             // A reaper that has not returned is detached: it owns its ring
             // and the buffers in flight, and frees them when it is done.
             if h.thread().id() != me && self.rings[i].exited.wait_until(Instant::now()) {

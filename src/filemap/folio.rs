@@ -67,6 +67,9 @@ impl FolioFlags {
     /// Readahead's marker (`PG_readahead`): a reader touching this folio
     /// submits the next readahead window.
     pub const READAHEAD: FolioFlags = FolioFlags(1024);
+    /// Read for a stream that passes the cache by (`PG_dropbehind`): the
+    /// folio leaves the cache as soon as a reader has read it to its end.
+    pub const DROPBEHIND: FolioFlags = FolioFlags(2048);
 }
 
 /// A folio: `2^order` pages starting at page index `index`.

@@ -338,15 +338,35 @@ mod pool {
         held() + REGION <= LIMIT.load(Ordering::Relaxed)
     }
 
-    /// The prefaulter: a thread, made on the first need, that keeps
+    /// The prefaulter: a thread, made on a need a second or more after the
+    /// process first carved a 4 KiB frame (a short-lived process, a
+    /// one-shot bulk load, never starts one: glibc keeps its single-thread
+    /// fast paths while a process has no second thread), that keeps
     /// [`READY_TARGET`] regions of 4 KiB frames faulted in while a cache
     /// grows (the kernel's `kswapd` keeping free pages above a watermark,
     /// in miniature), so that a miss does not wait for the kernel to find,
     /// compact and zero fresh memory (on a machine whose memory is full of
     /// page cache, a huge page's fault reclaims and compacts: 2 to 10 us
-    /// per 4 KiB). It never holds more than the retain limit allows.
-    static PREFAULTER: std::sync::OnceLock<Option<std::sync::Arc<crate::sync::Event>>> =
-        std::sync::OnceLock::new();
+    /// per 4 KiB). It never holds more than the retain limit allows. One
+    /// per process: a forked child makes its own (the parent's thread does
+    /// not exist there).
+    static PREFAULTER: crate::sync::Lock<Option<(u64, std::sync::Arc<crate::sync::Event>)>> =
+        crate::sync::Lock::new(None);
+    /// When this process first carved a 4 KiB frame (milliseconds on the
+    /// monotonic clock, plus one; 0: not yet), and its fork generation.
+    static FIRST_CARVE: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+    static FIRST_CARVE_GEN: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
+    /// How long after the first carve the prefaulter may start.
+    const PREFAULT_AFTER_MS: u64 = 1000;
+
+    fn now_ms() -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis() as u64
+            + 1
+    }
 
     /// Ask the prefaulter for regions if it is short of them and there is
     /// room (a load or two when it is not).
@@ -354,7 +374,22 @@ mod pool {
         if regions::ready_count() >= READY_TARGET || !room_for_a_region() {
             return;
         }
-        let ev = PREFAULTER.get_or_init(|| {
+        let gen = crate::fork::generation();
+        let now = now_ms();
+        if FIRST_CARVE_GEN.load(Ordering::Relaxed) != gen {
+            FIRST_CARVE.store(now, Ordering::Relaxed);
+            FIRST_CARVE_GEN.store(gen, Ordering::Relaxed);
+            return;
+        }
+        if now.saturating_sub(FIRST_CARVE.load(Ordering::Relaxed)) < PREFAULT_AFTER_MS {
+            return;
+        }
+        let Some(mut slot) = PREFAULTER.try_lock() else {
+            return;
+        };
+        if slot.as_ref().is_none_or(|(g, _)| *g != gen) {
+            // An inherited one is the parent's: its thread is not here.
+            std::mem::forget(slot.take());
             let ev = std::sync::Arc::new(crate::sync::Event::new());
             let theirs = std::sync::Arc::clone(&ev);
             let spawned = std::thread::Builder::new()
@@ -368,9 +403,12 @@ mod pool {
                         }
                     }
                 });
-            spawned.ok().map(|_| ev)
-        });
-        if let Some(ev) = ev {
+            // Without a thread misses fault their own memory in; it is
+            // not tried again in this process.
+            let _ = spawned;
+            *slot = Some((gen, ev));
+        }
+        if let Some((_, ev)) = slot.as_ref() {
             ev.kick();
         }
     }

@@ -12,9 +12,12 @@
 //! [`Resizable`], what it resizes). Nothing here knows the page cache: a
 //! cache is sized with a number and resized through [`Resizable`].
 //! `budget` ([`SharedBudget`]) shares one budget among the caches of every
-//! process in a cgroup (or on the machine): a registry in `/dev/shm`, a
-//! fair division, growth into headroom and shrinking before the limit
-//! (docs/memory.md).
+//! process in a cgroup (or on the machine): a registry in the user's
+//! private runtime directory ([`crate::ipc`]), members alive while they
+//! hold their life byte, a fair division, growth into headroom and
+//! shrinking before the limit (docs/memory.md). `budget` imports
+//! [`crate::ipc`] and [`crate::fork`]; nothing else here imports the rest
+//! of the crate.
 //! Invariants: no file content makes the readers panic (every bad file is
 //! a [`LimitsError`] naming it); the monitor is never started by the
 //! library on its own, blocks in `poll` while nothing happens, and stops
@@ -155,8 +158,8 @@ pub use trigger::{Stall, Trigger, TriggerError};
 mod budget;
 #[cfg(target_os = "linux")]
 pub use budget::{
-    BudgetConfig, BudgetReason, BudgetStats, Marks, RegistryError, Scope, ScopeKind, SharedBudget,
-    Usage,
+    BudgetConfig, BudgetReason, BudgetStats, Marks, RegistryDir, RegistryError, Scope, ScopeKind,
+    SharedBudget, Usage,
 };
 // The registry's table and the division's rules, for tests and tools that
 // inspect a budget from outside (the NBD server's tests): not part of the
@@ -164,8 +167,8 @@ pub use budget::{
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub use budget::{
-    alive, budget_decide, budget_shares, path_for, start_time, Registry, Slot, Table, View,
-    FILE_BYTES, KEY_BYTES, SLOTS, SLOT_WORDS,
+    budget_decide, budget_shares, file_name, start_time, Look, Registry, Slot, Table, View,
+    FILE_BYTES, KEY_BYTES, LIFE, LOCK_PATIENCE, SLOTS, SLOT_WORDS, TABLE_LOCK,
 };
 #[cfg(target_os = "linux")]
 mod monitor;

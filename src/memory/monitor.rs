@@ -7,8 +7,9 @@
 //! decisions (with no timeout when no growth is pending, otherwise until
 //! the next growth step), so it uses no CPU while nothing happens;
 //! dropping the handle sets the stop signal and joins the thread, which
-//! returns at once from `poll`; every change of capacity it makes, and
-//! every failure, is one log line.
+//! returns at once from `poll` (in a forked child, dropping the parent's
+//! monitor touches nothing: its thread and its eventfd are the parent's);
+//! every change of capacity it makes, and every failure, is one log line.
 
 use super::poll::StopSignal;
 use super::psi::Psi;
@@ -164,6 +165,8 @@ pub struct PressureMonitor {
     stop: Arc<StopSignal>,
     thread: Option<JoinHandle<()>>,
     source: String,
+    /// The fork generation of the process that started it.
+    generation: u64,
 }
 
 impl PressureMonitor {
@@ -279,6 +282,7 @@ impl PressureMonitor {
             stop,
             thread: Some(thread),
             source: describe,
+            generation: crate::fork::generation(),
         })
     }
 
@@ -296,6 +300,13 @@ impl PressureMonitor {
 
 impl Drop for PressureMonitor {
     fn drop(&mut self) {
+        if crate::fork::inherited(self.generation) {
+            // A forked child's copy: the thread is the parent's (it does
+            // not exist here) and the stop signal's eventfd is shared with
+            // the parent, whose thread a write would stop. Touch nothing.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         self.stop.set();
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -140,7 +140,8 @@ impl CacheInner {
             (lru.entries(), lru.heap_bytes())
         };
         let blocks: usize = files.iter().map(|f| f.blocks.heap_bytes()).sum();
-        let per_file = files.len() * core::mem::size_of::<FileShared>();
+        let per_file = files.len() * core::mem::size_of::<FileShared>()
+            + files.iter().map(|f| f.ring.lock().bytes()).sum::<usize>();
         (nodes * node
             + entries * FOLIO_META_BYTES
             + lists

@@ -12,6 +12,7 @@ use super::folio::{FolioRef, HeldFolio};
 use super::folio_write::FolioWrite;
 use super::inode::FileShared;
 use super::paths::{check_size, Fill};
+use super::reuse::ReadFlags;
 use super::writeback::{self, Mode};
 use crate::backend::Backend;
 use crate::filemap::PAGE_SIZE;
@@ -165,6 +166,41 @@ impl CachedFile {
             Ok(n)
         });
         self.shared.read_at(buf, offset)
+    }
+
+    /// [`read_at`](CachedFile::read_at) with `flags` (as `preadv2(2)`):
+    /// with [`ReadFlags::NOREUSE`], the pages no folio holds are read from
+    /// the backend without a frame (128 KiB or more straight into `buf`,
+    /// one copy; less through the file's 256 KiB ring) and not kept, unless one
+    /// was passed by so recently that the workingset would keep it; cached
+    /// pages, dirty or clean, are read from the cache as always, so the
+    /// bytes returned are what `read_at` returns (`docs/memory.md`, "Reads
+    /// that pass the cache by").
+    ///
+    /// # Errors
+    /// As [`read_at`](CachedFile::read_at).
+    ///
+    /// ```
+    /// use kxarray::backend::RamDisk;
+    /// use kxarray::pagecache::{CacheConfig, PageCache, ReadFlags};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().flusher(false));
+    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap();
+    /// file.write_at(b"cached", 0).unwrap(); // dirty in the cache
+    /// let mut buf = [0u8; 6];
+    /// file.read_at_with(&mut buf, 0, ReadFlags::NOREUSE).unwrap();
+    /// assert_eq!(&buf, b"cached"); // a cached page is read from the cache
+    /// file.read_at_with(&mut buf, 512 << 10, ReadFlags::NOREUSE).unwrap();
+    /// assert_eq!(file.cached_pages(), 1); // the miss was not kept
+    /// assert_eq!(cache.stats().passthrough_pages, 1);
+    /// ```
+    #[inline]
+    pub fn read_at_with(&self, buf: &mut [u8], offset: u64, flags: ReadFlags) -> io::Result<usize> {
+        if flags.contains(ReadFlags::NOREUSE) {
+            self.shared.read_at_as::<true>(buf, offset)
+        } else {
+            self.shared.read_at(buf, offset)
+        }
     }
 
     /// Write all of `buf` at `offset`, extending the file if it ends past

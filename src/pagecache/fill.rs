@@ -175,6 +175,8 @@ impl FileShared {
         wins: &[Window],
         want: Option<u64>,
     ) -> io::Result<Option<Arc<Folio>>> {
+        // Misses: what waits for one runs first, under no lock.
+        self.cache.demand();
         let size = self.len();
         #[cfg(not(loom))]
         let mut reqs: Vec<(u64, ReadBuf)> = Vec::new();
@@ -259,6 +261,9 @@ impl FileShared {
                 }
                 if holds(win.mark) {
                     folio.set(FolioFlags::READAHEAD);
+                }
+                if win.drop_behind {
+                    folio.set(FolioFlags::DROPBEHIND);
                 }
                 let at = pos * PAGE;
                 let in_file = (size.saturating_sub(at) as usize).min(folio.max_bytes());
@@ -348,6 +353,7 @@ impl FileShared {
                     start: first,
                     end,
                     mark: None,
+                    drop_behind: false,
                 }],
                 None,
             )?;
@@ -363,11 +369,13 @@ impl FileShared {
     }
 
     /// A reader reached `f`: if it carries readahead's marker, clear it
-    /// and submit the next window (`page_cache_async_ra`) without waiting.
-    /// A failed submission is dropped: readahead is a hint, and the reader
-    /// reads what it needs itself.
+    /// and submit the next window (`page_cache_async_ra`) without waiting,
+    /// unless the stream's misses pass the cache by from there on (the
+    /// file no longer fits in the cache, or `noreuse`: the reader's read
+    /// asked; `reuse`). A failed submission is dropped: readahead is a
+    /// hint, and the reader reads what it needs itself.
     #[inline]
-    pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio) {
+    pub(crate) fn touch_marker(self: &Arc<Self>, f: &Folio, noreuse: bool) {
         if f.test(FolioFlags::READAHEAD) && f.clear(FolioFlags::READAHEAD) {
             let size_pages = self.len().div_ceil(PAGE);
             let limit = self.ra_limit();
@@ -375,6 +383,24 @@ impl FileShared {
                 .ra
                 .on_marker(f.index(), f.nr_pages(), size_pages, limit)
             {
+                let mut win = win;
+                if !win.drop_behind
+                    && self.reuse.stop_readahead(
+                        win.start,
+                        noreuse,
+                        self.cache.config.passthrough,
+                        size_pages,
+                        self.reuse_clocks(),
+                    )
+                {
+                    if !self.reads_ahead {
+                        return; // the misses from here read straight
+                    }
+                    // A backend that reads nothing ahead: the windows go
+                    // on, dropped behind the reader.
+                    self.ra.drop_behind();
+                    win.drop_behind = true;
+                }
                 let _ = self.submit_fills(&[win], None);
             }
         }
@@ -390,7 +416,7 @@ impl FileShared {
         if !super::folio::is_live(&f) || !f.test(FolioFlags::READAHEAD) {
             return None;
         }
-        self.touch_marker(&f);
+        self.touch_marker(&f, false);
         self.folio_hit(index)
     }
 

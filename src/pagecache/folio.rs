@@ -32,13 +32,17 @@ pub(crate) fn is_live(f: &Folio) -> bool {
     )
 }
 
-/// Whether a lock-free hit may use the folio as it is: live, and not
+/// Whether a lock-free hit may use the folio as it is: live, not
 /// readahead's marker (a reader touching the marker goes to the locked
-/// path, which submits the next window). One load, as [`is_live`].
+/// path, which submits the next window), and not read to be dropped behind
+/// its reader (the locked path drops it). One load, as [`is_live`].
 #[inline]
 pub(crate) fn is_plain_hit(f: &Folio) -> bool {
     f.flags_are(
-        FolioFlags::UPTODATE | FolioFlags::DETACHED | FolioFlags::READAHEAD,
+        FolioFlags::UPTODATE
+            | FolioFlags::DETACHED
+            | FolioFlags::READAHEAD
+            | FolioFlags::DROPBEHIND,
         FolioFlags::UPTODATE,
     )
 }

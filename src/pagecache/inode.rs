@@ -14,6 +14,10 @@
 //! - a folio leaves the address space only through [`FileShared::detach`],
 //!   under its lock, after `DETACHED` is set; its block state and its dirty
 //!   bytes go with it;
+//! - every write to the backend (a writeback pass, a write-through, a
+//!   length change) is counted in [`BackendWrites`] before it starts and
+//!   after it ends, so a read that passed the cache by (`passthrough`)
+//!   can tell whether one overlapped it;
 //! - the pieces of a large folio split by a revalidation are
 //!   published under `split_lock`, which every path that drops pages
 //!   because the backend changed (`revalidate`, `revalidate_range`,
@@ -27,6 +31,8 @@ use super::fill_state::FillCtx;
 use super::options::{FileOptions, OpenError};
 use super::readahead::Readahead;
 use super::retry::Backoff;
+use super::reuse::Reuse;
+use super::ring::Ring;
 use super::stats::{bump, drop_gauge};
 use super::CacheInner;
 use crate::backend::Backend;
@@ -40,9 +46,56 @@ pub(crate) fn oom(e: crate::filemap::AllocError) -> io::Error {
     io::Error::new(io::ErrorKind::OutOfMemory, e)
 }
 
+/// The writes to a file's backend, counted as a sequence: `started` before
+/// one begins, `finished` after it ends (both only grow). A reader that
+/// took `finished` before it read the backend and finds `started` equal to
+/// it afterwards knows that no write was in flight at any moment of its
+/// read (every write that had started by its end had finished by its
+/// start): the bytes it read are the backend's, whole.
+#[derive(Default)]
+pub(crate) struct BackendWrites {
+    started: AtomicU64,
+    finished: AtomicU64,
+}
+
+/// One backend write in progress ([`BackendWrites::begin`]); counted as
+/// finished when dropped.
+pub(crate) struct BackendWrite<'a>(&'a BackendWrites);
+
+impl BackendWrites {
+    /// A write to the backend begins; it ends when the guard is dropped.
+    pub(crate) fn begin(&self) -> BackendWrite<'_> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        BackendWrite(self)
+    }
+
+    /// The writes finished so far: taken before a read of the backend.
+    #[inline]
+    pub(crate) fn finished(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Whether no write started since `finished` was taken (and none was
+    /// in flight then): checked after a read of the backend.
+    #[inline]
+    pub(crate) fn none_since(&self, finished: u64) -> bool {
+        crate::sync::fence(Ordering::SeqCst);
+        self.started.load(Ordering::SeqCst) == finished
+    }
+}
+
+impl Drop for BackendWrite<'_> {
+    fn drop(&mut self) {
+        self.0.finished.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// The state shared by every handle of one file.
 pub(crate) struct FileShared {
     pub(crate) id: u64,
+    /// The fork generation of the process that opened it: in a child,
+    /// its pages are the parent's (`demand`).
+    pub(crate) generation: u64,
     pub(crate) cache: Arc<CacheInner>,
     pub(crate) mapping: AddressSpace,
     pub(crate) backend: Box<dyn Backend>,
@@ -74,6 +127,16 @@ pub(crate) struct FileShared {
     /// The backend refuses writes ([`Backend::is_read_only`]): so does
     /// every write to the file, when it is made.
     pub(crate) read_only: bool,
+    /// Whether the backend asks for a readahead window (it reads nothing
+    /// ahead by itself: `O_DIRECT`); its reads do not pass the cache by.
+    pub(crate) reads_ahead: bool,
+    /// The writes to the backend in progress and done (`passthrough`).
+    pub(crate) backend_writes: BackendWrites,
+    /// Reads that pass the cache by: the hint, the stream, the pages
+    /// passed by recently (`passthrough`).
+    pub(crate) reuse: Reuse,
+    /// Small reads that pass the cache by are served from here.
+    pub(crate) ring: Ring,
 }
 
 impl FileShared {
@@ -85,12 +148,14 @@ impl FileShared {
         opts: FileOptions,
     ) -> Result<Self, OpenError> {
         let (shift, write_order) = opts.validate()?;
+        let reads_ahead = backend.readahead_max().is_some();
         let ra_max = backend
             .readahead_max()
             .unwrap_or(super::readahead::DEFAULT_READAHEAD_BYTES);
         let read_only = backend.is_read_only();
         Ok(FileShared {
             id,
+            generation: crate::fork::generation(),
             cache,
             mapping: AddressSpace::new(),
             backend,
@@ -107,6 +172,10 @@ impl FileShared {
             whole_folio: opts.whole_folio,
             write_order,
             read_only,
+            reads_ahead,
+            backend_writes: BackendWrites::default(),
+            reuse: Reuse::new(),
+            ring: Ring::new(),
         })
     }
 

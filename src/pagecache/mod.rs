@@ -13,8 +13,11 @@
 //! eviction), `lru` (the two lists), `workingset` (shadows, refault
 //! distance, shadow-node cap), `blocks` (per-block state), `readahead`,
 //! `errseq`, `flusher`, `kswapd` (the background reclaimer, on `reclaim`),
-//! `retry` (the writeback backoff of folios and files whose writes failed)
-//! and `stats` (the counters, at the bottom).
+//! `retry` (the writeback backoff of folios and files whose writes failed),
+//! `reuse` (which read misses are admitted and which pass the cache by),
+//! `passthrough` (the reads that pass it by: straight into the caller's
+//! buffer, through the file's `ring`, or dropped behind the reader) and
+//! `stats` (the counters, at the bottom).
 //!
 //! Reads that hit take no lock and write nothing shared but the thread's
 //! own counter slot: they copy a folio's bytes optimistically and keep the
@@ -54,6 +57,7 @@ mod borrow;
 #[cfg(target_os = "linux")]
 mod budget;
 mod capacity;
+mod demand;
 mod errseq;
 mod file;
 mod fill;
@@ -65,11 +69,14 @@ mod inode;
 mod kswapd;
 mod lru;
 mod options;
+mod passthrough;
 mod paths;
 mod read_async;
 mod readahead;
 mod reclaim;
 mod retry;
+mod reuse;
+mod ring;
 mod stats;
 mod throttle;
 mod workingset;
@@ -87,6 +94,7 @@ pub use paths::MAX_FILE_SIZE;
 pub use read_async::ReadFuture;
 pub use readahead::{Advice, DEFAULT_READAHEAD_BYTES};
 pub use retry::{WRITEBACK_RETRY_MAX, WRITEBACK_RETRY_MIN};
+pub use reuse::ReadFlags;
 pub use stats::CacheStats;
 pub use throttle::{ThrottleMode, MAX_PAUSE, STUCK_PAUSES};
 
@@ -162,6 +170,14 @@ pub struct CacheConfig {
     /// reader but gained nothing with one reader and lost with two
     /// (`docs/miss-path.md`); it is for machines with cores to spare.
     pub background_reclaim: bool,
+    /// Let a sequential read of a file larger than the capacity pass the
+    /// cache by (default on): its misses are read without a frame (into
+    /// the caller's buffer, or through the file's 256 KiB ring) and not
+    /// kept, so the scan neither evicts what is hot nor pays a frame's fill
+    /// and an eviction for pages a second scan would not find anyway (`docs/memory.md`, "Reads that pass the cache
+    /// by"). Off: only reads that ask ([`ReadFlags::NOREUSE`], a file
+    /// advised [`Advice::NoReuse`]) pass it by.
+    pub passthrough: bool,
     /// Cache files in the region shared by this user's processes
     /// ([`CacheConfig::shared`]) instead of this cache's own memory; `None`
     /// (the default) keeps every file private.
@@ -173,9 +189,12 @@ pub struct CacheConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedConfig {
     /// The user's own directory the region file lives in (mode 0700; made
-    /// if missing). Default: `$XDG_RUNTIME_DIR/kxarray` when that is the
-    /// user's, else `/dev/shm/kxarray-<uid>`.
-    pub dir: std::path::PathBuf,
+    /// if missing, refused if it is not the user's alone). `None` (the
+    /// default): the user's runtime directory, where the shared memory
+    /// budget's registry lives too: `$XDG_RUNTIME_DIR/kxarray` when that is
+    /// the user's, else `/dev/shm/kxarray-<euid>`
+    /// ([`RuntimeDir::for_user`](crate::ipc::RuntimeDir::for_user)).
+    pub dir: Option<std::path::PathBuf>,
     /// The region's name in it: processes that name the same region share
     /// it (default `cache`).
     pub name: String,
@@ -188,10 +207,7 @@ pub struct SharedConfig {
 impl Default for SharedConfig {
     fn default() -> Self {
         SharedConfig {
-            #[cfg(all(target_os = "linux", not(loom)))]
-            dir: crate::shared::default_dir(),
-            #[cfg(not(all(target_os = "linux", not(loom))))]
-            dir: std::env::temp_dir(),
+            dir: None,
             name: "cache".into(),
             max_bytes: None,
         }
@@ -200,7 +216,8 @@ impl Default for SharedConfig {
 
 impl Default for CacheConfig {
     /// 64 MiB, order-4 readahead cap, 10% background threshold, 20% dirty
-    /// limit, ratelimit 32 pages, 1 s expiry, flusher on.
+    /// limit, ratelimit 32 pages, 1 s expiry, flusher on, background
+    /// reclaim off, scans larger than the cache passing it by.
     fn default() -> Self {
         CacheConfig {
             capacity: 64 << 20,
@@ -213,6 +230,7 @@ impl Default for CacheConfig {
             flusher: true,
             background_reclaim: false,
             shared: None,
+            passthrough: true,
         }
     }
 }
@@ -286,6 +304,12 @@ impl CacheConfig {
         self.background_reclaim = on;
         self
     }
+    /// Let sequential reads of files larger than the capacity pass the
+    /// cache by, or not ([`CacheConfig::passthrough`]).
+    pub fn passthrough(mut self, on: bool) -> Self {
+        self.passthrough = on;
+        self
+    }
     /// Share the cache with this user's other processes: files that are
     /// files of a file system (a [`FileBackend`](crate::backend::FileBackend))
     /// are cached in one region of shared memory that every process with
@@ -340,6 +364,8 @@ pub(crate) struct CacheInner {
     /// The region shared with other processes, when joined.
     #[cfg(all(target_os = "linux", not(loom)))]
     pub(crate) region: Option<Arc<crate::shared::Region>>,
+    /// What waits for the first miss in a process (`demand`).
+    pub(crate) demand: demand::Demand,
 }
 
 impl CacheInner {
@@ -388,7 +414,10 @@ impl CacheInner {
 /// use kxarray::backend::RamDisk;
 /// use kxarray::pagecache::{CacheConfig, PageCache};
 ///
-/// let cache = PageCache::new(CacheConfig::default().capacity(64 * 4096).flusher(false));
+/// // Scans keep what they read here (a scan of a file larger than the
+/// // cache would pass it by: `CacheConfig::passthrough`).
+/// let config = CacheConfig::default().capacity(64 * 4096).flusher(false).passthrough(false);
+/// let cache = PageCache::new(config);
 /// let a = cache.open(RamDisk::new(1 << 20)).unwrap();
 /// let b = cache.clone().open(RamDisk::new(1 << 20)).unwrap(); // the same cache
 /// let mut buf = [0u8; 4096];
@@ -484,6 +513,7 @@ impl PageCache {
                 .shared
                 .as_ref()
                 .and_then(|s| join_region(s, config.capacity)),
+            demand: demand::Demand::new(),
             config,
         });
         let flusher = if inner.config.flusher && !cfg!(loom) {
@@ -551,6 +581,8 @@ impl PageCache {
         opts: FileOptions,
     ) -> Result<CachedFile, OpenError> {
         opts.validate()?;
+        // In a forked child: the inherited pages go first (`demand`).
+        self.inner.demand();
         #[cfg(all(target_os = "linux", not(loom)))]
         let region_file = self.inner.region.as_ref().and_then(|r| share(r, &backend));
         let len = backend.len().map_err(OpenError::Io)?;
@@ -636,6 +668,8 @@ impl PageCache {
             backend_written_bytes: c.backend_written_bytes.load(Ordering::Relaxed),
             cached_pages,
             readahead_pages: c.readahead_pages.load(Ordering::Relaxed),
+            passthrough_pages: c.passthrough_pages.load(Ordering::Relaxed),
+            passthrough_bytes: c.passthrough_bytes.load(Ordering::Relaxed),
             capacity_bytes: self.capacity(),
             cached_bytes: cached_pages * PAGE_SIZE as u64,
             frame_bytes_free: crate::filemap::frame_stats().bytes_free as u64,
@@ -793,7 +827,18 @@ fn join_region(s: &SharedConfig, capacity: u64) -> Option<Arc<crate::shared::Reg
     let max = s
         .max_bytes
         .unwrap_or_else(|| capacity.saturating_mul(4).max(256 << 20));
-    match crate::shared::Region::join(&s.dir, &s.name, max / page) {
+    let dir = match &s.dir {
+        Some(p) => crate::ipc::RuntimeDir::create(p),
+        None => crate::ipc::RuntimeDir::for_user(),
+    };
+    let place = match &dir {
+        Ok(d) => d.path().join(&s.name),
+        Err(e) => e.path.join(&s.name),
+    };
+    let joined = dir
+        .map_err(|e| crate::shared::RegionError::Refused(e.to_string()))
+        .and_then(|d| crate::shared::Region::join_dir(d, &s.name, max / page));
+    match joined {
         Ok(r) => {
             if r.capacity() < capacity {
                 if let Err(e) = r.set_capacity(capacity) {
@@ -812,7 +857,7 @@ fn join_region(s: &SharedConfig, capacity: u64) -> Option<Arc<crate::shared::Reg
             SAID.call_once(|| {
                 log::warn!(
                     "kxarray: shared cache {}: {e}; this process caches privately",
-                    s.dir.join(&s.name).display()
+                    place.display()
                 )
             });
             None

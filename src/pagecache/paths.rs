@@ -39,6 +39,7 @@
 use super::borrow::FolioBorrow;
 use super::folio::{self, FolioRef};
 use super::inode::{oom, FileShared};
+use super::passthrough::Pass;
 use super::stats::{bump, drop_gauge};
 use super::writeback::{self, Mode};
 use crate::backend::checked_end;
@@ -111,7 +112,7 @@ impl FileShared {
     /// re-check `DETACHED`/`UPTODATE`, and check the blocks it uses are
     /// uptodate ([`BlockMap::is_uptodate`](super::blocks)).
     pub(crate) fn get_folio(self: &Arc<Self>, index: u64, fill: Fill) -> io::Result<Arc<Folio>> {
-        self.get_folio_for(index, fill, 1)
+        self.get_folio_for(index, fill, 1, false)
     }
 
     /// [`get_folio`](FileShared::get_folio) for a read of `req` pages from
@@ -119,12 +120,14 @@ impl FileShared {
     /// (`fill`) and returns the folio holding `index` with its read in
     /// flight (locking it waits for the read); a random one reads its page
     /// alone, synchronously. A folio whose read failed is removed and its
-    /// error returned to a reader (a writer just goes on).
+    /// error returned to a reader (a writer just goes on). `drop_behind`:
+    /// the miss passes the cache by, its folios dropped once read.
     pub(crate) fn get_folio_for(
         self: &Arc<Self>,
         index: u64,
         fill: Fill,
         req: u64,
+        drop_behind: bool,
     ) -> io::Result<Arc<Folio>> {
         let mut allow_large = true;
         loop {
@@ -145,12 +148,13 @@ impl FileShared {
                 folio::mark_accessed(&f);
                 return Ok(f);
             }
+            // A miss: what waits for one runs first, under no lock.
+            self.cache.demand();
             let size = self.len();
             if fill == Fill::Read && allow_large {
-                if let Some(win) = self
-                    .ra
-                    .on_miss(index, req, size.div_ceil(PAGE), self.ra_limit())
-                {
+                let limit = self.ra_limit();
+                let pages = size.div_ceil(PAGE);
+                if let Some(win) = self.ra.on_miss(index, req, pages, limit, drop_behind) {
                     match self.submit_fills(&[win], Some(index))? {
                         Some(f) => return Ok(f),
                         // Someone else's folio is in the way: look again.
@@ -212,6 +216,9 @@ impl FileShared {
             if fill == Fill::Write {
                 self.blocks.new_empty(&folio);
             }
+            if drop_behind {
+                folio.set(FolioFlags::DROPBEHIND);
+            }
             folio.set(FolioFlags::UPTODATE);
             drop(w);
             self.cache.insert_new(self, &folio, shadow);
@@ -233,6 +240,17 @@ impl FileShared {
     }
 
     pub(crate) fn read_at(self: &Arc<Self>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at_as::<false>(buf, offset)
+    }
+
+    /// `read_at`; with `NOREUSE`, its misses pass the cache by unless the
+    /// rule admits them (`passthrough`). The hits are the same code.
+    #[inline(always)]
+    pub(crate) fn read_at_as<const NOREUSE: bool>(
+        self: &Arc<Self>,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<usize> {
         let end = checked_end(offset, buf.len() as u64)?;
         if offset > MAX_FILE_SIZE {
             return Err(io::Error::new(
@@ -274,7 +292,8 @@ impl FileShared {
                 });
             }
             if pos < end {
-                pos += self.read_locked(pos, end, &mut buf[(pos - offset) as usize..])? as u64;
+                let out = &mut buf[(pos - offset) as usize..];
+                pos += self.read_locked::<NOREUSE>(pos, end, out)? as u64;
             }
         }
         Ok((end - offset) as usize)
@@ -343,14 +362,26 @@ impl FileShared {
         Some(n)
     }
 
-    /// The locked path of `read_at` for the page at `pos`: find or fill the
-    /// folio, lock it, fill missing blocks, copy. Returns the bytes copied.
+    /// The locked path of `read_at` for the page at `pos`: a miss the rule
+    /// passes by is read straight into `out` (`passthrough`); else find or
+    /// fill the folio, lock it, fill missing blocks, copy. Returns the
+    /// bytes copied.
     #[cold]
-    fn read_locked(self: &Arc<Self>, pos: u64, end: u64, out: &mut [u8]) -> io::Result<usize> {
+    fn read_locked<const NOREUSE: bool>(
+        self: &Arc<Self>,
+        pos: u64,
+        end: u64,
+        out: &mut [u8],
+    ) -> io::Result<usize> {
+        let drop_behind = match self.pass_by(pos, end, out, NOREUSE)? {
+            Pass::Read(n) => return Ok(n),
+            Pass::DropBehind => true,
+            Pass::Cache => false,
+        };
         loop {
             let req = (end.div_ceil(PAGE) - pos / PAGE).max(1);
-            let f = self.get_folio_for(pos / PAGE, Fill::Read, req)?;
-            self.touch_marker(&f);
+            let f = self.get_folio_for(pos / PAGE, Fill::Read, req, drop_behind)?;
+            self.touch_marker(&f, NOREUSE);
             let mut w = f.mem().lock();
             if !folio::is_live(&f) {
                 continue;
@@ -361,6 +392,9 @@ impl FileShared {
                 self.fill_blocks(&f, &mut w, at, at + n)?;
             }
             out[..n].copy_from_slice(&w.bytes()[at..at + n]);
+            if f.test(FolioFlags::DROPBEHIND) {
+                self.drop_behind(&f, &mut w, at + n);
+            }
             return Ok(n);
         }
     }
@@ -469,7 +503,7 @@ impl FileShared {
     /// every block filled, pinned. `None`: it was detached meanwhile.
     pub(crate) fn folio_locked(self: &Arc<Self>, index: u64) -> io::Result<Option<FolioRef>> {
         let f = self.get_folio(index, Fill::Read)?;
-        self.touch_marker(&f);
+        self.touch_marker(&f, false);
         let mut w = f.mem().lock();
         if !folio::is_live(&f) {
             return Ok(None);
@@ -577,6 +611,7 @@ impl FileShared {
             let _g = self.size_lock.lock();
             if end > self.len() {
                 if !self.backend.extends_on_write() {
+                    let _write = self.backend_writes.begin();
                     self.backend.set_len(end)?;
                 }
                 self.size.store(end, Ordering::Release);
@@ -675,7 +710,10 @@ impl FileShared {
         if new == old {
             return Ok(());
         }
-        self.backend.set_len(new)?;
+        {
+            let _write = self.backend_writes.begin();
+            self.backend.set_len(new)?;
+        }
         if new < old {
             let first_gone = new.div_ceil(PAGE);
             let (folios, shadows) = self.folios_in(new / PAGE, u64::MAX);
@@ -714,6 +752,7 @@ impl FileShared {
         let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
+        self.backend_changed();
         let len = self.backend.len()?;
         let (folios, shadows) = self.folios_in(0, u64::MAX);
         let mut busy = 0;
@@ -752,6 +791,7 @@ impl FileShared {
         let _split = self.split_lock.lock();
         let _wb = self.wb_lock.lock();
         let _sz = self.size_lock.lock();
+        self.backend_changed();
         let new = self.backend.len()?;
         let old = self.len();
         if new == old {
@@ -798,6 +838,7 @@ impl FileShared {
         let (mut dropped, mut busy) = (0, 0);
         let mut pos = first;
         let _one_at_a_time = self.split_lock.lock();
+        self.backend_changed();
         while pos < end {
             let Some(f) = self.cached(pos) else {
                 pos += 1;

@@ -47,6 +47,7 @@ fn window(offset: u64, len: usize, size: u64) -> Option<Window> {
         start,
         end,
         mark: None,
+        drop_behind: false,
     })
 }
 
@@ -256,7 +257,9 @@ impl CachedFile {
     /// range's reads (at most the cache's capacity) and returns without
     /// waiting; [`DontNeed`](Advice::DontNeed) drops the range's clean,
     /// unused folios that lie wholly inside it (dirty ones stay: write them
-    /// back first).
+    /// back first); [`NoReuse`](Advice::NoReuse) makes the file's read
+    /// misses pass the cache by until `Normal` (the whole file, as in
+    /// Linux).
     ///
     /// # Errors
     /// [`io::ErrorKind::InvalidInput`] when `offset + len` overflows or
@@ -323,7 +326,14 @@ impl CachedFile {
             return Ok(());
         }
         match advice {
-            Advice::Normal | Advice::Sequential | Advice::Random => s.ra.advise(advice),
+            Advice::Normal | Advice::Sequential | Advice::Random => {
+                s.ra.advise(advice);
+                s.reuse.set_random(advice == Advice::Random);
+                if advice == Advice::Normal {
+                    s.reuse.set_noreuse(false);
+                }
+            }
+            Advice::NoReuse => s.reuse.set_noreuse(true),
             Advice::WillNeed => {
                 let first = offset / PAGE;
                 let cap = s.cache.capacity_pages().max(1);

@@ -23,13 +23,15 @@ pub const DEFAULT_READAHEAD_BYTES: u64 = 128 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Advice {
     /// No particular pattern: readahead as the misses suggest, up to the
-    /// file's maximum window (`POSIX_FADV_NORMAL`).
+    /// file's maximum window (`POSIX_FADV_NORMAL`); ends
+    /// [`NoReuse`](Advice::NoReuse).
     Normal,
     /// Sequential reads expected: the maximum window doubles
     /// (`POSIX_FADV_SEQUENTIAL`; the kernel doubles `ra_pages`).
     Sequential,
     /// Random reads expected: no readahead, each miss reads its own pages
-    /// (`POSIX_FADV_RANDOM`).
+    /// (`POSIX_FADV_RANDOM`), and no scan to detect: the file's misses
+    /// pass the cache by only when asked ([`NoReuse`](Advice::NoReuse)).
     Random,
     /// The range will be read soon: its reads are submitted now and the
     /// call returns without waiting (`POSIX_FADV_WILLNEED`).
@@ -37,6 +39,16 @@ pub enum Advice {
     /// The range will not be read again soon: its clean, unused folios are
     /// dropped from the cache (`POSIX_FADV_DONTNEED`; dirty ones stay).
     DontNeed,
+    /// The file's data will be read once (`POSIX_FADV_NOREUSE`, which
+    /// Linux applies to the whole file): from now on, until
+    /// [`Normal`](Advice::Normal), a `read_at` that misses reads the pages
+    /// no folio holds from the backend without a frame (into the caller's
+    /// buffer, or through the file's ring)
+    /// and keeps nothing, as
+    /// [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE) does for one
+    /// read; cached pages are still served from the cache, and a page read
+    /// again within the workingset's distance is admitted.
+    NoReuse,
 }
 
 /// The pages one readahead submits: `start..end`, with the marker on the
@@ -46,6 +58,9 @@ pub(crate) struct Window {
     pub(crate) start: u64,
     pub(crate) end: u64,
     pub(crate) mark: Option<u64>,
+    /// The stream passes the cache by: each folio leaves it once read
+    /// (`FolioFlags::DROPBEHIND`).
+    pub(crate) drop_behind: bool,
 }
 
 struct State {
@@ -61,6 +76,9 @@ struct State {
     /// The hint in force (`Random` turns readahead off; `Sequential`
     /// doubles the maximum).
     advice: Advice,
+    /// The current stream's folios are dropped behind its reader (its
+    /// windows are then at most a quarter of `limit`).
+    drop_behind: bool,
 }
 
 impl State {
@@ -117,6 +135,7 @@ impl Readahead {
             next_miss: 0,
             max_pages: (max_bytes / 4096).max(1),
             advice: Advice::Normal,
+            drop_behind: false,
         }))
     }
 
@@ -151,10 +170,15 @@ impl Readahead {
         req: u64,
         size_pages: u64,
         limit: u64,
+        drop_behind: bool,
     ) -> Option<Window> {
         let mut s = self.0.lock();
-        let max = s.max(limit)?;
         let in_window = s.size > 0 && index >= s.start && index <= s.start + s.size;
+        // A miss inside a stream that drops its folios behind goes on doing
+        // so (its reader mostly finds folios read ahead: few misses).
+        let drop_behind = drop_behind || (in_window && s.drop_behind);
+        let limit = if drop_behind { limit / 4 } else { limit };
+        let max = s.max(limit)?;
         if index != 0 && index != s.next_miss && !in_window {
             s.next_miss = index + req.max(1);
             return None;
@@ -174,6 +198,7 @@ impl Readahead {
         s.size = size;
         s.async_size = size.saturating_sub(req.max(1));
         s.next_miss = index + size;
+        s.drop_behind = drop_behind;
         Some(clip(&s, size_pages))
     }
 
@@ -188,6 +213,7 @@ impl Readahead {
         limit: u64,
     ) -> Option<Window> {
         let mut s = self.0.lock();
+        let limit = if s.drop_behind { limit / 4 } else { limit };
         let max = s.max(limit)?;
         let expected = s.start + s.size - s.async_size;
         let next = s.start + s.size;
@@ -219,6 +245,15 @@ fn clip(s: &State, size_pages: u64) -> Window {
         start: s.start,
         end,
         mark: (mark < end && s.async_size > 0).then_some(mark),
+        drop_behind: s.drop_behind,
+    }
+}
+
+impl Readahead {
+    /// The stream's next windows drop their folios behind the reader (the
+    /// stream now passes the cache by), at most a quarter of the size.
+    pub(crate) fn drop_behind(&self) {
+        self.0.lock().drop_behind = true;
     }
 }
 
@@ -230,13 +265,14 @@ mod tests {
     fn windows_grow_as_the_kernels_do() {
         // 4 KiB reads, 128 KiB maximum (32 pages).
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(
             w,
             Window {
                 start: 0,
                 end: 4,
-                mark: Some(1)
+                mark: Some(1),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(1, 1, 1 << 20, u64::MAX).unwrap();
@@ -245,7 +281,8 @@ mod tests {
             Window {
                 start: 4,
                 end: 12,
-                mark: Some(4)
+                mark: Some(4),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(4, 1, 1 << 20, u64::MAX).unwrap();
@@ -254,7 +291,8 @@ mod tests {
             Window {
                 start: 12,
                 end: 28,
-                mark: Some(12)
+                mark: Some(12),
+                drop_behind: false,
             }
         );
         let w = ra.on_marker(12, 1, 1 << 20, u64::MAX).unwrap();
@@ -266,25 +304,25 @@ mod tests {
     #[test]
     fn random_misses_read_alone_and_a_second_sequential_one_starts_a_window() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        assert_eq!(ra.on_miss(1000, 1, 1 << 20, u64::MAX), None);
-        assert_eq!(ra.on_miss(5, 1, 1 << 20, u64::MAX), None);
-        let w = ra.on_miss(6, 1, 1 << 20, u64::MAX).unwrap();
+        assert_eq!(ra.on_miss(1000, 1, 1 << 20, u64::MAX, false), None);
+        assert_eq!(ra.on_miss(5, 1, 1 << 20, u64::MAX, false), None);
+        let w = ra.on_miss(6, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.start, 6);
         assert_eq!(
-            ra.on_miss(7000, 1, 1 << 20, u64::MAX),
+            ra.on_miss(7000, 1, 1 << 20, u64::MAX, false),
             None,
             "a jump reads alone"
         );
         // A miss inside the window (its folios were evicted) goes on with
         // a larger window.
-        let w = ra.on_miss(8, 1, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(8, 1, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!((w.start, w.end), (8, 16), "{w:?}");
     }
 
     #[test]
     fn windows_stop_at_the_end_of_the_file_and_advice_steers_them() {
         let ra = Readahead::new(DEFAULT_READAHEAD_BYTES);
-        let w = ra.on_miss(0, 1, 2, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 1, 2, u64::MAX, false).unwrap();
         assert_eq!((w.start, w.end), (0, 2));
         assert_eq!(
             ra.on_marker(1, 1, 2, u64::MAX),
@@ -292,14 +330,14 @@ mod tests {
             "nothing past the end"
         );
         ra.advise(Advice::Random);
-        assert_eq!(ra.on_miss(0, 1, 100, u64::MAX), None);
+        assert_eq!(ra.on_miss(0, 1, 100, u64::MAX, false), None);
         ra.advise(Advice::Sequential);
-        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.end, 64, "the maximum doubled to 64 pages");
         ra.advise(Advice::Normal);
-        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, u64::MAX, false).unwrap();
         assert_eq!(w.end, 32);
-        let w = ra.on_miss(0, 64, 1 << 20, 16).unwrap();
+        let w = ra.on_miss(0, 64, 1 << 20, 16, false).unwrap();
         assert_eq!(w.end, 16, "a small cache's limit");
     }
 }

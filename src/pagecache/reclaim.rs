@@ -213,6 +213,14 @@ impl CacheInner {
                     continue;
                 };
                 if e.folio.clear(FolioFlags::REFERENCED) {
+                    if e.folio.test(FolioFlags::DROPBEHIND) {
+                        // Read ahead for a stream that passes the cache
+                        // by, not yet read: a second chance, never the
+                        // active list.
+                        lru.rotate(e);
+                        keep(file);
+                        continue;
+                    }
                     // The second access: promote.
                     lru.activate(e);
                     bump(&self.counters.activations, 1);

@@ -181,6 +181,10 @@ pub(crate) struct Counters {
     pub(crate) backend_read_bytes: AtomicU64,
     pub(crate) backend_written_bytes: AtomicU64,
     pub(crate) readahead_pages: AtomicU64,
+    /// Pages and bytes read for callers straight from the backend
+    /// (`passthrough`); the pages are the rule's clock too (`reuse`).
+    pub(crate) passthrough_pages: AtomicU64,
+    pub(crate) passthrough_bytes: AtomicU64,
     pub(crate) flusher_runs: AtomicUsize,
     pub(crate) background_evictions: AtomicU64,
 }
@@ -201,6 +205,8 @@ impl Counters {
             backend_read_bytes: AtomicU64::new(0),
             backend_written_bytes: AtomicU64::new(0),
             readahead_pages: AtomicU64::new(0),
+            passthrough_pages: AtomicU64::new(0),
+            passthrough_bytes: AtomicU64::new(0),
             flusher_runs: AtomicUsize::new(0),
             background_evictions: AtomicU64::new(0),
         }
@@ -246,7 +252,9 @@ pub(crate) fn drop_gauge(c: &AtomicU64, n: u64) {
 pub struct CacheStats {
     /// Page lookups that found an uptodate folio.
     pub hits: u64,
-    /// Page lookups that had to read the backend (or allocate for a write).
+    /// Page lookups that had to read the backend into a folio (or
+    /// allocate one for a write): the frames filled. Reads that passed the
+    /// cache by are not misses here: see `passthrough_pages`.
     pub misses: u64,
     /// Misses that found a shadow entry (the page was cached before).
     pub refaults: u64,
@@ -308,6 +316,16 @@ pub struct CacheStats {
     pub cached_pages: u64,
     /// Pages brought in by readahead (beyond the one asked for).
     pub readahead_pages: u64,
+    /// Pages read for callers from the backend without a frame (into
+    /// their buffers, through a file's ring, or a folio dropped behind its
+    /// reader), passing the cache by (a scan of a file larger than the
+    /// cache, [`ReadFlags::NOREUSE`](super::ReadFlags::NOREUSE), a file
+    /// advised [`NoReuse`](super::Advice::NoReuse)): no frame filled,
+    /// nothing evicted. Also counted in `backend_read_bytes`. A page
+    /// read in parts by several reads counts once per read.
+    pub passthrough_pages: u64,
+    /// Bytes of those reads (what their callers received).
+    pub passthrough_bytes: u64,
     /// The capacity now, in bytes ([`PageCache::set_capacity`](super::PageCache::set_capacity)).
     pub capacity_bytes: u64,
     /// Bytes of folios cached now (`cached_pages` pages): at most
@@ -325,7 +343,8 @@ pub struct CacheStats {
     /// struct and frame header per folio on the reclaim lists (with the
     /// allocator's chunk headers), the reclaim lists' and the block maps'
     /// tables (capacities times entry sizes), the workingset's queue of
-    /// shadow nodes and the files' shared state. Not counted: the bytes
+    /// shadow nodes and the files' shared state (with the 256 KiB ring of
+    /// each file a small read passed the cache by). Not counted: the bytes
     /// of frames pinned by zero-copy references after their folio moved
     /// on, and threads' magazines of tree nodes.
     pub metadata_bytes: u64,

@@ -112,6 +112,12 @@ impl Workingset {
         Shadow::pack(f).unwrap_or(Shadow::from_value(0))
     }
 
+    /// The clock now: pages evicted so far.
+    #[inline]
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
     /// The refault distance of `shadow`: pages evicted since it was.
     pub(crate) fn refault_distance(&self, shadow: Shadow) -> u64 {
         let now = self.clock.load(Ordering::Relaxed) & EVICTION_MASK;

@@ -137,9 +137,12 @@ impl FileShared {
         if end > self.len() {
             return Ok(None);
         }
-        self.backend
-            .write_all_at(buf, offset)
-            .map_err(Failed::Backend)?;
+        {
+            let _write = self.backend_writes.begin();
+            self.backend
+                .write_all_at(buf, offset)
+                .map_err(Failed::Backend)?;
+        }
         bump(&self.cache.counters.backend_written_bytes, buf.len() as u64);
         let mut index = offset / PAGE;
         let last = (end - 1) / PAGE;

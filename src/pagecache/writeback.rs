@@ -74,6 +74,9 @@ pub(crate) fn writeback(file: &FileShared, start: u64, end: u64, mode: Mode) -> 
     if !file.mapping.tagged(Tag::Dirty) {
         return Ok(());
     }
+    // The pass's writes to the backend, for reads that pass the cache by
+    // (ended after the queue, which waits for every write it submitted).
+    let _writes = file.backend_writes.begin();
     // Writers after this point set the age again.
     file.dirtied_at.store(0, Ordering::Relaxed);
     file.mapping.tag_for_writeback(start, end);

@@ -5,7 +5,7 @@
 //!
 //! - **Liveness the kernel proves.** A member holds, for as long as it
 //!   lives, an exclusive open-file-description lock (`F_OFD_SETLK`) on one
-//!   byte of the region file ([`live_byte`] of its slot), taken through its
+//!   byte of the region file ([`LIFE`], by its slot), taken through its
 //!   own open of the file. The kernel drops the lock when the last
 //!   descriptor of that open file description closes, which a process's
 //!   death does. So a slot whose byte can be locked has no live owner,
@@ -29,11 +29,10 @@
 //!   of whoever made it so (or on none only while its lock is held by the
 //!   member about to append it, which recovery covers).
 
-use super::layout::{DIRTY_MAX, MEMBERS};
+use super::layout::DIRTY_MAX;
 use super::map::MemberSlot;
+use crate::ipc::LifeBytes;
 use crate::sync::{fence, Ordering};
-use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Member slot words.
 pub(crate) mod w {
@@ -59,68 +58,10 @@ pub(crate) const COUNTERS: usize = 16;
 /// The state word's "in use" bit.
 pub(crate) const LIVE: u64 = 1;
 
-/// The first byte of the region file's liveness locks (far past any data,
-/// as redb's lock bytes).
-pub(crate) const LOCK_BASE: i64 = 1 << 62;
-
-/// The byte member slot `m`'s owner keeps locked.
-pub(crate) fn live_byte(m: usize) -> i64 {
-    debug_assert!(m < MEMBERS);
-    LOCK_BASE + 1 + m as i64
-}
-
-fn flock(kind: libc::c_int, start: i64) -> libc::flock {
-    // SAFETY: `flock` is plain data; all zero is a valid value.
-    let mut fl: libc::flock = unsafe { core::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = start;
-    fl.l_len = 1;
-    fl
-}
-
-/// Try to lock byte `start` exclusively through `fd`'s open file
-/// description: whether it was got (`false`: another open file
-/// description holds it).
-///
-/// # Errors
-/// Any `fcntl` error but `EAGAIN`/`EACCES` (a lock held elsewhere).
-pub(crate) fn try_lock_byte(fd: BorrowedFd<'_>, start: i64) -> io::Result<bool> {
-    let mut fl = flock(libc::F_WRLCK, start);
-    // SAFETY: `fl` is a valid `flock` for the call; `fd` is open.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
-        _ => Err(e),
-    }
-}
-
-/// Release byte `start` locked through `fd`.
-pub(crate) fn unlock_byte(fd: BorrowedFd<'_>, start: i64) {
-    let mut fl = flock(libc::F_UNLCK, start);
-    // SAFETY: as in `try_lock_byte`; unlocking cannot fail in a way that
-    // matters (a byte not held is a no-op).
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
-}
-
-/// Whether an open file description other than `fd`'s holds a lock on
-/// byte `start`: the owner of that byte is alive.
-///
-/// # Errors
-/// The `fcntl` error.
-pub(crate) fn held_elsewhere(fd: BorrowedFd<'_>, start: i64) -> io::Result<bool> {
-    let mut fl = flock(libc::F_WRLCK, start);
-    // SAFETY: as in `try_lock_byte`; F_OFD_GETLK writes `fl`.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
-}
+/// The liveness bytes of the member slots: slot `m`'s owner keeps byte
+/// `2^62 + 1 + m` of the region file locked (far past any data, as redb's
+/// lock bytes).
+pub(crate) const LIFE: LifeBytes = LifeBytes::new((1 << 62) + 1);
 
 /// Milliseconds of `CLOCK_MONOTONIC` (truncated: ages are computed
 /// wrapping).
@@ -251,40 +192,34 @@ mod tests {
         assert_eq!(DirtyEntry::decode(7 << 32), None);
     }
 
+    /// What a child after fork relies on: a dup of the descriptor (a
+    /// child's inherited copy) shares the parent's lock, so closing it
+    /// releases nothing while the parent's copy is open.
     #[test]
     fn a_liveness_byte_is_held_by_one_open_file_description() {
+        use std::os::fd::AsRawFd;
         let f = tempfile::tempfile().unwrap();
-        let g = std::fs::File::open("/proc/self/exe").ok();
-        drop(g);
         let a = f.try_clone().unwrap(); // the same open file description
         let other = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
             .unwrap(); // a new one
-        use std::os::fd::AsFd;
-        let byte = live_byte(3);
-        assert!(try_lock_byte(f.as_fd(), byte).unwrap());
+        assert!(LIFE.claim(&f, 3).unwrap());
+        assert!(LIFE.claim(&a, 3).unwrap(), "a dup shares the lock");
         assert!(
-            try_lock_byte(a.as_fd(), byte).unwrap(),
-            "a dup shares the lock"
-        );
-        assert!(
-            !held_elsewhere(f.as_fd(), byte).unwrap(),
+            !LIFE.is_alive(&f, 3).unwrap(),
             "its own lock is no conflict"
         );
-        assert!(held_elsewhere(other.as_fd(), byte).unwrap());
-        assert!(!try_lock_byte(other.as_fd(), byte).unwrap());
+        assert!(LIFE.is_alive(&other, 3).unwrap());
+        assert!(!LIFE.claim(&other, 3).unwrap());
         drop(f);
-        assert!(
-            held_elsewhere(other.as_fd(), byte).unwrap(),
-            "the dup still holds it"
-        );
+        assert!(LIFE.is_alive(&other, 3).unwrap(), "the dup still holds it");
         drop(a);
         assert!(
-            !held_elsewhere(other.as_fd(), byte).unwrap(),
+            !LIFE.is_alive(&other, 3).unwrap(),
             "closed: the owner is gone"
         );
-        assert!(try_lock_byte(other.as_fd(), byte).unwrap());
+        assert!(LIFE.claim(&other, 3).unwrap());
     }
 }

@@ -40,10 +40,12 @@
 //!   frame or doing I/O.
 //!
 //! ```no_run
-//! use kxarray::shared::{default_dir, Region, SharedFile};
+//! use kxarray::ipc::RuntimeDir;
+//! use kxarray::shared::{Region, SharedFile};
 //! use std::os::unix::ffi::OsStrExt;
 //!
-//! let region = Region::join(&default_dir(), "cache-example", 1 << 16).unwrap();
+//! // The user's runtime directory: $XDG_RUNTIME_DIR/kxarray or /dev/shm/kxarray-<euid>.
+//! let region = Region::join_dir(RuntimeDir::for_user().unwrap(), "cache-example", 1 << 16).unwrap();
 //! region.set_capacity(64 << 20).unwrap();
 //! let path = std::path::Path::new("/tmp/example.dat");
 //! std::fs::write(path, vec![7u8; 1 << 20]).unwrap();
@@ -90,7 +92,7 @@ mod writeback;
 #[cfg(not(loom))]
 pub use file::{NotShared, SharedFile};
 #[cfg(not(loom))]
-pub use region::{default_dir, Region, RegionError};
+pub use region::{Region, RegionError};
 #[cfg(not(loom))]
 pub use stats::RegionStats;
 
@@ -106,10 +108,10 @@ static HOOKS: region::Hooks = region::Hooks {
 #[cfg(not(loom))]
 impl Region {
     /// Join the region `name` in the user's own directory `dir` (made if
-    /// missing, mode 0700), making the region if there is none, with room
-    /// for at most `max_frames` frames when it is made (an existing
-    /// region keeps its own). A dead member's slot this process takes is
-    /// recovered first.
+    /// missing with mode 0700, refused if it is not the user's alone),
+    /// making the region if there is none, with room for at most
+    /// `max_frames` frames when it is made (an existing region keeps its
+    /// own). A dead member's slot this process takes is recovered first.
     ///
     /// # Errors
     /// [`RegionError`]: the directory or file refused (not the user's own,
@@ -117,6 +119,22 @@ impl Region {
     /// failed, or all 64 member slots are taken by live processes.
     pub fn join(
         dir: &std::path::Path,
+        name: &str,
+        max_frames: u64,
+    ) -> Result<std::sync::Arc<Region>, RegionError> {
+        let dir =
+            crate::ipc::RuntimeDir::create(dir).map_err(|e| RegionError::Refused(e.to_string()))?;
+        Region::join_dir(dir, name, max_frames)
+    }
+
+    /// [`join`](Region::join) in a directory already opened and checked
+    /// (such as the user's runtime directory,
+    /// [`RuntimeDir::for_user`](crate::ipc::RuntimeDir::for_user)).
+    ///
+    /// # Errors
+    /// As [`join`](Region::join).
+    pub fn join_dir(
+        dir: crate::ipc::RuntimeDir,
         name: &str,
         max_frames: u64,
     ) -> Result<std::sync::Arc<Region>, RegionError> {

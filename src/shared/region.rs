@@ -5,14 +5,14 @@
 //! member slot) and the checks a region file passes before anything in it
 //! is trusted:
 //!
-//! - the directory is the user's own (`O_NOFOLLOW | O_DIRECTORY`, then
-//!   `fstat`: a directory, owned by the effective user, no access for
-//!   group or others);
-//! - the file is opened relative to it with `O_NOFOLLOW | O_CLOEXEC`, and
-//!   must be a regular file owned by the effective user, mode without
-//!   group or other bits, exactly as long as its header says, with a header
-//!   whose format words are exactly the ones this code writes
-//!   ([`Geometry::from_words`]) for the same user;
+//! - the directory is a [`RuntimeDir`] (the user's own: opened with
+//!   `O_NOFOLLOW | O_DIRECTORY`, owned by the effective user, no access
+//!   for group or others), and every file is opened relative to it;
+//! - the file is opened with `O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK` and
+//!   must pass [`check_private_file`] (a regular file owned by the
+//!   effective user, no group or other bits), be exactly as long as its
+//!   header says, with a header whose format words are exactly the ones
+//!   this code writes ([`Geometry::from_words`]) for the same user;
 //! - a new region is laid out in a file of its own name (`O_CREAT |
 //!   O_EXCL`, mode 0600), then linked to the region's name with `linkat`,
 //!   which fails if the name exists: no member ever sees a half-made region,
@@ -25,7 +25,8 @@
 //! [`FileIo`], one open of a file shared by the process's handles of it.
 //!
 //! Membership ([`Region::me`]) belongs to a process: a child after `fork`
-//! (or a raw `clone`) notices that its pid is not the one that joined and
+//! (or a raw `clone`) notices that its fork generation
+//! ([`crate::fork::generation`]) is not the one that joined and
 //! joins again on a new open of the file before it takes any lock, so it
 //! never acts under its parent's slot, and it closes its inherited copy of
 //! the parent's descriptor without releasing the parent's lock (the
@@ -34,14 +35,14 @@
 use super::frame::Owner;
 use super::layout::{hdr, Geometry, MEMBERS, PAGE64, READY};
 use super::map::Mapping;
-use super::member::{self, live_byte, w as mw, LIVE};
+use super::member::{self, w as mw, LIFE, LIVE};
+use crate::ipc::{check_private_file, RuntimeDir, RuntimeError};
 use crate::sync::{AtomicUsize, Lock, Ordering};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fmt;
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -70,16 +71,13 @@ impl fmt::Display for RegionError {
 
 impl std::error::Error for RegionError {}
 
-fn cpath(p: &Path) -> Result<CString, RegionError> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| RegionError::Refused(format!("{} holds a NUL byte", p.display())))
-}
-
-fn cname(n: &str) -> Result<CString, RegionError> {
-    if n.is_empty() || n.contains('/') || n.starts_with('.') {
+/// A region's name: one path component that is not hidden (names
+/// starting with `.` are the temporary names regions are made under).
+fn check_name(n: &str) -> Result<(), RegionError> {
+    if n.is_empty() || n.contains(['/', '\0']) || n.starts_with('.') {
         return Err(RegionError::Refused(format!("bad region name {n:?}")));
     }
-    CString::new(n).map_err(|_| RegionError::Refused(format!("bad region name {n:?}")))
+    Ok(())
 }
 
 fn euid() -> u32 {
@@ -87,100 +85,8 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-pub(crate) fn getpid() -> u32 {
-    // SAFETY: getpid cannot fail.
-    unsafe { libc::getpid() as u32 }
-}
-
-fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
-    // SAFETY: `st` is a valid out-pointer.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: `fd` is open; `st` is writable.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-/// Open `dir` as the user's own directory: no symbolic link, a directory,
-/// owned by the effective user, nothing for group or others.
-pub(crate) fn open_private_dir(dir: &Path) -> Result<OwnedFd, RegionError> {
-    let c = cpath(dir)?;
-    // SAFETY: a valid C string; the flags open a directory without
-    // following a final symbolic link.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(RegionError::Io(
-            "open the region's directory",
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: a descriptor just opened, owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = fstat(fd.as_fd()).map_err(|e| RegionError::Io("fstat the region's directory", e))?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-        return Err(RegionError::Refused(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
-    }
-    if st.st_uid != euid() || st.st_mode & 0o077 != 0 {
-        return Err(RegionError::Refused(format!(
-            "{} is owned by uid {} with mode {:o}: not this user's own directory",
-            dir.display(),
-            st.st_uid,
-            st.st_mode & 0o7777
-        )));
-    }
-    Ok(fd)
-}
-
-/// The user's own directory for regions: `$XDG_RUNTIME_DIR/kxarray` when
-/// the runtime directory is the user's, else `/dev/shm/kxarray-<uid>`
-/// (made with mode 0700 if missing; a name someone else made is refused
-/// when the region is joined).
-pub fn default_dir() -> PathBuf {
-    let uid = euid();
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
-        let x = PathBuf::from(x);
-        if let Ok(m) = std::fs::symlink_metadata(&x) {
-            use std::os::unix::fs::MetadataExt;
-            if m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0 {
-                return x.join("kxarray");
-            }
-        }
-    }
-    PathBuf::from(format!("/dev/shm/kxarray-{uid}"))
-}
-
-/// Make `dir` (mode 0700) if it is missing, then open it as the user's own.
-pub(crate) fn make_private_dir(dir: &Path) -> Result<OwnedFd, RegionError> {
-    let c = cpath(dir)?;
-    // SAFETY: a valid C string. mkdir never follows a final symbolic link:
-    // a link at the name makes it fail with EEXIST, and the open below
-    // refuses it.
-    if unsafe { libc::mkdir(c.as_ptr(), 0o700) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EEXIST) {
-            return Err(RegionError::Io("make the region's directory", e));
-        }
-    }
-    open_private_dir(dir)
-}
-
-fn openat(dir: BorrowedFd<'_>, name: &CString, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: `dir` is open, `name` a valid C string.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor just opened, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn refused(e: RuntimeError) -> RegionError {
+    RegionError::Refused(e.to_string())
 }
 
 fn pread_words(fd: BorrowedFd<'_>, off: u64, n: usize) -> io::Result<Vec<u64>> {
@@ -267,12 +173,13 @@ pub(crate) struct Hooks {
     pub(crate) release_openers: fn(&Region, Owner),
 }
 
-/// This process's membership: its slot and the pid that joined.
+/// This process's membership: its slot, the fork generation that joined
+/// and its open of the region file.
 #[derive(Debug)]
 struct Membership {
     me: Owner,
-    pid: u32,
-    fd: OwnedFd,
+    gen: u64,
+    fd: File,
 }
 
 /// A region this process has joined.
@@ -280,15 +187,16 @@ struct Membership {
 pub struct Region {
     map: Mapping,
     name: PathBuf,
-    dir: OwnedFd,
-    file_name: CString,
+    dir: RuntimeDir,
+    file_name: String,
     membership: Lock<Membership>,
     /// The descriptor `membership` owns, readable without its lock (it
     /// changes only when a child joins again, before the child has a
     /// second thread of ours).
     fd: crate::sync::AtomicU32,
-    /// `pid << 8 | slot + 1` of the membership now: one load tells a
-    /// child after fork that it must join again.
+    /// `generation << 8 | slot + 1` of the membership now (the fork
+    /// generation, [`crate::fork::generation`]): two loads tell a child
+    /// after fork or clone that it must join again, with no system call.
     current: crate::sync::AtomicU64,
     /// What this process keeps for its membership (its dirty list's lock
     /// and reservations, its open files, its flusher).
@@ -307,23 +215,18 @@ impl Region {
     /// [`RegionError`]: the directory or file refused, a system call
     /// failed, or no member slot is free.
     pub(crate) fn join_with(
-        dir: &Path,
+        dir: RuntimeDir,
         name: &str,
         max_frames: u64,
         hooks: &'static Hooks,
     ) -> Result<Arc<Region>, RegionError> {
-        let dirfd = make_private_dir(dir)?;
-        let cn = cname(name)?;
+        check_name(name)?;
+        let path = dir.path().join(name);
         let fd = loop {
-            match openat(
-                dirfd.as_fd(),
-                &cn,
-                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0,
-            ) {
+            match dir.open_existing(name) {
                 Ok(fd) => break fd,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    if let Some(fd) = Self::make(dirfd.as_fd(), &cn, max_frames)? {
+                    if let Some(fd) = Self::make(&dir, name, max_frames)? {
                         break fd;
                     }
                 }
@@ -333,18 +236,18 @@ impl Region {
                 Err(e) => return Err(RegionError::Io("open the region", e)),
             }
         };
-        let geo = Self::check(fd.as_fd(), name)?;
+        let geo = Self::check(&fd, &path)?;
         let map =
             Mapping::map(fd.as_fd(), geo).map_err(|e| RegionError::Io("map the region", e))?;
         let raw = fd.as_raw_fd() as u32;
         let region = Arc::new_cyclic(|this| Region {
             map,
-            name: dir.join(name),
-            dir: dirfd,
-            file_name: cn,
+            name: path,
+            dir,
+            file_name: name.to_owned(),
             membership: Lock::new(Membership {
                 me: Owner::of_slot(0),
-                pid: 0,
+                gen: 0,
                 fd,
             }),
             fd: crate::sync::AtomicU32::new(raw),
@@ -365,66 +268,30 @@ impl Region {
     /// Make a region at `name` in `dir`: laid out under a name of its own,
     /// then linked into place. `None` when another process linked one first
     /// (the caller opens that one).
-    fn make(
-        dir: BorrowedFd<'_>,
-        name: &CString,
-        max_frames: u64,
-    ) -> Result<Option<OwnedFd>, RegionError> {
-        let tmp = CString::new(format!(".new-{}-{:x}", getpid(), member::now_ms())).unwrap();
-        let fd = openat(
-            dir,
-            &tmp,
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o600,
-        )
-        .map_err(|e| RegionError::Io("make the region", e))?;
+    fn make(dir: &RuntimeDir, name: &str, max_frames: u64) -> Result<Option<File>, RegionError> {
+        let tmp = format!(".new-{}-{:x}", std::process::id(), member::now_ms());
+        let fd = dir
+            .create_new(&tmp)
+            .map_err(|e| RegionError::Io("make the region", e))?;
         let made =
             lay_out(fd.as_fd(), max_frames).map_err(|e| RegionError::Io("lay the region out", e));
-        let linked = made.and_then(|_| {
-            // SAFETY: both names are valid C strings relative to `dir`;
-            // linkat does not follow symbolic links without AT_SYMLINK_FOLLOW
-            // and fails if `name` exists.
-            let r = unsafe {
-                libc::linkat(
-                    dir.as_raw_fd(),
-                    tmp.as_ptr(),
-                    dir.as_raw_fd(),
-                    name.as_ptr(),
-                    0,
-                )
-            };
-            if r == 0 {
-                Ok(true)
-            } else {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EEXIST) {
-                    Ok(false)
-                } else {
-                    Err(RegionError::Io("link the region into place", e))
-                }
-            }
+        let linked = made.and_then(|_| match dir.link_new(&tmp, name) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+            Err(e) => Err(RegionError::Io("link the region into place", e)),
         });
-        // SAFETY: a valid C string relative to `dir`.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+        let _ = dir.remove_file(&tmp);
         Ok(linked?.then_some(fd))
     }
 
-    /// Check an opened region file; its geometry.
-    fn check(fd: BorrowedFd<'_>, name: &str) -> Result<Geometry, RegionError> {
-        let st = fstat(fd).map_err(|e| RegionError::Io("fstat the region", e))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(RegionError::Refused(format!(
-                "{name} is not a regular file"
-            )));
-        }
-        if st.st_uid != euid() || st.st_mode & 0o077 != 0 {
-            return Err(RegionError::Refused(format!(
-                "{name} is owned by uid {} with mode {:o}",
-                st.st_uid,
-                st.st_mode & 0o7777
-            )));
-        }
-        let words = pread_words(fd, 0, 10)
+    /// Check an opened region file (`path` names it in messages): a
+    /// private file of the user's ([`check_private_file`]) whose header
+    /// is one this code wrote and whose length is the header's; its
+    /// geometry.
+    fn check(fd: &File, path: &Path) -> Result<Geometry, RegionError> {
+        let st = check_private_file(fd, path).map_err(refused)?;
+        let name = path.display();
+        let words = pread_words(fd.as_fd(), 0, 10)
             .map_err(|e| RegionError::Refused(format!("{name}: its header cannot be read: {e}")))?;
         let w: [u64; 10] = words.try_into().unwrap();
         let geo = Geometry::from_words(&w, euid())
@@ -435,7 +302,7 @@ impl Region {
                 st.st_size, geo.len
             )));
         }
-        let state = pread_words(fd, (hdr::STATE * 8) as u64, 1)
+        let state = pread_words(fd.as_fd(), (hdr::STATE * 8) as u64, 1)
             .map_err(|e| RegionError::Io("read the region's state", e))?;
         if state[0] != READY {
             return Err(RegionError::Refused(format!("{name} was never finished")));
@@ -449,7 +316,7 @@ impl Region {
     fn enter(&self) -> Result<(), RegionError> {
         for slot in 0..MEMBERS {
             let got = self
-                .with_fd(|fd| member::try_lock_byte(fd, live_byte(slot)))
+                .with_fd(|fd| LIFE.claim(fd, slot))
                 .map_err(|e| RegionError::Io("lock a member slot", e))?;
             if !got {
                 continue;
@@ -459,16 +326,14 @@ impl Region {
             self.local.reset();
             // The slot is this process's from here (it holds the byte):
             // recovery below acts as it.
-            let pid = getpid();
+            let gen = crate::fork::generation();
             {
                 let mut m = self.membership.lock();
                 m.me = me;
-                m.pid = pid;
+                m.gen = gen;
             }
-            self.current.store(
-                u64::from(pid) << 8 | u64::from(me.bits()),
-                Ordering::Release,
-            );
+            self.current
+                .store(gen << 8 | u64::from(me.bits()), Ordering::Release);
             if ms.state() != 0 {
                 // A dead member's slot: undo what it left, as the member
                 // taking its place (its dirty list becomes this one's).
@@ -476,13 +341,13 @@ impl Region {
             } else {
                 ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
             }
-            let gen = (ms.state() >> 8) + 1;
-            ms.words[mw::PID].store(u64::from(pid), Ordering::Relaxed);
+            let round = (ms.state() >> 8) + 1;
+            ms.words[mw::PID].store(u64::from(std::process::id()), Ordering::Relaxed);
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
             ms.words[mw::JOINED].store(now, Ordering::Relaxed);
-            ms.words[mw::STATE].store(gen << 8 | LIVE, Ordering::Release);
+            ms.words[mw::STATE].store(round << 8 | LIVE, Ordering::Release);
             self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
             return Ok(());
         }
@@ -498,37 +363,34 @@ impl Region {
     #[inline]
     pub(crate) fn me(&self) -> Result<Owner, RegionError> {
         let cur = self.current.load(Ordering::Acquire);
-        let pid = getpid();
-        if cur >> 8 == u64::from(pid) {
+        let gen = crate::fork::generation();
+        if cur >> 8 == gen {
             if let Some(o) = Owner::from_bits(cur as u32 & 0xff) {
                 return Ok(o);
             }
         }
-        self.rejoin(pid)
+        self.rejoin(gen)
     }
 
     #[cold]
-    fn rejoin(&self, pid: u32) -> Result<Owner, RegionError> {
+    fn rejoin(&self, gen: u64) -> Result<Owner, RegionError> {
         {
             let mut m = self.membership.lock();
-            if m.pid == pid {
+            if m.gen == gen {
                 return Ok(m.me);
             }
             // A child: a new open of the file (its own open file
             // description), then a slot of its own. Dropping the old
             // descriptor closes the child's copy only; the parent's lock
             // stays with the parent.
-            let fd = openat(
-                self.dir.as_fd(),
-                &self.file_name,
-                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0,
-            )
-            .map_err(|e| RegionError::Io("open the region again after fork", e))?;
-            Self::check(fd.as_fd(), &self.name.display().to_string())?;
+            let fd = self
+                .dir
+                .open_existing(&self.file_name)
+                .map_err(|e| RegionError::Io("open the region again after fork", e))?;
+            Self::check(&fd, &self.name)?;
             self.fd.store(fd.as_raw_fd() as u32, Ordering::Release);
             m.fd = fd;
-            m.pid = 0;
+            m.gen = 0;
             self.current.store(0, Ordering::Release);
         }
         self.enter()?;
@@ -549,7 +411,7 @@ impl Region {
     /// This process's slot, if it is a member now (without joining).
     pub fn member_slot(&self) -> Option<usize> {
         let cur = self.current.load(Ordering::Acquire);
-        (cur >> 8 == u64::from(getpid()))
+        (cur >> 8 == crate::fork::generation())
             .then(|| Owner::from_bits(cur as u32 & 0xff).map(|o| o.slot()))
             .flatten()
     }
@@ -574,7 +436,7 @@ impl Region {
         if self.member_slot() == Some(o.slot()) {
             return true;
         }
-        self.with_fd(|fd| member::held_elsewhere(fd, live_byte(o.slot())).unwrap_or(true))
+        self.with_fd(|fd| LIFE.is_alive(fd, o.slot()).unwrap_or(true))
     }
 
     /// A lock holder `o` makes no progress: if it is dead, recover it (the
@@ -590,8 +452,7 @@ impl Region {
         if me == o {
             return;
         }
-        let got =
-            self.with_fd(|fd| member::try_lock_byte(fd, live_byte(o.slot())).unwrap_or(false));
+        let got = self.with_fd(|fd| LIFE.claim(fd, o.slot()).unwrap_or(false));
         if !got {
             return;
         }
@@ -601,17 +462,17 @@ impl Region {
         if self.map.member(o.slot()).state() != 0 {
             (self.hooks.recover)(self, o, me);
         }
-        self.with_fd(|fd| member::unlock_byte(fd, live_byte(o.slot())));
+        let _ = self.with_fd(|fd| LIFE.release(fd, o.slot()));
     }
 
     /// Leave the region: the slot is freed (the caller has written back
     /// what this member dirtied) and the liveness byte released.
     pub(crate) fn leave(&self) {
-        let (me, pid) = {
+        let (me, gen) = {
             let m = self.membership.lock();
-            (m.me, m.pid)
+            (m.me, m.gen)
         };
-        if pid != getpid() {
+        if gen != crate::fork::generation() {
             return; // a child that never joined: nothing of ours to free
         }
         let ms = self.map.member(me.slot());
@@ -620,7 +481,7 @@ impl Region {
         ms.words[mw::STATE].store(0, Ordering::Release);
         self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
         self.current.store(0, Ordering::Release);
-        self.with_fd(|fd| member::unlock_byte(fd, live_byte(me.slot())));
+        let _ = self.with_fd(|fd| LIFE.release(fd, me.slot()));
     }
 
     /// The header's word `i`.
@@ -653,9 +514,9 @@ pub(crate) struct Local {
     pub(crate) reserved: AtomicUsize,
     /// Files this process has open, by slot.
     files: Lock<HashMap<usize, Weak<FileIo>>>,
-    /// The flusher thread's process, once started (0: none in this
-    /// process).
-    pub(crate) flusher_pid: crate::sync::AtomicU32,
+    /// The fork generation of the process whose flusher thread runs (0:
+    /// none in this process).
+    pub(crate) flusher_gen: crate::sync::AtomicU64,
     /// The clock batch this process walks: the next frame and the batch's
     /// end (frame numbers before the modulo).
     hand: Lock<(u64, u64)>,

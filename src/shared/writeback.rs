@@ -479,13 +479,13 @@ impl Region {
 
     /// Start this process's flusher if it has none yet.
     fn start_flusher(&self) {
-        let pid = super::region::getpid();
-        let cur = self.local.flusher_pid.load(Ordering::Acquire);
-        if cur == pid
+        let gen = crate::fork::generation();
+        let cur = self.local.flusher_gen.load(Ordering::Acquire);
+        if cur == gen
             || self
                 .local
-                .flusher_pid
-                .compare_exchange(cur, pid, Ordering::AcqRel, Ordering::Acquire)
+                .flusher_gen
+                .compare_exchange(cur, gen, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
         {
             return;
@@ -495,17 +495,17 @@ impl Region {
         drop(me);
         let _ = std::thread::Builder::new()
             .name("kxarray-shared-flush".into())
-            .spawn(move || flusher(weak, pid));
+            .spawn(move || flusher(weak, gen));
     }
 }
 
 /// The flusher: every half second, this member's frames older than
 /// [`DIRTY_EXPIRE_MS`]; ends with the region or in a child process.
-fn flusher(region: Weak<Region>, pid: u32) {
+fn flusher(region: Weak<Region>, gen: u64) {
     loop {
         std::thread::sleep(Duration::from_millis(500));
         let Some(r) = region.upgrade() else { return };
-        if super::region::getpid() != pid {
+        if crate::fork::generation() != gen {
             return;
         }
         let Ok(me) = r.me() else { return };

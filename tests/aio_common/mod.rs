@@ -182,10 +182,50 @@ pub(crate) fn returns_within(
 /// Fork; the child runs `f` and `_exit`s with its result (101 when it
 /// panics), without printing. Returns the child's pid.
 pub(crate) fn fork_child(f: impl FnOnce() -> i32) -> libc::pid_t {
-    // SAFETY: the child runs only `f` and then `_exit`s, never returning
+    child_by(How::Fork, f)
+}
+
+/// How a child is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(dead_code)]
+pub(crate) enum How {
+    /// `fork(3)`: the `pthread_atfork` handlers run.
+    Fork,
+    /// glibc's `_Fork`: a fork that runs no atfork handler.
+    UnderscoreFork,
+    /// The raw `clone(2)` system call with `SIGCHLD` only: the C library
+    /// knows nothing of it.
+    RawClone,
+}
+
+/// [`fork_child`] made `how`.
+pub(crate) fn child_by(how: How, f: impl FnOnce() -> i32) -> libc::pid_t {
+    extern "C" {
+        fn _Fork() -> libc::pid_t;
+    }
+    // Each arm: the child runs only `f` and then `_exit`s, never returning
     // into the test harness; `f` uses the allocator (safe after fork in
-    // glibc) and the library under test.
-    let pid = unsafe { libc::fork() };
+    // glibc) and the library under test. The raw clone shares nothing (no
+    // CLONE_VM): a copy of the address space, as fork.
+    let pid = match how {
+        // SAFETY: see above.
+        How::Fork => unsafe { libc::fork() },
+        // SAFETY: see above.
+        How::UnderscoreFork => unsafe { _Fork() },
+        How::RawClone => {
+            // SAFETY: see above.
+            (unsafe {
+                libc::syscall(
+                    libc::SYS_clone,
+                    libc::SIGCHLD as libc::c_ulong,
+                    0usize,
+                    0usize,
+                    0usize,
+                    0usize,
+                )
+            }) as libc::pid_t
+        }
+    };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
         std::panic::set_hook(Box::new(|_| {}));

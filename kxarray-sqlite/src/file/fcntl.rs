@@ -45,6 +45,7 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let name = unsafe { std::ffi::CStr::from_ptr(zname) }.to_string_lossy();
     // SAFETY: per the caller, `args` is SQLite's char*[3] (noted for the hold).
     unsafe { h.note_locking_mode(&name, args) };
+    h.note_bulk(&name);
     let text = match name.to_ascii_lowercase().as_str() {
         "kx_stats" => {
             h.book_fetches();

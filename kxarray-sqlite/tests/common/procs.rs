@@ -240,6 +240,17 @@ pub(crate) fn child(entry: &str, role: &str, args: &[(&str, String)]) -> Proc {
 
 /// [`child`], run as user and group `uid` when given (the caller is root).
 pub(crate) fn child_as(entry: &str, role: &str, args: &[(&str, String)], uid: Option<u32>) -> Proc {
+    child_with(entry, role, args, uid, &[])
+}
+
+/// [`child_as`] with `env` set in the child's environment.
+pub(crate) fn child_with(
+    entry: &str,
+    role: &str,
+    args: &[(&str, String)],
+    uid: Option<u32>,
+    env: &[(&str, &str)],
+) -> Proc {
     let exe = std::env::current_exe().unwrap();
     let mut spec = role.to_string();
     for (k, v) in args {
@@ -259,6 +270,9 @@ pub(crate) fn child_as(entry: &str, role: &str, args: &[(&str, String)], uid: Op
     ])
     .env(CHILD_ENV, spec)
     .env_remove("RUST_TEST_THREADS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     if let Some(id) = uid {
         use std::os::unix::process::CommandExt;
         cmd.uid(id).gid(id);

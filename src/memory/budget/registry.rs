@@ -1,31 +1,50 @@
-//! The registry of a budget's members: one small file in shared memory
-//! (`/dev/shm/kxarray-budget-<uid>-<hash of the key>`) holding a fixed
-//! table of slots, one per cache, each naming its process by pid and start
-//! time.
+//! The registry of a budget's members: one small file in the user's
+//! private runtime directory ([`RuntimeDir`](crate::ipc::RuntimeDir):
+//! `$XDG_RUNTIME_DIR/kxarray/budget-<hash of the key>`, or
+//! `/dev/shm/kxarray-<euid>/budget-<hash>`) holding a fixed table of
+//! slots, one per cache.
 //!
-//! Owns the file's layout, its lock and the liveness test of a member.
-//! Layout (little-endian `u64` words, [`FILE_BYTES`] bytes): a header
-//! (magic, slot count, generation, key length, the key's first
-//! [`KEY_BYTES`] bytes) and [`SLOTS`] slots of [`SLOT_WORDS`] words (pid,
-//! start time, want, demand, capacity, used; pid 0 is a free slot). The
-//! table is read and written whole (`pread`/`pwrite` of 4 KiB on tmpfs)
-//! while an exclusive open-file-description lock (`F_OFD_SETLK`) is held
-//! on the file: the kernel drops that lock when its holder's file is
-//! closed, so a process killed inside the critical section leaves no lock
-//! behind. The table fits in one page, so a write is never cut short by
-//! the writer's death (a torn table would be refused as foreign). Invariants: every change of the table happens under the lock;
-//! a slot whose process is gone (no `/proc/<pid>/stat`, a zombie, or a
-//! start time other than the one recorded: the pid was reused) is freed by
+//! Owns the file's layout, its lock and the liveness of a member. Layout
+//! (little-endian `u64` words, [`FILE_BYTES`] bytes): a header (magic, slot
+//! count, generation, key length, the key's first [`KEY_BYTES`] bytes) and
+//! [`SLOTS`] slots of [`SLOT_WORDS`] words (pid, start time, want, demand,
+//! capacity, used; pid 0 is a free slot; the pid and start time say who it
+//! is, for people and stats, and prove nothing). The table is read and
+//! written whole (`pread`/`pwrite` of 4 KiB on tmpfs) while an exclusive
+//! OFD lock on byte 0 ([`TABLE_LOCK`]) is held, waited for at most
+//! [`LOCK_PATIENCE`] (a holder that makes no progress is skipped: the
+//! caller keeps its capacity for this round). The table fits in one page,
+//! so a write is never cut short by the writer's death.
+//!
+//! Liveness is the kernel's ([`LifeBytes`]): a member holds an exclusive
+//! OFD lock on byte `4096 + i` for as long as it has slot `i`; a slot
+//! whose byte no other open file description holds is free, whatever its
+//! pid says (another PID namespace, a reused pid, a forged table). The
+//! kernel drops both locks when the member's description is closed, so a
+//! process killed inside the critical section leaves nothing locked.
+//!
+//! Invariants: every change of the table happens under the table lock; a
+//! member's life byte is locked before its slot is written and released
+//! after the slot is cleared; a slot whose byte is free is freed by
 //! whoever next takes the lock, and the generation moves on; a file whose
-//! header is not ours (another key hashed to the same name, garbage) is an
-//! error, never overwritten.
+//! header is not ours (another key hashed to the same name, another
+//! version, garbage) is an error, never overwritten; the file is opened
+//! only through [`RuntimeDir::open_file`](crate::ipc::RuntimeDir::open_file)
+//! (no symlink, no FIFO, the user's own, mode 0600, one link, at most
+//! [`FILE_BYTES`]); a forked child never uses the parent's `Registry`
+//! (its description, its locks and its slot are the parent's: the child
+//! closes the descriptor, [`crate::fork::close_in_child`], and opens its
+//! own).
 
-use std::fs::{File, OpenOptions};
+use crate::fork::{self, InheritedFd};
+use crate::ipc::{lock_within, unlock, LifeBytes, LockKind, RuntimeDir, RuntimeError};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Slots in a registry: caches that can share one budget.
 pub const SLOTS: usize = 60;
@@ -38,10 +57,46 @@ const HEADER_WORDS: usize = 4 + KEY_BYTES / 8;
 const _: () = assert!(FILE_BYTES <= 4096, "the table fits in one page");
 /// The file's size.
 pub const FILE_BYTES: usize = (HEADER_WORDS + SLOTS * SLOT_WORDS) * 8;
-const MAGIC: u64 = u64::from_le_bytes(*b"KXBUDG01");
-/// How long a lock is waited for before the caller gives up (and keeps
-/// its capacity for this round).
-const LOCK_PATIENCE: Duration = Duration::from_secs(1);
+const MAGIC: u64 = u64::from_le_bytes(*b"KXBUDG02");
+/// The byte whose exclusive OFD lock is the table's lock.
+pub const TABLE_LOCK: u64 = 0;
+/// Slot `i`'s life byte is `4096 + i`.
+pub const LIFE: LifeBytes = LifeBytes::new(4096);
+/// How long the table's lock is waited for before the caller gives up
+/// for this round.
+pub const LOCK_PATIENCE: Duration = Duration::from_millis(5);
+
+/// Where a budget's registry lives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistryDir {
+    /// The user's runtime directory ([`RuntimeDir::for_user`]): the
+    /// default.
+    #[default]
+    User,
+    /// This directory, which must be the user's own with no group or
+    /// other permission bits ([`RuntimeDir::open`]): a program's own, or a
+    /// test's.
+    Private(PathBuf),
+    /// The per-user directory made in this shared directory
+    /// ([`RuntimeDir::in_shared`]), as the default does in `/dev/shm`
+    /// when `$XDG_RUNTIME_DIR` is not the user's.
+    InShared(PathBuf),
+}
+
+impl RegistryDir {
+    /// Open (making the per-user directory if needed) and check it.
+    ///
+    /// # Errors
+    /// What was found instead of a directory only the user can reach.
+    pub fn open(&self) -> Result<RuntimeDir, RuntimeError> {
+        match self {
+            RegistryDir::User => RuntimeDir::for_user(),
+            RegistryDir::Private(p) => RuntimeDir::open(p),
+            RegistryDir::InShared(p) => RuntimeDir::in_shared(p),
+        }
+    }
+}
 
 /// One member of a budget, as the registry records it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,21 +155,29 @@ pub struct Table {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum RegistryError {
-    /// The file could not be opened, locked, read or written.
+    /// The file could not be read, written or locked.
     Io(PathBuf, io::Error),
+    /// The directory or the file is not one only this user can reach (a
+    /// symlink, a FIFO, another user's, a file others may use, too large):
+    /// refused and left as it is.
+    Refused(RuntimeError),
     /// The file holds something else (another key, another version,
     /// garbage).
     Foreign(PathBuf),
     /// Every slot is taken by a live member.
     Full(PathBuf),
-    /// The lock was held by another process for longer than a second.
+    /// The lock was held by another member for longer than
+    /// [`LOCK_PATIENCE`].
     Busy(PathBuf),
+    /// Used in a child process after `fork`: the registry is the parent's.
+    Inherited(PathBuf),
 }
 
 impl std::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RegistryError::Io(p, e) => write!(f, "budget registry {}: {e}", p.display()),
+            RegistryError::Refused(e) => write!(f, "budget registry refused: {e}"),
             RegistryError::Foreign(p) => write!(
                 f,
                 "budget registry {}: not a registry of this key and version",
@@ -127,26 +190,42 @@ impl std::fmt::Display for RegistryError {
                     p.display()
                 )
             }
-            RegistryError::Busy(p) => {
-                write!(
-                    f,
-                    "budget registry {}: locked for over a second",
-                    p.display()
-                )
-            }
+            RegistryError::Busy(p) => write!(
+                f,
+                "budget registry {}: locked for over {} ms",
+                p.display(),
+                LOCK_PATIENCE.as_millis()
+            ),
+            RegistryError::Inherited(p) => write!(
+                f,
+                "budget registry {}: opened by the parent of this forked process",
+                p.display()
+            ),
         }
     }
 }
 
 impl std::error::Error for RegistryError {}
 
-/// An open registry file.
+/// What a look at the table found besides the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Look {
+    /// Slots freed because their member was gone.
+    pub dead: usize,
+    /// This member's slot (its life byte held), if it has one.
+    pub mine: Option<usize>,
+}
+
+/// An open registry file: one member's open file description.
 #[derive(Debug)]
 pub struct Registry {
-    file: File,
+    file: ManuallyDrop<File>,
+    mark: Option<InheritedFd>,
     path: PathBuf,
     key: String,
-    proc_root: PathBuf,
+    /// The slot whose life byte this description holds.
+    slot: Option<usize>,
+    generation: u64,
 }
 
 /// FNV-1a, 64 bits: the file name of a key.
@@ -156,36 +235,31 @@ fn fnv(key: &str) -> u64 {
     })
 }
 
-/// The registry file of `key` in `dir` for this process's user: one
-/// registry per user (the file is the user's alone, mode 0600, so another
-/// user can neither read its members nor skew their shares).
-pub fn path_for(dir: &Path, key: &str) -> PathBuf {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    dir.join(format!("kxarray-budget-{uid}-{:016x}", fnv(key)))
+/// The registry file's name in the runtime directory for `key`.
+pub fn file_name(key: &str) -> String {
+    format!("budget-{:016x}", fnv(key))
 }
 
 impl Registry {
-    /// Open (creating if needed) the registry of `key` in `dir`; members'
-    /// liveness is read under `proc_root`.
+    /// Open (creating if needed, with `O_EXCL`) the registry of `key` in
+    /// `dir`, checked as [`RuntimeDir::open_file`] checks.
     ///
     /// # Errors
-    /// [`RegistryError::Io`] if the file cannot be opened.
-    pub fn open(dir: &Path, key: &str, proc_root: &Path) -> Result<Registry, RegistryError> {
-        let path = path_for(dir, key);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| RegistryError::Io(path.clone(), e))?;
+    /// [`RegistryError::Refused`] for anything but the user's own regular
+    /// file of at most [`FILE_BYTES`] (left as it is).
+    pub fn open(dir: &RuntimeDir, key: &str) -> Result<Registry, RegistryError> {
+        let name = file_name(key);
+        let f = dir
+            .open_file(&name, FILE_BYTES as u64)
+            .map_err(RegistryError::Refused)?;
+        let mark = fork::close_in_child(f.file.as_raw_fd());
         Ok(Registry {
-            file,
-            path,
+            file: ManuallyDrop::new(f.file),
+            mark: Some(mark),
+            path: dir.path().join(name),
             key: key.to_string(),
-            proc_root: proc_root.to_path_buf(),
+            slot: None,
+            generation: fork::generation(),
         })
     }
 
@@ -194,22 +268,57 @@ impl Registry {
         &self.path
     }
 
-    /// Run `f` on the table under the lock, after freeing the slots of
-    /// dead members (their count is `f`'s second argument), and write the
-    /// table back if `f` returns `true` or a member was freed. An empty
-    /// file is initialised first.
+    /// This member's slot, once it has one.
+    pub fn slot(&self) -> Option<usize> {
+        self.slot
+    }
+
+    fn here(&self) -> Result<(), RegistryError> {
+        if fork::inherited(self.generation) {
+            return Err(RegistryError::Inherited(self.path.clone()));
+        }
+        Ok(())
+    }
+
+    /// Run `f` on the table under the lock, after freeing the slots whose
+    /// life byte no one holds (their count is in the [`Look`]) and, with
+    /// `claim`, taking a free slot for this member if it has none (its
+    /// life byte locked first; [`Look::mine`] is `None` when every slot is
+    /// taken); then write the table back if `f` returns `true`, a slot
+    /// was freed or claimed, or the file was empty. An empty file is
+    /// initialised first.
     ///
     /// # Errors
     /// [`RegistryError::Io`], [`RegistryError::Foreign`] (nothing is
-    /// written), [`RegistryError::Busy`].
+    /// written), [`RegistryError::Busy`] (nothing is read or written),
+    /// [`RegistryError::Inherited`].
     pub fn update<R>(
-        &self,
-        f: impl FnOnce(&mut Table, usize) -> (bool, R),
+        &mut self,
+        claim: bool,
+        f: impl FnOnce(&mut Table, Look) -> (bool, R),
     ) -> Result<R, RegistryError> {
-        let _lock = self.lock()?;
-        let io = |e| RegistryError::Io(self.path.clone(), e);
+        self.here()?;
+        let io = |p: &Path, e| RegistryError::Io(p.to_path_buf(), e);
+        if !lock_within(&*self.file, LockKind::Write, TABLE_LOCK, 1, LOCK_PATIENCE)
+            .map_err(|e| io(&self.path, e))?
+        {
+            return Err(RegistryError::Busy(self.path.clone()));
+        }
+        let r = self.update_locked(claim, f);
+        // Closing the file would release it too; an error here leaves the
+        // lock to the file's close.
+        let _ = unlock(&*self.file, TABLE_LOCK, 1);
+        r
+    }
+
+    fn update_locked<R>(
+        &mut self,
+        claim: bool,
+        f: impl FnOnce(&mut Table, Look) -> (bool, R),
+    ) -> Result<R, RegistryError> {
+        let io = |p: &Path, e| RegistryError::Io(p.to_path_buf(), e);
         let mut buf = vec![0u8; FILE_BYTES];
-        let n = read_full(&self.file, &mut buf).map_err(io)?;
+        let n = read_full(&self.file, &mut buf).map_err(|e| io(&self.path, e))?;
         let mut table = if n == 0 {
             Table {
                 generation: 0,
@@ -219,22 +328,79 @@ impl Registry {
             self.parse(&buf[..n])?
         };
         let mut dead = 0;
-        for s in table.slots.iter_mut().filter(|s| s.pid != 0) {
-            if !alive(&self.proc_root, s.pid, s.start_time) {
-                *s = Slot::default();
+        for i in 0..SLOTS {
+            if table.slots[i].pid == 0 || self.slot == Some(i) {
+                continue;
+            }
+            if !LIFE
+                .is_alive(&*self.file, i)
+                .map_err(|e| io(&self.path, e))?
+            {
+                table.slots[i] = Slot::default();
                 dead += 1;
             }
         }
         if dead > 0 {
             table.generation = table.generation.wrapping_add(1);
         }
-        let (write, r) = f(&mut table, dead);
-        if write || dead > 0 || n == 0 {
-            self.file
-                .write_all_at(&self.encode(&table), 0)
-                .map_err(io)?;
+        let mut claimed = false;
+        if claim && self.slot.is_none() {
+            for i in 0..SLOTS {
+                // A free slot whose byte someone holds: a member that left
+                // and could not let go of it; passed over.
+                if table.slots[i].pid == 0
+                    && LIFE.claim(&*self.file, i).map_err(|e| io(&self.path, e))?
+                {
+                    self.slot = Some(i);
+                    table.generation = table.generation.wrapping_add(1);
+                    claimed = true;
+                    break;
+                }
+            }
+        }
+        let look = Look {
+            dead,
+            mine: self.slot,
+        };
+        let (write, r) = f(&mut table, look);
+        if write || dead > 0 || claimed || n == 0 {
+            if let Err(e) = self.file.write_all_at(&self.encode(&table), 0) {
+                if claimed {
+                    self.drop_slot();
+                }
+                return Err(io(&self.path, e));
+            }
         }
         Ok(r)
+    }
+
+    /// Let go of the slot's life byte.
+    fn drop_slot(&mut self) {
+        if let Some(i) = self.slot.take() {
+            let _ = LIFE.release(&*self.file, i);
+        }
+    }
+
+    /// Leave: clear this member's slot (if it still names `pid`) and let go
+    /// of its life byte. `Ok(false)` when it had no slot.
+    ///
+    /// # Errors
+    /// As [`update`](Registry::update); the slot is then freed when this
+    /// file is closed (the next member finds its byte free).
+    pub fn leave(&mut self, pid: u32) -> Result<bool, RegistryError> {
+        let Some(i) = self.slot else {
+            return Ok(false);
+        };
+        self.update(false, |t, _| {
+            if t.slots[i].pid == pid {
+                t.slots[i] = Slot::default();
+                t.generation = t.generation.wrapping_add(1);
+                return (true, ());
+            }
+            (false, ())
+        })?;
+        self.drop_slot();
+        Ok(true)
     }
 
     fn parse(&self, buf: &[u8]) -> Result<Table, RegistryError> {
@@ -282,70 +448,48 @@ impl Registry {
         buf
     }
 
-    /// Take the exclusive lock, waiting at most [`LOCK_PATIENCE`].
-    fn lock(&self) -> Result<LockGuard<'_>, RegistryError> {
-        let start = Instant::now();
-        loop {
-            match ofd_lock(&self.file, libc::F_WRLCK) {
-                Ok(true) => return Ok(LockGuard(&self.file)),
-                Ok(false) if start.elapsed() < LOCK_PATIENCE => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
-                Ok(false) => return Err(RegistryError::Busy(self.path.clone())),
-                Err(e) => return Err(RegistryError::Io(self.path.clone(), e)),
-            }
-        }
-    }
-
-    /// Whether another open file description holds the lock now (for
-    /// tests and diagnostics).
+    /// Whether another open file description holds the table's lock now
+    /// (for tests and diagnostics).
     ///
     /// # Errors
     /// The `fcntl` failed.
     pub fn is_locked_elsewhere(&self) -> io::Result<bool> {
-        let got = ofd_lock(&self.file, libc::F_WRLCK)?;
-        if got {
-            ofd_lock(&self.file, libc::F_UNLCK)?;
+        crate::ipc::held_elsewhere(&*self.file, LockKind::Write, TABLE_LOCK, 1)
+    }
+
+    /// Slots whose member is alive now (their life byte held by another
+    /// description than this one, or this one's own), for tests and
+    /// diagnostics.
+    ///
+    /// # Errors
+    /// The `fcntl` failed.
+    pub fn live_slots(&self) -> io::Result<Vec<usize>> {
+        let mut v = Vec::new();
+        for i in 0..SLOTS {
+            if self.slot == Some(i) || LIFE.is_alive(&*self.file, i)? {
+                v.push(i);
+            }
         }
-        Ok(!got)
+        Ok(v)
     }
 }
 
-/// Holds the registry's lock; releases it when dropped.
-struct LockGuard<'a>(&'a File);
-
-impl Drop for LockGuard<'_> {
+impl Drop for Registry {
     fn drop(&mut self) {
-        // Closing the file would release it too; an error here leaves the
-        // lock to the file's close.
-        let _ = ofd_lock(self.0, libc::F_UNLCK);
-    }
-}
-
-/// `F_OFD_SETLK` of the whole file with `kind` (`F_WRLCK` or `F_UNLCK`):
-/// `Ok(false)` if another open file description holds a conflicting lock.
-fn ofd_lock(file: &File, kind: libc::c_int) -> io::Result<bool> {
-    // SAFETY: `flock` is a plain C struct of integers, for which all
-    // zeroes is a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = 0;
-    fl.l_len = 0; // the whole file
-    fl.l_pid = 0; // required by F_OFD_* locks
-    loop {
-        // SAFETY: the descriptor is open for the life of `file`, and `fl`
-        // is a valid `flock` that outlives the call.
-        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
-        if r == 0 {
-            return Ok(true);
+        let mark = self.mark.take();
+        if fork::inherited(self.generation) {
+            // The parent's description: closed once (by the fork handler
+            // or here), never unlocked, and the `File` never dropped.
+            if let Some(m) = mark {
+                m.release();
+            }
+            return;
         }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN) | Some(libc::EACCES) => return Ok(false),
-            _ => return Err(e),
+        if let Some(m) = mark {
+            m.forget();
         }
+        // SAFETY: dropped once, here; the locks go with the description.
+        unsafe { ManuallyDrop::drop(&mut self.file) };
     }
 }
 
@@ -377,122 +521,168 @@ pub fn start_time(proc_root: &Path, pid: u32) -> Option<(u64, bool)> {
     Some((start.parse().ok()?, matches!(state, "Z" | "X" | "x")))
 }
 
-/// Whether the process `pid` that started at `start` still runs.
-pub fn alive(proc_root: &Path, pid: u32, start: u64) -> bool {
-    pid != 0 && matches!(start_time(proc_root, pid), Some((s, false)) if s == start)
-}
-
 // Real files and OFD locks: not under Miri's isolation.
 #[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Instant;
 
-    fn fake_process(proc_root: &Path, pid: u32, start: u64, state: &str) {
-        let d = proc_root.join(pid.to_string());
-        fs::create_dir_all(&d).unwrap();
-        // A command name with spaces and parentheses, as a process may have.
-        let mut fields = vec!["0"; 50];
-        fields[0] = state;
-        let start = start.to_string();
-        fields[19] = &start;
-        fs::write(
-            d.join("stat"),
-            format!("{pid} (a (b) c) {}\n", fields.join(" ")),
-        )
-        .unwrap();
+    /// A private directory of the test's own (tempdirs are 0755).
+    pub(crate) fn private_dir() -> (tempfile::TempDir, RuntimeDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let d = RuntimeDir::open(tmp.path()).unwrap();
+        (tmp, d)
     }
 
-    #[test]
-    fn liveness_uses_the_start_time() {
-        let tmp = tempfile::tempdir().unwrap();
-        fake_process(tmp.path(), 10, 777, "S");
-        fake_process(tmp.path(), 11, 5, "Z");
-        assert!(alive(tmp.path(), 10, 777));
-        assert!(!alive(tmp.path(), 10, 778), "a reused pid");
-        assert!(!alive(tmp.path(), 11, 5), "a zombie");
-        assert!(!alive(tmp.path(), 12, 5), "no such process");
-        fs::write(tmp.path().join("10/stat"), "garbage").unwrap();
-        assert!(!alive(tmp.path(), 10, 777));
-        let me = std::process::id();
-        let (s, zombie) = start_time(Path::new("/proc"), me).unwrap();
-        assert!(!zombie && alive(Path::new("/proc"), me, s));
+    fn slot(pid: u32) -> Slot {
+        Slot {
+            pid,
+            start_time: 1,
+            want: 5,
+            ..Slot::default()
+        }
     }
 
+    /// A member is alive while its description holds its life byte,
+    /// whatever its pid says (here one no process has, as a member in
+    /// another PID namespace looks); once that description is closed its
+    /// slot is freed by the next look, and the generation moves on.
     #[test]
-    fn dead_slots_are_freed_and_foreign_files_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        let proc_root = tmp.path().join("proc");
-        fake_process(&proc_root, 10, 1, "R");
-        fake_process(&proc_root, 11, 1, "R");
-        let r = Registry::open(tmp.path(), "k", &proc_root).unwrap();
-        r.update(|t, dead| {
-            assert_eq!((t.generation, dead), (0, 0));
-            t.slots[0] = Slot {
-                pid: 10,
-                start_time: 1,
-                want: 5,
-                ..Slot::default()
-            };
-            t.slots[7] = Slot {
-                pid: 11,
-                start_time: 1,
-                want: 6,
-                ..Slot::default()
-            };
+    fn liveness_is_the_life_byte_not_the_pid() {
+        let (_tmp, dir) = private_dir();
+        let mut a = Registry::open(&dir, "k").unwrap();
+        let mut b = Registry::open(&dir, "k").unwrap();
+        let ghost = 0x7FFF_FFF0; // no such pid here
+        let i = a
+            .update(true, |t, look| {
+                let i = look.mine.unwrap();
+                t.slots[i] = slot(ghost);
+                (true, i)
+            })
+            .unwrap();
+        assert_eq!(a.slot(), Some(i));
+        assert_eq!(fs::metadata(a.path()).unwrap().len(), FILE_BYTES as u64);
+        let (dead, live) = b
+            .update(false, |t, look| {
+                (
+                    false,
+                    (look.dead, t.slots.iter().filter(|s| s.pid != 0).count()),
+                )
+            })
+            .unwrap();
+        assert_eq!((dead, live), (0, 1), "a member with a foreign pid is alive");
+        assert_eq!(b.live_slots().unwrap(), vec![i]);
+        let gen = b.update(false, |t, _| (false, t.generation)).unwrap();
+        drop(a); // closed: the kernel drops its life byte
+        let (dead, live, gen2) = b
+            .update(false, |t, look| {
+                let live = t.slots.iter().filter(|s| s.pid != 0).count();
+                (false, (look.dead, live, t.generation))
+            })
+            .unwrap();
+        assert_eq!((dead, live, gen2), (1, 0, gen + 1));
+        // b leaves nothing behind either: it never claimed a slot.
+        assert!(!b.leave(1).unwrap());
+    }
+
+    /// A claimed slot is given back by `leave`; a slot whose byte a live
+    /// description holds is never handed to another member.
+    #[test]
+    fn claims_and_leaves() {
+        let (_tmp, dir) = private_dir();
+        let mut a = Registry::open(&dir, "k").unwrap();
+        let mut b = Registry::open(&dir, "k").unwrap();
+        let ia = a
+            .update(true, |t, l| {
+                t.slots[l.mine.unwrap()] = slot(1);
+                (true, l.mine.unwrap())
+            })
+            .unwrap();
+        let ib = b
+            .update(true, |t, l| {
+                t.slots[l.mine.unwrap()] = slot(2);
+                (true, l.mine.unwrap())
+            })
+            .unwrap();
+        assert_ne!(ia, ib);
+        assert!(a.leave(1).unwrap());
+        assert_eq!(a.slot(), None);
+        let (dead, pids) = b
+            .update(false, |t, l| {
+                (
+                    false,
+                    (
+                        l.dead,
+                        t.slots
+                            .iter()
+                            .map(|s| s.pid)
+                            .filter(|&p| p != 0)
+                            .collect::<Vec<_>>(),
+                    ),
+                )
+            })
+            .unwrap();
+        assert_eq!((dead, pids), (0, vec![2]));
+    }
+
+    /// The same file name with another key's header, or garbage: refused
+    /// and left as it is.
+    #[test]
+    fn foreign_files_are_refused_and_left_alone() {
+        let (_tmp, dir) = private_dir();
+        let mut r = Registry::open(&dir, "k").unwrap();
+        r.update(true, |t, l| {
+            t.slots[l.mine.unwrap()] = slot(1);
             (true, ())
         })
         .unwrap();
-        assert_eq!(fs::metadata(r.path()).unwrap().len(), FILE_BYTES as u64);
-        fake_process(&proc_root, 11, 2, "R"); // 11 died and its pid was reused
-        let (gen, dead, live) = r
-            .update(|t, dead| {
-                let live: Vec<u32> = t
-                    .slots
-                    .iter()
-                    .filter(|s| s.pid != 0)
-                    .map(|s| s.pid)
-                    .collect();
-                (false, (t.generation, dead, live))
-            })
-            .unwrap();
-        assert_eq!((gen, dead, live), (1, 1, vec![10]));
-        // The same file name with another key's header: refused, untouched.
-        let other = Registry {
-            file: File::options()
-                .read(true)
-                .write(true)
-                .open(r.path())
-                .unwrap(),
-            path: r.path().to_path_buf(),
-            key: "other".into(),
-            proc_root: proc_root.clone(),
-        };
         let before = fs::read(r.path()).unwrap();
+        // another key whose name is the same file
+        let mut other = Registry::open(&dir, "k").unwrap();
+        other.key = "other".into();
         assert!(matches!(
-            other.update(|_, _| (true, ())),
+            other.update(true, |_, _| (true, ())),
             Err(RegistryError::Foreign(_))
         ));
+        assert_eq!(fs::read(r.path()).unwrap(), before);
         fs::write(r.path(), b"garbage").unwrap();
         assert!(matches!(
-            r.update(|_, _| (true, ())),
+            r.update(false, |_, _| (true, ())),
             Err(RegistryError::Foreign(_))
         ));
         assert_eq!(fs::read(r.path()).unwrap(), b"garbage");
-        drop(before);
     }
 
+    /// The table's lock excludes another description, and a holder that
+    /// does not let go costs the other member one bounded wait
+    /// ([`LOCK_PATIENCE`]), not a second (the wait before).
     #[test]
-    fn the_lock_excludes_another_open_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let a = Registry::open(tmp.path(), "k", Path::new("/proc")).unwrap();
-        let b = Registry::open(tmp.path(), "k", Path::new("/proc")).unwrap();
+    fn the_lock_excludes_another_open_file_for_a_bounded_time() {
+        let (_tmp, dir) = private_dir();
+        let mut a = Registry::open(&dir, "k").unwrap();
+        let mut b = Registry::open(&dir, "k").unwrap();
         assert!(!b.is_locked_elsewhere().unwrap());
-        a.update(|_, _| {
+        a.update(false, |_, _| {
             assert!(b.is_locked_elsewhere().unwrap());
+            let t = Instant::now();
+            assert!(matches!(
+                b.update(false, |_, _| (false, ())),
+                Err(RegistryError::Busy(_))
+            ));
+            // A hang guard far above the patience and far below the old
+            // second.
+            assert!(
+                t.elapsed() < Duration::from_millis(500),
+                "{:?}",
+                t.elapsed()
+            );
             (false, ())
         })
         .unwrap();
         assert!(!b.is_locked_elsewhere().unwrap());
+        assert!(b.update(false, |_, _| (false, ())).is_ok());
     }
 }

@@ -1,10 +1,16 @@
-//! The budget's members on fake cgroup trees with fake processes, and a
+//! The budget's members on fake cgroup trees with fake processes (each
+//! holding its life byte through a registry description of its own), a
 //! real child process killed with SIGKILL while it holds the registry's
-//! lock.
+//! lock, and a member in another PID namespace.
 
 use super::*;
+use crate::ipc::RuntimeDir;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU64;
 
@@ -50,13 +56,27 @@ fn process(proc_root: &Path, pid: u32, start: u64) {
 /// fake ones in `/svc`, limited to 512 MiB.
 struct Tree {
     _tmp: tempfile::TempDir,
+    dir: PathBuf,
     config: BudgetConfig,
     svc: PathBuf,
+    /// The fake processes' registry descriptions (their life bytes).
+    fakes: RefCell<HashMap<u32, Registry>>,
+}
+
+/// A private directory of the test's own (tempdirs are 0755).
+fn private_tmp() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    tmp
+}
+
+fn registry_in(dir: &Path, key: &str) -> Registry {
+    Registry::open(&RuntimeDir::open(dir).unwrap(), key).unwrap()
 }
 
 impl Tree {
     fn new(want: u64) -> Tree {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = private_tmp();
         let (p, c) = (tmp.path().join("proc"), tmp.path().join("cg"));
         fs::create_dir_all(p.join("self")).unwrap();
         fs::write(p.join("self/cgroup"), "4:memory:/svc\n0::/\n").unwrap();
@@ -75,15 +95,17 @@ impl Tree {
         )
         .unwrap();
         let config = BudgetConfig {
-            registry_dir: tmp.path().into(),
+            registry_dir: RegistryDir::Private(tmp.path().into()),
             proc_root: p,
             cgroup_root: c,
             ..BudgetConfig::new(want)
         };
         let t = Tree {
+            dir: tmp.path().into(),
             _tmp: tmp,
             config,
             svc,
+            fakes: RefCell::new(HashMap::new()),
         };
         t.usage(100 * M);
         t
@@ -94,37 +116,35 @@ impl Tree {
     }
 
     fn registry(&self) -> Registry {
-        Registry::open(
-            &self.config.registry_dir,
-            "cgroup-v1:/svc",
-            &self.config.proc_root,
-        )
-        .unwrap()
+        registry_in(&self.dir, "cgroup-v1:/svc")
     }
 
-    /// Fake processes each holding a full cache of `cap` and wanting `want`.
+    /// Fake processes each holding a full cache of `cap` and wanting
+    /// `want`, each a member through a registry description of its own.
     fn others(&self, pids: &[u32], want: u64, cap: u64) {
         for &pid in pids {
             process(&self.config.proc_root, pid, 1);
-        }
-        self.registry()
-            .update(|t, _| {
-                for (k, &pid) in pids.iter().enumerate() {
-                    t.slots[10 + k] = Slot {
-                        pid,
-                        start_time: 1,
-                        want,
-                        demand: want,
-                        capacity: cap,
-                        used: cap,
-                    };
-                }
+            let mut r = self.registry();
+            r.update(true, |t, look| {
+                t.slots[look.mine.unwrap()] = Slot {
+                    pid,
+                    start_time: 1,
+                    want,
+                    demand: want,
+                    capacity: cap,
+                    used: cap,
+                };
                 (true, ())
             })
             .unwrap();
+            self.fakes.borrow_mut().insert(pid, r);
+        }
     }
 
+    /// A fake process dies: its description is closed (the kernel drops
+    /// its life byte), its `/proc` entry goes.
     fn kill(&self, pid: u32) {
+        drop(self.fakes.borrow_mut().remove(&pid));
         fs::remove_dir_all(self.config.proc_root.join(pid.to_string())).unwrap();
     }
 }
@@ -160,7 +180,9 @@ fn five_fake_processes_divide_and_rebalance() {
     assert_eq!(cache.capacity(), third);
     let live = tree
         .registry()
-        .update(|t, _| (false, t.slots.iter().filter(|s| s.pid != 0).count()))
+        .update(false, |t, _| {
+            (false, t.slots.iter().filter(|s| s.pid != 0).count())
+        })
         .unwrap();
     assert_eq!(live, 3);
 
@@ -179,7 +201,9 @@ fn five_fake_processes_divide_and_rebalance() {
     m.leave();
     let live = tree
         .registry()
-        .update(|t, _| (false, t.slots.iter().filter(|s| s.pid != 0).count()))
+        .update(false, |t, _| {
+            (false, t.slots.iter().filter(|s| s.pid != 0).count())
+        })
         .unwrap();
     assert_eq!(live, 2);
 }
@@ -205,7 +229,7 @@ fn an_idle_cache_leaves_the_rest() {
     assert_eq!(s.share, 16 * M);
     let demands = tree
         .registry()
-        .update(|t, _| {
+        .update(false, |t, _| {
             (
                 false,
                 t.slots
@@ -229,7 +253,7 @@ fn an_idle_cache_leaves_the_rest() {
 fn fallback_without_a_registry() {
     let tree = Tree::new(200 * M);
     let cfg = BudgetConfig {
-        registry_dir: tree.config.registry_dir.join("absent"),
+        registry_dir: RegistryDir::Private(tree.dir.join("absent")),
         ..tree.config.clone()
     };
     let cache = fake(300 * M, 300 * M);
@@ -251,7 +275,7 @@ fn fallback_without_a_registry() {
 fn garbage_is_survived() {
     let tree = Tree::new(64 * M);
     fs::write(tree.svc.join("memory.usage_in_bytes"), "lots").unwrap();
-    let path = path_for(&tree.config.registry_dir, "cgroup-v1:/svc");
+    let path = tree.dir.join(file_name("cgroup-v1:/svc"));
     fs::write(&path, vec![7u8; 5000]).unwrap();
     let cache = fake(16 * M, 0);
     let mut m = Member::new(Arc::clone(&cache), tree.config.clone());
@@ -265,25 +289,29 @@ fn garbage_is_survived() {
     assert!(cache.capacity() <= 64 * M);
 }
 
-/// The env var that makes the test binary the child of
-/// [`a_sigkilled_members_share_comes_back`].
+/// The env var that makes the test binary a child of the tests below: the
+/// private directory of the registry.
 const CHILD_ENV: &str = "KXARRAY_BUDGET_TEST_CHILD";
+/// What the child does: `hold` (join, then hold the table's lock until
+/// killed) or `member` (join, then sleep until killed).
+const MODE_ENV: &str = "KXARRAY_BUDGET_TEST_MODE";
 const HUGE: u64 = 1 << 50;
 
-/// Not a test of its own: run by [`a_sigkilled_members_share_comes_back`]
-/// in a child process, it joins the registry named by `CHILD_ENV` as a
-/// member wanting `HUGE`, then takes the lock and holds it until killed.
+/// Not a test of its own: run by the tests below in a child process, it
+/// joins the registry named by `CHILD_ENV` as a member wanting `HUGE`
+/// (its slot's pid is its own, as its PID namespace numbers it), says
+/// READY, then holds the lock (`hold`) or not (`member`) until killed.
 #[test]
-#[ignore = "the child process of a_sigkilled_members_share_comes_back"]
-fn budget_child_holds_the_lock() {
+#[ignore = "the child process of the tests below"]
+fn budget_child() {
     let dir = PathBuf::from(std::env::var(CHILD_ENV).expect("run by the parent test"));
+    let hold = std::env::var(MODE_ENV).is_ok_and(|m| m == "hold");
     let key = Scope::from_system().unwrap().key;
-    let r = Registry::open(&dir, &key, Path::new("/proc")).unwrap();
+    let mut r = registry_in(&dir, &key);
     let pid = std::process::id();
-    let (start, _) = start_time(Path::new("/proc"), pid).unwrap();
-    r.update(|t, _| {
-        let i = t.slots.iter().position(|s| s.pid == 0).unwrap();
-        t.slots[i] = Slot {
+    let start = start_time(Path::new("/proc"), pid).map_or(0, |(s, _)| s);
+    r.update(true, |t, look| {
+        t.slots[look.mine.unwrap()] = Slot {
             pid,
             start_time: start,
             want: HUGE,
@@ -294,39 +322,78 @@ fn budget_child_holds_the_lock() {
         (true, ())
     })
     .unwrap();
-    r.update(|_, _| {
-        println!("READY");
+    if !hold {
+        println!("READY pid {pid}");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+    r.update(false, |_, _| {
+        println!("READY pid {pid}");
         std::thread::sleep(Duration::from_secs(3600));
         (false, ())
     })
     .unwrap();
 }
 
+/// The child above, as `program` with `args` before the test binary (an
+/// `unshare`), waited for until it says READY; `None` when it could not
+/// start (the message says why).
+fn spawn_child(dir: &Path, mode: &str, wrapper: &[&str]) -> Option<(std::process::Child, String)> {
+    let exe = std::env::current_exe().unwrap();
+    let test = [
+        "--ignored",
+        "--exact",
+        "memory::budget::tests::budget_child",
+        "--nocapture",
+    ];
+    let mut cmd = match wrapper.split_first() {
+        Some((prog, rest)) => {
+            let mut c = Command::new(prog);
+            c.args(rest).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let mut child = cmd
+        .args(test)
+        .env(CHILD_ENV, dir)
+        .env(MODE_ENV, mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.find_map(|l| l.ok().filter(|l| l.contains("READY")));
+    match ready {
+        Some(line) => Some((child, line)),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
+}
+
+/// A member in the test's cgroup scope with this registry directory.
+fn member_in(dir: &Path) -> (Arc<Fake>, Member<Fake>) {
+    let cache = fake(16 * M, 0);
+    let config = BudgetConfig {
+        registry_dir: RegistryDir::Private(dir.into()),
+        ..BudgetConfig::new(HUGE)
+    };
+    let m = Member::new(Arc::clone(&cache), config);
+    (cache, m)
+}
+
 /// A real child process joins the budget, takes the registry's lock and
-/// is killed with SIGKILL while holding it: the kernel releases the lock,
-/// the next look frees its slot (its pid is dead), and its share comes
-/// back to the member left.
+/// is killed with SIGKILL while holding it: the kernel releases the lock
+/// and the child's life byte, the next look frees its slot, and its share
+/// comes back to the member left.
 #[test]
 fn a_sigkilled_members_share_comes_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "memory::budget::tests::budget_child_holds_the_lock",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, dir.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.unwrap().contains("READY")),
-        "the child did not start"
-    );
+    let dir = private_tmp();
+    let (mut child, _) = spawn_child(dir.path(), "hold", &[]).expect("the child did not start");
     let key = Scope::from_system().unwrap().key;
-    let r = Registry::open(dir.path(), &key, Path::new("/proc")).unwrap();
+    let mut r = registry_in(dir.path(), &key);
     assert!(r.is_locked_elsewhere().unwrap(), "the child holds the lock");
 
     child.kill().unwrap(); // SIGKILL
@@ -336,13 +403,7 @@ fn a_sigkilled_members_share_comes_back() {
         "the kernel released the lock"
     );
 
-    let cache = fake(16 * M, 0);
-    let config = BudgetConfig {
-        registry_dir: dir.path().into(),
-        ..BudgetConfig::new(HUGE)
-    };
-    let mut m = Member::new(Arc::clone(&cache), config);
-    // Before the kill the table held the child: show it held half.
+    let (_cache, mut m) = member_in(dir.path());
     let total = {
         let u = m.scope.as_ref().unwrap().usage().unwrap();
         (u.limit as f64 * m.config.fraction) as u64 / 4096 * 4096
@@ -350,37 +411,20 @@ fn a_sigkilled_members_share_comes_back() {
     m.tick();
     let s = m.stats.lock().unwrap().clone();
     assert_eq!((s.members, s.share), (1, total), "{s:?}");
-    let gen = r.update(|t, _| (false, t.generation)).unwrap();
-    assert_eq!(gen, 2, "the child's slot freed (1), this member joined (2)");
+    let gen = r.update(false, |t, _| (false, t.generation)).unwrap();
+    assert_eq!(
+        gen, 3,
+        "the child joined (1), its slot was freed (2), this member joined (3)"
+    );
 }
 
-/// The same child, alive: the member shares with it, then its share comes
-/// back once the child is killed (without the lock held this time).
+/// The same child, alive and not holding the lock: the member shares with
+/// it, then its share comes back once the child is killed.
 #[test]
 fn share_is_halved_then_restored() {
-    let dir = tempfile::tempdir().unwrap();
-    let key = Scope::from_system().unwrap().key;
-    let mut child = Command::new("sleep").arg("600").spawn().unwrap();
-    let (start, _) = start_time(Path::new("/proc"), child.id()).unwrap();
-    let r = Registry::open(dir.path(), &key, Path::new("/proc")).unwrap();
-    r.update(|t, _| {
-        t.slots[0] = Slot {
-            pid: child.id(),
-            start_time: start,
-            want: HUGE,
-            demand: HUGE,
-            capacity: 0,
-            used: 0,
-        };
-        (true, ())
-    })
-    .unwrap();
-    let cache = fake(16 * M, 0);
-    let config = BudgetConfig {
-        registry_dir: dir.path().into(),
-        ..BudgetConfig::new(HUGE)
-    };
-    let mut m = Member::new(Arc::clone(&cache), config);
+    let dir = private_tmp();
+    let (mut child, _) = spawn_child(dir.path(), "member", &[]).expect("the child did not start");
+    let (_cache, mut m) = member_in(dir.path());
     m.tick();
     let before = m.stats.lock().unwrap().clone();
     assert_eq!(before.members, 2);
@@ -394,4 +438,51 @@ fn share_is_halved_then_restored() {
         after.share.abs_diff(before.share * 2) <= 4096,
         "{before:?} {after:?}"
     );
+}
+
+/// A member in a new PID namespace (`unshare --pid --fork`: its pid there
+/// is 1, which on the host is init, started at another time) beside one on
+/// the host: two members, the budget divided between them, and the host's
+/// share back once it is killed. Judged by pid and start time, each took
+/// the other for dead and the whole budget. SKIPPED where a PID namespace
+/// cannot be made (no `unshare`, not permitted).
+#[test]
+fn a_member_in_another_pid_namespace_is_alive() {
+    let dir = private_tmp();
+    let Some((mut child, line)) = spawn_child(
+        dir.path(),
+        "member",
+        &["unshare", "--pid", "--fork", "--kill-child"],
+    ) else {
+        eprintln!("SKIPPED: cannot run a child in a new PID namespace (unshare --pid --fork)");
+        return;
+    };
+    assert!(
+        line.ends_with("pid 1"),
+        "the child runs in its own PID namespace: {line}"
+    );
+    let (_cache, mut m) = member_in(dir.path());
+    m.tick();
+    let both = m.stats.lock().unwrap().clone();
+    let total = {
+        let u = m.scope.as_ref().unwrap().usage().unwrap();
+        (u.limit as f64 * m.config.fraction) as u64 / 4096 * 4096
+    };
+    assert_eq!(both.members, 2, "{both:?}");
+    assert!(both.share.abs_diff(total / 2) <= 4096, "{both:?}");
+    child.kill().unwrap(); // unshare; its child (the member) dies with it
+    child.wait().unwrap();
+    // The namespace's init is gone with its parent; the member's life byte
+    // goes when the kernel has reaped it.
+    let start = Instant::now();
+    loop {
+        m.tick();
+        let s = m.stats.lock().unwrap().clone();
+        if s.members == 1 {
+            assert_eq!(s.share, total);
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
