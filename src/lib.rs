@@ -306,6 +306,8 @@ pub mod ipc;
 pub mod memory;
 pub mod node_cache;
 pub mod pagecache;
+#[cfg(target_os = "linux")]
+pub mod shared;
 
 pub use chunked::ChunkedXArray;
 pub use cursor::{Cursor, CursorMut};

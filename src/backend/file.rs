@@ -366,6 +366,20 @@ impl Backend for FileBackend {
         self.is_direct().then_some(DIRECT_READAHEAD)
     }
 
+    /// A duplicate of the buffered descriptor and the file's path as the
+    /// kernel names it (`/proc/self/fd`); `None` for a file with no path
+    /// any other process could open (unlinked, or anonymous).
+    #[cfg(target_os = "linux")]
+    fn file_for_sharing(&self) -> Option<(std::os::fd::OwnedFd, std::path::PathBuf)> {
+        use std::os::fd::AsRawFd;
+        let fd = self.file.try_clone().ok()?;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        if !path.is_absolute() || path.to_string_lossy().ends_with(" (deleted)") {
+            return None;
+        }
+        Some((fd.into(), path))
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         check_range("read", offset, buf.len() as u64)?;
         match self.direct_for(offset, buf.len()) {

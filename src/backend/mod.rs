@@ -305,6 +305,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// This backend's file for a cache shared by processes
+    /// (the page cache's `CacheConfig::shared`):
+    /// a descriptor of its own (a duplicate: the shared cache reads, writes
+    /// back and syncs through it) and the file's path (for a process that
+    /// must write back a dead one's pages). `None` (the default): the
+    /// backend is not a file any other process can open, and is cached
+    /// privately.
+    #[cfg(unix)]
+    fn file_for_sharing(&self) -> Option<(std::os::fd::OwnedFd, std::path::PathBuf)> {
+        None
+    }
+
     /// The largest readahead window a page cache should read ahead of a
     /// sequential reader of this backend, in bytes; `None` (the default)
     /// leaves the cache's default (128 KiB, the kernel's). A backend that
@@ -529,6 +541,10 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn readahead_max(&self) -> Option<u64> {
         (**self).readahead_max()
+    }
+    #[cfg(unix)]
+    fn file_for_sharing(&self) -> Option<(std::os::fd::OwnedFd, std::path::PathBuf)> {
+        (**self).file_for_sharing()
     }
     fn submit_read(&self, buf: ReadBuf, offset: u64) -> Completion<ReadBuf> {
         (**self).submit_read(buf, offset)

@@ -20,8 +20,8 @@
 //! a member.
 
 use super::ofd::{held_elsewhere, try_lock, unlock, LockKind};
-use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 
 /// The life bytes of a table of slots: slot `i`'s byte is `base + i` of
 /// the shared file (it may lie past the file's end: locks do not need the
@@ -56,7 +56,7 @@ impl LifeBytes {
     ///
     /// # Errors
     /// `fcntl`'s error.
-    pub fn claim(&self, file: &File, i: usize) -> io::Result<bool> {
+    pub fn claim(&self, file: impl AsFd, i: usize) -> io::Result<bool> {
         try_lock(file, LockKind::Write, self.base + i as u64, 1)
     }
 
@@ -65,7 +65,7 @@ impl LifeBytes {
     ///
     /// # Errors
     /// `fcntl`'s error.
-    pub fn release(&self, file: &File, i: usize) -> io::Result<()> {
+    pub fn release(&self, file: impl AsFd, i: usize) -> io::Result<()> {
         unlock(file, self.base + i as u64, 1)
     }
 
@@ -74,7 +74,7 @@ impl LifeBytes {
     ///
     /// # Errors
     /// `fcntl`'s error.
-    pub fn is_alive(&self, file: &File, i: usize) -> io::Result<bool> {
+    pub fn is_alive(&self, file: impl AsFd, i: usize) -> io::Result<bool> {
         held_elsewhere(file, LockKind::Write, self.base + i as u64, 1)
     }
 }

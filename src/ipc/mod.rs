@@ -35,4 +35,6 @@ mod runtime_dir;
 
 pub use liveness::LifeBytes;
 pub use ofd::{held_elsewhere, lock_within, try_lock, unlock, LockKind};
-pub use runtime_dir::{PrivateFile, Refused, RuntimeDir, RuntimeError, SHARED_DIR};
+pub use runtime_dir::{
+    check_private_file, PrivateFile, Refused, RuntimeDir, RuntimeError, SHARED_DIR,
+};

@@ -14,9 +14,8 @@
 //! `F_OFD_SETLKW`); [`lock_within`] sleeps between tries and gives up at
 //! its deadline.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 /// A lock's kind.
@@ -36,11 +35,11 @@ fn raw(kind: Option<LockKind>) -> libc::c_short {
     }) as libc::c_short
 }
 
-fn fcntl(file: &File, cmd: libc::c_int, fl: &mut libc::flock) -> io::Result<()> {
+fn fcntl(file: impl AsFd, cmd: libc::c_int, fl: &mut libc::flock) -> io::Result<()> {
     loop {
         // SAFETY: the descriptor is open for the life of `file`, and `fl`
         // is a valid `flock` that outlives the call.
-        let r = unsafe { libc::fcntl(file.as_raw_fd(), cmd, fl as *mut libc::flock) };
+        let r = unsafe { libc::fcntl(file.as_fd().as_raw_fd(), cmd, fl as *mut libc::flock) };
         if r == 0 {
             return Ok(());
         }
@@ -81,7 +80,7 @@ fn flock(kind: Option<LockKind>, start: u64, len: u64) -> io::Result<libc::flock
 /// unlock(&a, 7, 1).unwrap();
 /// assert!(try_lock(&b, LockKind::Write, 7, 1).unwrap());
 /// ```
-pub fn try_lock(file: &File, kind: LockKind, start: u64, len: u64) -> io::Result<bool> {
+pub fn try_lock(file: impl AsFd, kind: LockKind, start: u64, len: u64) -> io::Result<bool> {
     let mut fl = flock(Some(kind), start, len)?;
     match fcntl(file, libc::F_OFD_SETLK, &mut fl) {
         Ok(()) => Ok(true),
@@ -97,7 +96,7 @@ pub fn try_lock(file: &File, kind: LockKind, start: u64, len: u64) -> io::Result
 /// # Errors
 /// As [`try_lock`].
 pub fn lock_within(
-    file: &File,
+    file: impl AsFd,
     kind: LockKind,
     start: u64,
     len: u64,
@@ -106,7 +105,7 @@ pub fn lock_within(
     let deadline = Instant::now() + patience;
     let mut nap = Duration::from_micros(50);
     loop {
-        if try_lock(file, kind, start, len)? {
+        if try_lock(file.as_fd(), kind, start, len)? {
             return Ok(true);
         }
         let now = Instant::now();
@@ -122,7 +121,7 @@ pub fn lock_within(
 ///
 /// # Errors
 /// `fcntl`'s error.
-pub fn unlock(file: &File, start: u64, len: u64) -> io::Result<()> {
+pub fn unlock(file: impl AsFd, start: u64, len: u64) -> io::Result<()> {
     let mut fl = flock(None, start, len)?;
     fcntl(file, libc::F_OFD_SETLK, &mut fl)
 }
@@ -133,7 +132,7 @@ pub fn unlock(file: &File, start: u64, len: u64) -> io::Result<()> {
 ///
 /// # Errors
 /// `fcntl`'s error.
-pub fn held_elsewhere(file: &File, kind: LockKind, start: u64, len: u64) -> io::Result<bool> {
+pub fn held_elsewhere(file: impl AsFd, kind: LockKind, start: u64, len: u64) -> io::Result<bool> {
     let mut fl = flock(Some(kind), start, len)?;
     fcntl(file, libc::F_OFD_GETLK, &mut fl)?;
     Ok(fl.l_type != libc::F_UNLCK as libc::c_short)

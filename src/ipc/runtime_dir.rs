@@ -31,7 +31,7 @@ use std::ffi::{CString, OsStr};
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -214,6 +214,33 @@ fn check_owner_mode(st: &libc::stat) -> Result<(), Refused> {
 const DIR_FLAGS: libc::c_int =
     libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
 
+/// How a file in the directory is opened: read-write, no symlink followed,
+/// a FIFO not waited on, never a controlling terminal.
+const FILE_FLAGS: libc::c_int =
+    libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+
+/// Check an open file as every private file is checked: a regular file,
+/// owned by the effective user, no group or other permission bits. Its
+/// `fstat` for the caller's own checks (links, size).
+///
+/// # Errors
+/// What the file is instead (`path` names it in the error), or `fstat`'s
+/// error.
+pub fn check_private_file(file: &File, path: &Path) -> Result<libc::stat, RuntimeError> {
+    let st = fstat(file).map_err(|e| RuntimeError::io(path, e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(RuntimeError::new(path, Refused::Kind(kind_of(st.st_mode))));
+    }
+    check_owner_mode(&st).map_err(|r| RuntimeError::new(path, r))?;
+    Ok(st)
+}
+
+impl AsFd for RuntimeDir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl RuntimeDir {
     /// The user's runtime directory: `$XDG_RUNTIME_DIR/kxarray` when
     /// `$XDG_RUNTIME_DIR` is set and is the user's, else
@@ -252,16 +279,25 @@ impl RuntimeDir {
     /// # Errors
     /// What was found at the name, or why it could not be made.
     pub fn in_shared(shared: &Path) -> Result<RuntimeDir, RuntimeError> {
-        let path = shared.join(format!("kxarray-{}", euid()));
-        let c = cstr(path.as_os_str()).map_err(|r| RuntimeError::new(&path, r))?;
+        RuntimeDir::create(&shared.join(format!("kxarray-{}", euid())))
+    }
+
+    /// The directory at `path`, made with mode 0700 if absent (never
+    /// through a symlink: `mkdir` does not follow one), then opened and
+    /// checked as [`open`](RuntimeDir::open) checks.
+    ///
+    /// # Errors
+    /// What was found at the path, or why it could not be made.
+    pub fn create(path: &Path) -> Result<RuntimeDir, RuntimeError> {
+        let c = cstr(path.as_os_str()).map_err(|r| RuntimeError::new(path, r))?;
         // SAFETY: a NUL-terminated path; mkdir touches no memory of ours.
         if unsafe { libc::mkdir(c.as_ptr(), 0o700) } != 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(RuntimeError::io(&path, e));
+                return Err(RuntimeError::io(path, e));
             }
         }
-        RuntimeDir::open(&path)
+        RuntimeDir::open(path)
     }
 
     /// Open an existing directory that must be the user's alone: owned by
@@ -330,45 +366,25 @@ impl RuntimeDir {
     /// or the system call's error. Nothing is created or changed then.
     pub fn open_file(&self, name: &str, max_len: u64) -> Result<PrivateFile, RuntimeError> {
         let path = self.path.join(name);
-        let c = file_name(name).map_err(|r| RuntimeError::new(&path, r))?;
-        let flags =
-            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+        file_name(name).map_err(|r| RuntimeError::new(&path, r))?;
         let mut created = false;
-        let mut fd = -1;
+        let mut opened = Err(io::Error::from_raw_os_error(libc::ENOENT));
         // An open racing another process's create or delete: a few tries.
         for _ in 0..4 {
-            // SAFETY: a live directory descriptor and a NUL-terminated name.
-            fd = unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags) };
-            if fd >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+            opened = self.open_existing(name);
+            if !matches!(&opened, Err(e) if e.raw_os_error() == Some(libc::ENOENT)) {
                 break;
             }
-            // SAFETY: as above; O_EXCL never opens an existing name.
-            fd = unsafe {
-                libc::openat(
-                    self.fd.as_raw_fd(),
-                    c.as_ptr(),
-                    flags | libc::O_CREAT | libc::O_EXCL,
-                    0o600 as libc::c_uint,
-                )
-            };
-            if fd >= 0 {
+            opened = self.create_new(name);
+            if opened.is_ok() {
                 created = true;
+            }
+            if !matches!(&opened, Err(e) if e.raw_os_error() == Some(libc::EEXIST)) {
                 break;
             }
-            if io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
-                break;
-            }
         }
-        if fd < 0 {
-            return Err(RuntimeError::io(&path, io::Error::last_os_error()));
-        }
-        // SAFETY: a descriptor just opened, owned by nobody else.
-        let file = unsafe { File::from_raw_fd(fd) };
-        let st = fstat(&file).map_err(|e| RuntimeError::io(&path, e))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(RuntimeError::new(&path, Refused::Kind(kind_of(st.st_mode))));
-        }
-        check_owner_mode(&st).map_err(|r| RuntimeError::new(&path, r))?;
+        let file = opened.map_err(|e| RuntimeError::io(&path, e))?;
+        let st = check_private_file(&file, &path)?;
         if st.st_nlink != 1 {
             return Err(RuntimeError::new(&path, Refused::Links(st.st_nlink as u64)));
         }
@@ -380,6 +396,59 @@ impl RuntimeDir {
             ));
         }
         Ok(PrivateFile { file, created })
+    }
+
+    /// Open the existing file `name` in this directory read-write (with
+    /// the flags of [`open_file`](RuntimeDir::open_file): no symlink
+    /// followed, no FIFO waited on), unchecked: the caller checks it with
+    /// [`check_private_file`] and its own rules.
+    ///
+    /// # Errors
+    /// `openat`'s error (`ENOENT` when there is none, `ELOOP` for a
+    /// symlink).
+    pub fn open_existing(&self, name: &str) -> io::Result<File> {
+        self.openat(name, FILE_FLAGS, 0)
+    }
+
+    /// Create the file `name` in this directory, read-write, mode 0600,
+    /// with `O_EXCL`: it never opens what is already there.
+    ///
+    /// # Errors
+    /// `openat`'s error (`EEXIST` when the name is taken).
+    pub fn create_new(&self, name: &str) -> io::Result<File> {
+        self.openat(name, FILE_FLAGS | libc::O_CREAT | libc::O_EXCL, 0o600)
+    }
+
+    fn openat(&self, name: &str, flags: libc::c_int, mode: libc::c_uint) -> io::Result<File> {
+        let c = file_name(name)
+            .map_err(|r| io::Error::new(io::ErrorKind::InvalidInput, r.to_string()))?;
+        // SAFETY: a live directory descriptor and a NUL-terminated name.
+        let fd = unsafe { libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags, mode) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just opened, owned by nobody else.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Give the file `from` of this directory a second name `to` (a hard
+    /// link; `from` is not followed if it is a symlink). Fails if `to`
+    /// exists: a file prepared under a name of its own is published under
+    /// `to` whole or not at all, and of two processes publishing at once
+    /// one wins.
+    ///
+    /// # Errors
+    /// `linkat`'s error (`EEXIST` when `to` is taken).
+    pub fn link_new(&self, from: &str, to: &str) -> io::Result<()> {
+        let bad = |r: Refused| io::Error::new(io::ErrorKind::InvalidInput, r.to_string());
+        let (f, t) = (file_name(from).map_err(bad)?, file_name(to).map_err(bad)?);
+        let d = self.fd.as_raw_fd();
+        // SAFETY: a live directory descriptor and NUL-terminated names;
+        // flags 0 follow no symlink.
+        if unsafe { libc::linkat(d, f.as_ptr(), d, t.as_ptr(), 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Remove the file `name` from this directory.

@@ -53,6 +53,31 @@ const PAGE: u64 = PAGE_SIZE as u64;
 pub struct CachedFile {
     pub(super) shared: Arc<FileShared>,
     pub(super) since: crate::sync::Lock<u64>,
+    /// The file in the region shared with other processes, when the cache
+    /// shares ([`CacheConfig::shared`](super::CacheConfig::shared)) and the
+    /// backend is a file: every operation runs there, and the private
+    /// state above holds nothing.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(super) region: Option<crate::shared::SharedFile>,
+}
+
+/// Run `$e` on the shared file and return, when the handle has one.
+macro_rules! in_region {
+    ($self:ident, $s:ident => $e:expr) => {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some($s) = &$self.region {
+            return $e;
+        }
+    };
+}
+
+/// The error of a zero-copy call on a file in the shared region.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn zero_copy_unsupported() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "zero-copy references are made of private folios: a file in the shared cache reads and writes by copy",
+    )
 }
 
 impl Clone for CachedFile {
@@ -60,6 +85,8 @@ impl Clone for CachedFile {
         CachedFile {
             shared: Arc::clone(&self.shared),
             since: crate::sync::Lock::new(*self.since.lock()),
+            #[cfg(all(target_os = "linux", not(loom)))]
+            region: self.region.clone(),
         }
     }
 }
@@ -84,7 +111,26 @@ impl CachedFile {
         CachedFile {
             shared,
             since: crate::sync::Lock::new(since),
+            #[cfg(all(target_os = "linux", not(loom)))]
+            region: None,
         }
+    }
+
+    /// A handle whose operations run on `region`'s frames.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(crate) fn in_region(shared: Arc<FileShared>, region: crate::shared::SharedFile) -> Self {
+        let mut f = CachedFile::new(shared);
+        f.region = Some(region);
+        f
+    }
+
+    /// Whether the file is cached in the region shared with other
+    /// processes ([`CacheConfig::shared`](super::CacheConfig::shared)).
+    pub fn is_shared(&self) -> bool {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        return self.region.is_some();
+        #[cfg(not(all(target_os = "linux", not(loom))))]
+        false
     }
 
     /// Read up to `buf.len()` bytes at `offset`. Returns fewer at the end
@@ -110,6 +156,15 @@ impl CachedFile {
     /// ```
     #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        in_region!(self, s => {
+            let (n, pages, misses) = s.read_counted(buf, offset)?;
+            let c = &self.shared.cache.counters;
+            c.hits.add(pages - misses);
+            if misses != 0 {
+                c.misses.add(misses);
+            }
+            Ok(n)
+        });
         self.shared.read_at(buf, offset)
     }
 
@@ -184,6 +239,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"hi");
     /// ```
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        in_region!(self, s => s.write_at(buf, offset));
         self.shared.write_at(buf, offset)
     }
 
@@ -201,6 +257,7 @@ impl CachedFile {
     /// assert_eq!(file.len(), 14);
     /// ```
     pub fn len(&self) -> u64 {
+        in_region!(self, s => s.len());
         self.shared.len()
     }
 
@@ -249,6 +306,7 @@ impl CachedFile {
     /// assert_eq!((e.kind(), ram.len()), (std::io::ErrorKind::Unsupported, 4096));
     /// ```
     pub fn set_len(&self, len: u64) -> io::Result<()> {
+        in_region!(self, s => s.set_len(len));
         self.shared.set_len(len)
     }
 
@@ -276,6 +334,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 0);
     /// ```
     pub fn sync(&self) -> io::Result<()> {
+        in_region!(self, s => s.sync());
         self.sync_range(0..u64::MAX)
     }
 
@@ -299,6 +358,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 0);
     /// ```
     pub fn sync_data(&self) -> io::Result<()> {
+        in_region!(self, s => s.sync_data());
         let written = self.write_back(0..u64::MAX);
         let flushed = self.shared.backend.flush_data();
         written.and(flushed)
@@ -325,6 +385,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().dirty_bytes, 4096); // page 2 is still dirty
     /// ```
     pub fn sync_range(&self, range: Range<u64>) -> io::Result<()> {
+        in_region!(self, s => s.sync_range(range));
         let written = self.write_back(range);
         let flushed = self.shared.backend.flush();
         written.and(flushed)
@@ -357,6 +418,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"journal");
     /// ```
     pub fn write_back(&self, range: Range<u64>) -> io::Result<()> {
+        in_region!(self, s => s.write_back(range));
         if range.end > range.start {
             // Its error is in the error sequence, checked just below.
             let _ = writeback::writeback(
@@ -392,6 +454,7 @@ impl CachedFile {
     /// assert_eq!(b, [1]);
     /// ```
     pub fn invalidate(&self, range: Range<u64>) -> io::Result<u64> {
+        in_region!(self, s => Ok(s.invalidate(range)));
         Ok(self.shared.invalidate(range))
     }
 
@@ -436,6 +499,7 @@ impl CachedFile {
     /// assert_eq!(b[..10], [2; 10]);
     /// ```
     pub fn revalidate_range(&self, range: Range<u64>) -> io::Result<u64> {
+        in_region!(self, s => s.revalidate_range(range));
         match self.shared.revalidate_range(range) {
             (dropped, 0) => Ok(dropped),
             (_, busy) => Err(io::Error::new(
@@ -482,6 +546,7 @@ impl CachedFile {
     /// assert_eq!((&b, file.len()), (b"new", 15));
     /// ```
     pub fn revalidate(&self) -> io::Result<()> {
+        in_region!(self, s => s.revalidate().map(drop));
         self.shared.revalidate()
     }
 
@@ -520,6 +585,7 @@ impl CachedFile {
     /// assert_eq!(c, [9]);
     /// ```
     pub fn refresh_len(&self) -> io::Result<u64> {
+        in_region!(self, s => s.refresh_len());
         self.shared.refresh_len()
     }
 
@@ -545,6 +611,7 @@ impl CachedFile {
     /// assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     /// ```
     pub fn read_folio(&self, index: u64) -> io::Result<FolioRef> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         let s = &self.shared;
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return Err(io::Error::new(
@@ -578,6 +645,7 @@ impl CachedFile {
     /// assert_eq!(file.try_read_folio(3).unwrap().page(3)[0], 5);
     /// ```
     pub fn try_read_folio(&self, index: u64) -> Option<FolioRef> {
+        in_region!(self, _s => None);
         let s = &self.shared;
         if index.checked_mul(PAGE).is_none_or(|p| p >= s.len()) {
             return None;
@@ -673,6 +741,7 @@ impl CachedFile {
         index: u64,
         guard: &'g Guard,
     ) -> io::Result<FolioBorrow<'g>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         match self.shared.folio_hit_in(index, guard) {
             Some(b) => Ok(b),
             None => self.read_folio_in_miss(index, guard),
@@ -739,6 +808,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"in place");
     /// ```
     pub fn write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
@@ -779,6 +849,7 @@ impl CachedFile {
     /// assert_eq!(&b, b"fast");
     /// ```
     pub fn try_write_begin(&self, pos: u64, len: usize) -> io::Result<FolioWrite<'_>> {
+        in_region!(self, _s => Err(zero_copy_unsupported()));
         self.shared.writable()?;
         let end = check_size("write", pos, len as u64)?;
         let s = &self.shared;
@@ -805,6 +876,7 @@ impl CachedFile {
     /// assert_eq!(cache.stats().cached_pages, 4); // the whole cache
     /// ```
     pub fn cached_pages(&self) -> u64 {
+        in_region!(self, s => s.cached_pages());
         self.shared.mapping.nr_pages()
     }
 }

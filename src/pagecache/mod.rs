@@ -178,6 +178,40 @@ pub struct CacheConfig {
     /// by"). Off: only reads that ask ([`ReadFlags::NOREUSE`], a file
     /// advised [`Advice::NoReuse`]) pass it by.
     pub passthrough: bool,
+    /// Cache files in the region shared by this user's processes
+    /// ([`CacheConfig::shared`]) instead of this cache's own memory; `None`
+    /// (the default) keeps every file private.
+    pub shared: Option<SharedConfig>,
+}
+
+/// Where a cache shared by processes lives and how large it may grow
+/// ([`CacheConfig::shared`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedConfig {
+    /// The user's own directory the region file lives in (mode 0700; made
+    /// if missing, refused if it is not the user's alone). `None` (the
+    /// default): the user's runtime directory, where the shared memory
+    /// budget's registry lives too: `$XDG_RUNTIME_DIR/kxarray` when that is
+    /// the user's, else `/dev/shm/kxarray-<euid>`
+    /// ([`RuntimeDir::for_user`](crate::ipc::RuntimeDir::for_user)).
+    pub dir: Option<std::path::PathBuf>,
+    /// The region's name in it: processes that name the same region share
+    /// it (default `cache`).
+    pub name: String,
+    /// The most bytes the region can ever hold, fixed when it is made
+    /// (its index is sized for it: about 0.6% of this). Default: four
+    /// times the cache's capacity, at least 256 MiB.
+    pub max_bytes: Option<u64>,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        SharedConfig {
+            dir: None,
+            name: "cache".into(),
+            max_bytes: None,
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -195,6 +229,7 @@ impl Default for CacheConfig {
             dirty_expire: Duration::from_secs(1),
             flusher: true,
             background_reclaim: false,
+            shared: None,
             passthrough: true,
         }
     }
@@ -275,6 +310,33 @@ impl CacheConfig {
         self.passthrough = on;
         self
     }
+    /// Share the cache with this user's other processes: files that are
+    /// files of a file system (a [`FileBackend`](crate::backend::FileBackend))
+    /// are cached in one region of shared memory that every process with
+    /// this setting maps (see [`shared`](crate::shared)), so a page any of
+    /// them read is a hit for all and is held once. Other backends, and
+    /// every file when the region cannot be joined (said once through the
+    /// `log` crate), stay in this cache's own memory. The capacity is the
+    /// region's when this process makes it; a process whose capacity is
+    /// larger raises the region's when it joins.
+    ///
+    /// ```no_run
+    /// use kxarray::backend::FileBackend;
+    /// use kxarray::pagecache::{CacheConfig, PageCache};
+    ///
+    /// let cache = PageCache::new(CacheConfig::default().capacity(256 << 20).shared());
+    /// let file = cache.open(FileBackend::create("/tmp/data".as_ref()).unwrap()).unwrap();
+    /// file.write_at(b"seen by every member at once", 0).unwrap();
+    /// assert!(cache.region().is_some());
+    /// ```
+    pub fn shared(self) -> Self {
+        self.shared_with(SharedConfig::default())
+    }
+    /// [`shared`](Self::shared) with the region's place and size given.
+    pub fn shared_with(mut self, s: SharedConfig) -> Self {
+        self.shared = Some(s);
+        self
+    }
 }
 
 /// The state every handle of one cache shares.
@@ -299,6 +361,9 @@ pub(crate) struct CacheInner {
     start: Instant,
     pub(crate) flusher_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
     pub(crate) kswapd_event: std::sync::OnceLock<Arc<crate::sync::Event>>,
+    /// The region shared with other processes, when joined.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(crate) region: Option<Arc<crate::shared::Region>>,
     /// What waits for the first miss in a process (`demand`).
     pub(crate) demand: demand::Demand,
 }
@@ -443,6 +508,11 @@ impl PageCache {
             start: Instant::now(),
             flusher_event: std::sync::OnceLock::new(),
             kswapd_event: std::sync::OnceLock::new(),
+            #[cfg(all(target_os = "linux", not(loom)))]
+            region: config
+                .shared
+                .as_ref()
+                .and_then(|s| join_region(s, config.capacity)),
             demand: demand::Demand::new(),
             config,
         });
@@ -513,6 +583,8 @@ impl PageCache {
         opts.validate()?;
         // In a forked child: the inherited pages go first (`demand`).
         self.inner.demand();
+        #[cfg(all(target_os = "linux", not(loom)))]
+        let region_file = self.inner.region.as_ref().and_then(|r| share(r, &backend));
         let len = backend.len().map_err(OpenError::Io)?;
         let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(FileShared::new(
@@ -523,7 +595,18 @@ impl PageCache {
             opts,
         )?);
         self.inner.files.lock().push(Arc::downgrade(&shared));
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(r) = region_file {
+            return Ok(CachedFile::in_region(shared, r));
+        }
         Ok(CachedFile::new(shared))
+    }
+
+    /// The region this cache shares with other processes, if it joined one
+    /// ([`CacheConfig::shared`]).
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub fn region(&self) -> Option<&Arc<crate::shared::Region>> {
+        self.inner.region.as_ref()
     }
 
     /// The configuration the cache was made with.
@@ -733,5 +816,68 @@ mod tests {
         }
         stop.store(true, Ordering::Relaxed);
         assert!(reader.join().unwrap() > 0);
+    }
+}
+
+/// Join the region `s` names (raising its capacity to `capacity` if it is
+/// smaller), or say once why not and keep every file private.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn join_region(s: &SharedConfig, capacity: u64) -> Option<Arc<crate::shared::Region>> {
+    let page = PAGE_SIZE as u64;
+    let max = s
+        .max_bytes
+        .unwrap_or_else(|| capacity.saturating_mul(4).max(256 << 20));
+    let dir = match &s.dir {
+        Some(p) => crate::ipc::RuntimeDir::create(p),
+        None => crate::ipc::RuntimeDir::for_user(),
+    };
+    let place = match &dir {
+        Ok(d) => d.path().join(&s.name),
+        Err(e) => e.path.join(&s.name),
+    };
+    let joined = dir
+        .map_err(|e| crate::shared::RegionError::Refused(e.to_string()))
+        .and_then(|d| crate::shared::Region::join_dir(d, &s.name, max / page));
+    match joined {
+        Ok(r) => {
+            if r.capacity() < capacity {
+                if let Err(e) = r.set_capacity(capacity) {
+                    log::warn!(
+                        "kxarray: shared cache {}: cannot grow to {} MiB ({e}); it stays at {} MiB",
+                        r.path().display(),
+                        capacity >> 20,
+                        r.capacity() >> 20
+                    );
+                }
+            }
+            Some(r)
+        }
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                log::warn!(
+                    "kxarray: shared cache {}: {e}; this process caches privately",
+                    place.display()
+                )
+            });
+            None
+        }
+    }
+}
+
+/// `backend`'s file opened in `region`, if it is a file that can be shared.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn share<B: Backend>(
+    region: &Arc<crate::shared::Region>,
+    backend: &B,
+) -> Option<crate::shared::SharedFile> {
+    use std::os::unix::ffi::OsStrExt;
+    let (fd, path) = backend.file_for_sharing()?;
+    match crate::shared::SharedFile::open(Arc::clone(region), fd, path.as_os_str().as_bytes()) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            log::debug!("kxarray: {} cached privately: {e}", path.display());
+            None
+        }
     }
 }

@@ -79,6 +79,13 @@ impl CachedFile {
     /// assert_eq!((&a, &b), (b"far", b"apart"));
     /// ```
     pub fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(r) = &self.region {
+            return reqs
+                .iter_mut()
+                .map(|(off, buf)| r.read_at(buf, *off))
+                .collect();
+        }
         let s = self.shared();
         let size = s.len();
         let wins: Vec<Window> = reqs
@@ -155,11 +162,23 @@ impl CachedFile {
                 failed = Some(e);
             }
         }
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(r) = &self.region {
+            let n = r.read_at(buf.as_mut(), offset);
+            return ReadFuture {
+                file: s,
+                offset,
+                buf: Some(buf),
+                failed: None,
+                done: Some(n),
+            };
+        }
         ReadFuture {
             file: s,
             offset,
             buf: Some(buf),
             failed,
+            done: None,
         }
     }
 
@@ -201,6 +220,13 @@ impl CachedFile {
         B: AsMut<[u8]> + Send + 'static,
         I: IntoIterator<Item = (u64, B)>,
     {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if self.region.is_some() {
+            return reqs
+                .into_iter()
+                .map(|(o, b)| self.read_owned(o, b))
+                .collect();
+        }
         let s = self.shared();
         let size = s.len();
         let mut futs = Vec::new();
@@ -212,6 +238,7 @@ impl CachedFile {
                 offset,
                 buf: Some(buf),
                 failed: None,
+                done: None,
             });
         }
         // A submission error (no memory for a folio) is left to each
@@ -275,6 +302,29 @@ impl CachedFile {
                 format!("advice at offset {offset} past the largest file size"),
             ));
         }
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(r) = &self.region {
+            // The region has no readahead of its own yet: `WillNeed` reads
+            // the range in now, `DontNeed` drops its clean pages.
+            match advice {
+                Advice::WillNeed => {
+                    let mut buf = vec![0u8; PAGE as usize];
+                    let end = end
+                        .min(r.len())
+                        .min(offset.saturating_add(r.region().capacity()));
+                    let mut at = offset / PAGE * PAGE;
+                    while at < end {
+                        r.read_at(&mut buf, at)?;
+                        at += PAGE;
+                    }
+                }
+                Advice::DontNeed => {
+                    r.invalidate(offset..end);
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
         match advice {
             Advice::Normal | Advice::Sequential | Advice::Random => {
                 s.ra.advise(advice);
@@ -336,6 +386,8 @@ pub struct ReadFuture<B> {
     buf: Option<B>,
     /// A submission error, reported when polled.
     failed: Option<io::Error>,
+    /// The read done already (a file in the shared cache reads at once).
+    done: Option<io::Result<usize>>,
 }
 
 impl<B> std::fmt::Debug for ReadFuture<B> {
@@ -364,6 +416,9 @@ impl<B: AsMut<[u8]> + Send + 'static> Future for ReadFuture<B> {
         };
         if let Some(e) = this.failed.take() {
             return Poll::Ready((Err(e), buf));
+        }
+        if let Some(r) = this.done.take() {
+            return Poll::Ready((r, buf));
         }
         let len = buf.as_mut().len();
         let (first, end) = if this.offset <= MAX_FILE_SIZE {

@@ -299,7 +299,7 @@ impl Registry {
     ) -> Result<R, RegistryError> {
         self.here()?;
         let io = |p: &Path, e| RegistryError::Io(p.to_path_buf(), e);
-        if !lock_within(&self.file, LockKind::Write, TABLE_LOCK, 1, LOCK_PATIENCE)
+        if !lock_within(&*self.file, LockKind::Write, TABLE_LOCK, 1, LOCK_PATIENCE)
             .map_err(|e| io(&self.path, e))?
         {
             return Err(RegistryError::Busy(self.path.clone()));
@@ -307,7 +307,7 @@ impl Registry {
         let r = self.update_locked(claim, f);
         // Closing the file would release it too; an error here leaves the
         // lock to the file's close.
-        let _ = unlock(&self.file, TABLE_LOCK, 1);
+        let _ = unlock(&*self.file, TABLE_LOCK, 1);
         r
     }
 
@@ -333,7 +333,7 @@ impl Registry {
                 continue;
             }
             if !LIFE
-                .is_alive(&self.file, i)
+                .is_alive(&*self.file, i)
                 .map_err(|e| io(&self.path, e))?
             {
                 table.slots[i] = Slot::default();
@@ -349,7 +349,7 @@ impl Registry {
                 // A free slot whose byte someone holds: a member that left
                 // and could not let go of it; passed over.
                 if table.slots[i].pid == 0
-                    && LIFE.claim(&self.file, i).map_err(|e| io(&self.path, e))?
+                    && LIFE.claim(&*self.file, i).map_err(|e| io(&self.path, e))?
                 {
                     self.slot = Some(i);
                     table.generation = table.generation.wrapping_add(1);
@@ -377,7 +377,7 @@ impl Registry {
     /// Let go of the slot's life byte.
     fn drop_slot(&mut self) {
         if let Some(i) = self.slot.take() {
-            let _ = LIFE.release(&self.file, i);
+            let _ = LIFE.release(&*self.file, i);
         }
     }
 
@@ -454,7 +454,7 @@ impl Registry {
     /// # Errors
     /// The `fcntl` failed.
     pub fn is_locked_elsewhere(&self) -> io::Result<bool> {
-        crate::ipc::held_elsewhere(&self.file, LockKind::Write, TABLE_LOCK, 1)
+        crate::ipc::held_elsewhere(&*self.file, LockKind::Write, TABLE_LOCK, 1)
     }
 
     /// Slots whose member is alive now (their life byte held by another
@@ -466,7 +466,7 @@ impl Registry {
     pub fn live_slots(&self) -> io::Result<Vec<usize>> {
         let mut v = Vec::new();
         for i in 0..SLOTS {
-            if self.slot == Some(i) || LIFE.is_alive(&self.file, i)? {
+            if self.slot == Some(i) || LIFE.is_alive(&*self.file, i)? {
                 v.push(i);
             }
         }

@@ -1,0 +1,321 @@
+//! Reclaim over the shared frames: one clock for every member, its hand
+//! taken in batches, with the workingset's refault test; and the region's
+//! capacity, grown and shrunk at run time.
+//!
+//! Owns frame allocation and eviction.
+//!
+//! - **The clock.** Frames `[0, capacity)` are swept by one hand, a header
+//!   word each member moves on by [`BATCH`] frames with one fetch-add (the
+//!   batched sweep proposed for PostgreSQL: a member then walks its batch,
+//!   one frame per allocation, without touching a shared line but the
+//!   frames'). A free frame is taken
+//!   at once; a cached one whose reference bit is set gets a second chance
+//!   (the bit is cleared); a dirty or written-back one is passed over (the
+//!   flushers write it back first); a clean unreferenced one is evicted. A
+//!   frame whose file epoch moved on is evicted whatever its bits (its
+//!   dirty bytes belong to a file someone truncated or retired: dropped).
+//! - **Eviction** locks the frame, makes its version odd, takes its entry
+//!   out of the index and leaves a shadow stamped with the eviction clock
+//!   (evictions so far), clears the tag, and hands the frame on locked and
+//!   free: the caller fills it.
+//! - **The refault test** (`mm/workingset.c`'s, with the clock's one list):
+//!   a page missed again whose shadow says it left fewer evictions ago than
+//!   the region's capacity would have stayed in a cache of its size with
+//!   better luck, so it comes back referenced and survives one more sweep.
+//! - **Capacity.** Only frames below [`hdr::BACKED`] have memory allocated
+//!   in the file (`fallocate`, so a full tmpfs is an error at resize, never
+//!   a `SIGBUS` at a write), and the clock sweeps only below
+//!   [`hdr::CAPACITY`]. Growing allocates, then raises the capacity;
+//!   shrinking lowers the capacity first (no new fill lands above it),
+//!   evicts everything above (writing back what is dirty), then punches the
+//!   memory out of the file (`FALLOC_FL_PUNCH_HOLE`): it goes back to the
+//!   system. The resize lock (a header owner word) serializes resizes; a
+//!   resize a dead member left half done is finished by the next.
+
+use super::files::{w as fw, LIVE as FILE_LIVE};
+use super::frame::{FrameHeader, Owner, Tag, DIRTY, ERROR, OWNER, VALID, WRITEBACK};
+use super::index::fingerprint;
+use super::layout::{hdr, BATCH, FILES, PAGE64};
+use super::region::Region;
+use crate::sync::Ordering;
+use std::io;
+
+/// Why the clock found no frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoFrame {
+    /// The region has no capacity.
+    Empty,
+    /// Two sweeps found every frame in use, referenced twice, dirty or
+    /// being written back (the count of dirty ones seen).
+    Busy(u64),
+}
+
+impl Region {
+    /// Whether frame `f`'s tag names a file epoch that is no longer its
+    /// slot's (the frame holds nothing anyone can find).
+    pub(crate) fn stale(&self, tag: Tag) -> bool {
+        let s = tag.slot();
+        if s >= FILES || tag.file == 0 {
+            return true;
+        }
+        let slot = self.map().file(s);
+        slot.get(fw::STATE) != FILE_LIVE || slot.epoch() != tag.epoch()
+    }
+
+    /// A free frame, locked by `me`, its tag cleared and its version even:
+    /// from the clock, evicting if need be.
+    pub(crate) fn alloc_frame(&self, me: Owner) -> Result<u32, NoFrame> {
+        let cap = self.hword(hdr::CAPACITY).load(Ordering::Acquire);
+        let cap = cap.min(self.map().geo().max_frames);
+        if cap == 0 {
+            return Err(NoFrame::Empty);
+        }
+        let mut dirty = 0;
+        // Two sweeps of the whole clock, a frame at a time from this
+        // process's batch, a new batch from the hand when it runs out.
+        for _ in 0..2 * cap + BATCH {
+            let f = (self
+                .local
+                .next_hand(|| self.hword(hdr::HAND).fetch_add(BATCH, Ordering::Relaxed))
+                % cap) as u32;
+            match self.try_take(f, me) {
+                Take::Got => return Ok(f),
+                Take::Dirty => dirty += 1,
+                Take::No => {}
+            }
+        }
+        Err(NoFrame::Busy(dirty))
+    }
+
+    fn try_take(&self, f: u32, me: Owner) -> Take {
+        let Some(h) = self.map().frame(f) else {
+            return Take::No;
+        };
+        let st = h.state();
+        if st & OWNER != 0 {
+            return Take::No;
+        }
+        if st & VALID == 0 {
+            if st & WRITEBACK != 0 {
+                return Take::No;
+            }
+            return match h.try_lock(me) {
+                Some(now) if now & (VALID | WRITEBACK) == 0 => {
+                    // a free frame; a tag left on it is stale
+                    if h.tag() != Tag::NONE {
+                        let s = h.begin_change();
+                        h.set_tag(Tag::NONE);
+                        h.end_change(s);
+                    }
+                    h.set_flags(me, 0, DIRTY | ERROR);
+                    Take::Got
+                }
+                Some(_) => {
+                    h.unlock(me, 0, 0);
+                    Take::No
+                }
+                None => Take::No,
+            };
+        }
+        let tag = h.tag();
+        let stale = self.stale(tag);
+        if !stale {
+            if h.take_ref() {
+                return Take::No;
+            }
+            if st & (DIRTY | WRITEBACK) != 0 {
+                return Take::Dirty;
+            }
+        } else if st & WRITEBACK != 0 {
+            return Take::No;
+        }
+        let Some(now) = h.try_lock(me) else {
+            return Take::No;
+        };
+        let tag = h.tag();
+        let stale = self.stale(tag);
+        if now & WRITEBACK != 0 || (!stale && now & DIRTY != 0) || now & VALID == 0 {
+            h.unlock(me, 0, 0);
+            return Take::No;
+        }
+        self.evict_locked(f, h, me, tag, now, stale);
+        Take::Got
+    }
+
+    /// Evict frame `f` (locked by `me`, state `now`, tag `tag`): out of the
+    /// index with a shadow (unless stale), tag cleared; stays locked.
+    ///
+    /// `VALID` goes first: an eviction its member dies in is then a frame
+    /// recovery frees, never one it takes for a write cut short.
+    pub(crate) fn evict_locked(
+        &self,
+        f: u32,
+        h: &FrameHeader,
+        me: Owner,
+        tag: Tag,
+        now: u32,
+        stale: bool,
+    ) {
+        h.set_flags(me, 0, VALID | DIRTY | ERROR);
+        if now & DIRTY != 0 && tag.slot() < FILES {
+            // stale dirty bytes: the file was truncated or retired
+            self.map().file(tag.slot()).dirty_dec();
+        }
+        let s = h.begin_change();
+        let fp = fingerprint(tag.hash());
+        let clock = self.hword(hdr::EVICTIONS).fetch_add(1, Ordering::Relaxed);
+        {
+            let b = self.map().bucket(tag.hash());
+            let g = b.lock(me, &mut |o| self.stuck(o));
+            if !g.remove(fp, f, (!stale).then_some(clock as u32)) {
+                g.remove_frame(f);
+            }
+        }
+        h.set_tag(Tag::NONE);
+        h.end_change(s);
+        self.hword(hdr::CLOCK_EVICTIONS)
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a refault with shadow stamp `stamp` is within the workingset
+    /// (it left fewer evictions ago than the capacity).
+    pub(crate) fn refault_is_hot(&self, stamp: u32) -> bool {
+        let now = self.hword(hdr::EVICTIONS).load(Ordering::Relaxed) as u32;
+        let distance = now.wrapping_sub(stamp);
+        u64::from(distance) < self.hword(hdr::CAPACITY).load(Ordering::Relaxed)
+    }
+
+    /// The region's capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.hword(hdr::CAPACITY).load(Ordering::Acquire) * PAGE64
+    }
+
+    /// Set the region's capacity to `bytes` (rounded down to frames,
+    /// clamped to the region's most). Growing allocates the frames' memory
+    /// in the file first; shrinking evicts every frame above the new
+    /// capacity and gives its memory back. `writeback` writes a dirty
+    /// frame back (the caller's way to reach its file); a frame it cannot
+    /// write back stops the shrink above it.
+    ///
+    /// # Errors
+    /// The `fallocate` error when growing (a full tmpfs: the capacity stays
+    /// where it was).
+    pub(crate) fn resize(
+        &self,
+        bytes: u64,
+        me: Owner,
+        writeback: &mut dyn FnMut(u32) -> bool,
+    ) -> io::Result<u64> {
+        let target = (bytes / PAGE64).min(self.map().geo().max_frames);
+        let lock = self.map().header_u32(hdr::RESIZE);
+        let mut b = super::wait::Backoff::new();
+        while lock
+            .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if !b.spin() {
+                let cur = lock.load(Ordering::Relaxed);
+                super::wait::wait(lock, cur, super::frame::WAIT_TICK);
+                if let Some(o) = Owner::from_bits(lock.load(Ordering::Relaxed)) {
+                    self.stuck(o);
+                }
+            }
+        }
+        let r = self.resize_locked(target, me, writeback);
+        lock.store(0, Ordering::Release);
+        super::wait::wake_all(lock);
+        r
+    }
+
+    fn resize_locked(
+        &self,
+        target: u64,
+        me: Owner,
+        writeback: &mut dyn FnMut(u32) -> bool,
+    ) -> io::Result<u64> {
+        let cap = self.hword(hdr::CAPACITY).load(Ordering::Acquire);
+        let backed = self.hword(hdr::BACKED).load(Ordering::Acquire);
+        if target > backed {
+            let geo = self.map().geo();
+            let from = geo.frames_off + backed * PAGE64;
+            let len = (target - backed) * PAGE64;
+            // SAFETY: a valid descriptor of the region (ours); fallocate
+            // only allocates the file's blocks in the range.
+            let r = self.with_fd(|fd| unsafe {
+                use std::os::fd::AsRawFd;
+                libc::fallocate(fd.as_raw_fd(), 0, from as libc::off_t, len as libc::off_t)
+            });
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            self.hword(hdr::BACKED).store(target, Ordering::Release);
+        }
+        if target >= cap {
+            self.hword(hdr::CAPACITY).store(target, Ordering::Release);
+            return Ok(target);
+        }
+        // Shrink: nothing new lands above the target from now on.
+        self.hword(hdr::CAPACITY).store(target, Ordering::Release);
+        let top = backed.max(cap).min(self.map().geo().max_frames);
+        let mut keep = target;
+        for f in (target..top).map(|f| f as u32) {
+            let Some(h) = self.map().frame(f) else { break };
+            loop {
+                let st = h.lock(me, &mut |o| self.stuck(o));
+                if st & VALID == 0 && st & WRITEBACK == 0 {
+                    h.unlock(me, 0, 0);
+                    break;
+                }
+                if st & WRITEBACK != 0 {
+                    h.unlock(me, 0, 0);
+                    h.wait_while(h.state(), super::frame::WAIT_TICK);
+                    continue;
+                }
+                let tag = h.tag();
+                let stale = self.stale(tag);
+                if st & DIRTY != 0 && !stale {
+                    h.unlock(me, 0, 0);
+                    if !writeback(f) {
+                        keep = u64::from(f) + 1;
+                        break;
+                    }
+                    continue;
+                }
+                self.evict_locked(f, h, me, tag, st, stale);
+                h.unlock(me, 0, 0);
+                break;
+            }
+        }
+        if keep > target {
+            // a dirty frame that cannot be written back stays: the
+            // capacity is what is left above it
+            self.hword(hdr::CAPACITY).store(keep, Ordering::Release);
+        }
+        let geo = self.map().geo();
+        if backed > keep {
+            let from = geo.frames_off + keep * PAGE64;
+            let len = (backed - keep) * PAGE64;
+            // SAFETY: a valid descriptor of the region; punching a hole
+            // frees the range's memory and leaves the file's size alone.
+            let r = self.with_fd(|fd| unsafe {
+                use std::os::fd::AsRawFd;
+                libc::fallocate(
+                    fd.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    from as libc::off_t,
+                    len as libc::off_t,
+                )
+            });
+            if r == 0 {
+                self.hword(hdr::BACKED).store(keep, Ordering::Release);
+            }
+        }
+        Ok(keep)
+    }
+}
+
+enum Take {
+    Got,
+    Dirty,
+    No,
+}

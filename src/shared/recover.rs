@@ -1,0 +1,246 @@
+//! Recovering a dead member: whoever proves a member dead undoes what it
+//! left, while every other member goes on.
+//!
+//! Owns the one recovery procedure. Its caller holds the dead member's
+//! liveness byte (so it is the only recoverer of that slot, and no new
+//! member can take the slot meanwhile). A member can only leave behind the
+//! locks it held and the marks it made; recovery finds them by scanning
+//! (no log is written on any hot path), in an order that never waits for a
+//! lock the dead member holds:
+//!
+//! 1. **Bucket locks** it held are released: every change under a bucket
+//!    lock is a single store, so the bucket is consistent as it stands.
+//! 2. **The table locks** (files, resize) it held are released; a file
+//!    lock it held with a truncation running is released after the
+//!    truncation's frames above the size are dropped.
+//! 3. **Frames**, every one with memory (below the backed mark): a frame
+//!    it had locked is taken over ([`FrameHeader::steal`]) and finished by
+//!    the rule for its state:
+//!    - not `VALID` (a fill, a claim or an eviction never finished): the
+//!      frame is freed and any index entry naming it removed; waiters find
+//!      nothing and fill the page again;
+//!    - `VALID` with an odd version (a write cut short): the version is
+//!      made even and the frame dirty, its bytes as the dead member left
+//!      them (the kernel's `write` cut short by death leaves what it
+//!      copied too);
+//!    - `VALID` with an even version: dirty frames are put on the
+//!      recoverer's dirty list, the lock released.
+//!
+//!    A writeback it had in flight is made dirty again (its `pwrite` may
+//!    not have happened).
+//! 4. **Its dirty list** is adopted: every frame on it still dirty or
+//!    being written back goes on the recoverer's list, which its flusher
+//!    writes back. Nothing the dead member wrote is lost.
+//! 5. **Its openers bits** are cleared from every file, its counters folded
+//!    into the region's, and its slot freed.
+
+use super::files::{member_bit, w as fw, LIVE as FILE_LIVE};
+use super::frame::{FrameHeader, Owner, Tag, DIRTY, OWNER, VALID, WRITEBACK};
+use super::index::fingerprint;
+use super::layout::{hdr, FILES, PAGE64};
+use super::member::{w as mw, DirtyEntry};
+use super::region::Region;
+use crate::sync::Ordering;
+
+/// Undo what member `dead` left; the caller (`me`) holds its liveness
+/// byte. The slot is free afterwards, unless `me == dead`: a joiner taking
+/// over the dead member's slot, which then keeps its dirty list as its own.
+pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
+    let same = dead == me;
+    let map = region.map();
+    let geo = *map.geo();
+    let mut locks = 0u64;
+    let mut freed = 0u64;
+
+    // 1. bucket locks
+    for b in 0..geo.buckets {
+        if map.bucket(b).release_dead(dead) {
+            locks += 1;
+        }
+    }
+    // 2. the table locks
+    for word in [hdr::FILES_LOCK, hdr::RESIZE] {
+        let l = map.header_u32(word);
+        if l.compare_exchange(dead.bits(), 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            super::wait::wake_all(l);
+            locks += 1;
+        }
+    }
+    let mut adopt: Vec<DirtyEntry> = Vec::new();
+    // 3. frames
+    let top = region
+        .hword(hdr::BACKED)
+        .load(Ordering::Acquire)
+        .max(region.hword(hdr::CAPACITY).load(Ordering::Acquire))
+        .min(geo.max_frames);
+    for f in 0..top as u32 {
+        let Some(h) = map.frame(f) else { break };
+        let st = h.state();
+        if st & OWNER == dead.bits() {
+            let prev = if same {
+                Some(st & !OWNER)
+            } else {
+                h.steal(dead, me)
+            };
+            if let Some(prev) = prev {
+                locks += 1;
+                if finish_frame(region, f, h, me, prev, &mut adopt) {
+                    freed += 1;
+                }
+            }
+        }
+        let st = h.state();
+        if st & WRITEBACK != 0 && FrameHeader::writeback_owner(st) == Some(dead) {
+            // the dead member's count for the frame stays with the frame
+            let was_dirty = st & DIRTY != 0;
+            if h.steal_writeback(dead, DIRTY) {
+                locks += 1;
+                if was_dirty {
+                    let t = h.tag();
+                    if t.slot() < FILES {
+                        map.file(t.slot()).dirty_dec();
+                    }
+                }
+                adopt.push(DirtyEntry {
+                    frame: f,
+                    at: super::member::now_ms(),
+                });
+            }
+        }
+    }
+    // 2b. file locks (after the frames: a truncation's frames are dropped
+    // under the file lock, which the recoverer now finishes)
+    for s in 0..FILES {
+        let slot = map.file(s);
+        if slot.get(fw::STATE) != FILE_LIVE {
+            continue;
+        }
+        let lw = slot.lock_word();
+        if lw.load(Ordering::Acquire) == dead.bits() {
+            let from = slot.get(fw::TRUNCATING);
+            if from != 0 {
+                drop_above(region, s, slot.size(), from, me);
+                slot.set(fw::TRUNCATING, 0);
+            }
+            if lw
+                .compare_exchange(dead.bits(), 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                super::wait::wake_all(lw);
+                locks += 1;
+            }
+        }
+    }
+    // 4. the dirty list (a joiner of the slot keeps it as its own)
+    let ms = map.member(dead.slot());
+    if !same {
+        let mut list = Vec::new();
+        ms.dirty_snapshot(&mut list);
+        for e in list {
+            if let Some(h) = map.frame(e.frame) {
+                if h.state() & (DIRTY | WRITEBACK) != 0 {
+                    adopt.push(e);
+                }
+            }
+        }
+    }
+    region.adopt_dirty(me, &adopt);
+    // 5. openers, counters, the slot
+    release_openers(region, dead);
+    for i in 0..super::member::COUNTERS {
+        let v = ms.counter(i);
+        region
+            .hword(hdr::RETIRED + i)
+            .fetch_add(v, Ordering::Relaxed);
+        ms.set_counter(i, 0);
+    }
+    if !same {
+        ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+        ms.words[mw::STATE].store(0, Ordering::Release);
+    }
+    region.hword(hdr::RECOVERED).fetch_add(1, Ordering::Relaxed);
+    region
+        .hword(hdr::RECOVERED_FRAMES)
+        .fetch_add(freed, Ordering::Relaxed);
+    region
+        .hword(hdr::RECOVERED_LOCKS)
+        .fetch_add(locks, Ordering::Relaxed);
+    region.hword(hdr::MEMBERSHIP).fetch_add(1, Ordering::AcqRel);
+    log::info!(
+        "kxarray: shared cache {}: member {} died; recovered {locks} locks, freed {freed} frames, adopted {} dirty",
+        region.path().display(),
+        dead.slot(),
+        adopt.len()
+    );
+}
+
+/// Finish frame `f`, taken over from a dead member (state `prev` without
+/// the owner); whether it was freed.
+fn finish_frame(
+    region: &Region,
+    f: u32,
+    h: &FrameHeader,
+    me: Owner,
+    prev: u32,
+    adopt: &mut Vec<DirtyEntry>,
+) -> bool {
+    let changing = h.seq() & 1 != 0;
+    let tag = h.tag();
+    if prev & VALID == 0 {
+        // a fill, claim or eviction never finished: free the frame
+        let s = h.begin_change();
+        if tag != Tag::NONE {
+            let b = region.map().bucket(tag.hash());
+            let g = b.lock(me, &mut |o| region.stuck(o));
+            if !g.remove(fingerprint(tag.hash()), f, None) {
+                g.remove_frame(f);
+            }
+        }
+        h.set_tag(Tag::NONE);
+        h.end_change(s);
+        h.unlock(me, 0, DIRTY | VALID);
+        return true;
+    }
+    if changing {
+        // a write cut short: the bytes stay as they are, dirty
+        let s = h.seq() & !1;
+        if prev & DIRTY == 0 && tag.slot() < FILES {
+            region.map().file(tag.slot()).dirty_inc();
+        }
+        h.set_flags(me, DIRTY, 0);
+        h.end_change(s);
+    }
+    if h.state() & DIRTY != 0 {
+        adopt.push(DirtyEntry {
+            frame: f,
+            at: super::member::now_ms(),
+        });
+    }
+    h.unlock(me, 0, 0);
+    false
+}
+
+/// Drop every frame of file slot `s` from page `size` up to page `from`
+/// (the end of a truncation a dead member began).
+fn drop_above(region: &Region, s: usize, size: u64, from: u64, me: Owner) {
+    let slot = region.map().file(s);
+    let epoch = slot.epoch();
+    let first = size.div_ceil(PAGE64);
+    let last = from.div_ceil(PAGE64);
+    for index in first..last {
+        region.drop_page(Tag::new(s, epoch, index), me);
+    }
+}
+
+/// Clear member `o`'s bit in every file's openers.
+pub(crate) fn release_openers(region: &Region, o: Owner) {
+    let bit = member_bit(o);
+    for s in 0..FILES {
+        let slot = region.map().file(s);
+        if slot.get(fw::OPENERS) & bit != 0 {
+            slot.words[fw::OPENERS].fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+}

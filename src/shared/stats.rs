@@ -1,0 +1,151 @@
+//! The region's figures ([`RegionStats`]) and the members' maintenance
+//! calls on [`Region`]: capacity, the reaper's pass, leaving.
+
+use super::frame;
+use super::layout::{self, hdr, MEMBERS, PAGE64};
+use super::region::Region;
+use crate::sync::Ordering;
+use std::fmt;
+
+/// What a region holds and has done, for every member together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Bytes of frames the clock may use now.
+    pub capacity: u64,
+    /// Bytes of frames with memory allocated in the region's file.
+    pub backed: u64,
+    /// The most bytes of frames the region can ever hold.
+    pub max: u64,
+    /// Live members (processes).
+    pub members: u64,
+    /// Pages read from files into frames.
+    pub fills: u64,
+    /// Frames the clock evicted.
+    pub evictions: u64,
+    /// Dead members recovered.
+    pub recovered: u64,
+    /// Frames recoveries freed (fills the dead left half done).
+    pub recovered_frames: u64,
+    /// Locks recoveries took back.
+    pub recovered_locks: u64,
+    /// Frames holding a page now.
+    pub cached_frames: u64,
+    /// Frames dirty now.
+    pub dirty_frames: u64,
+    /// Frames locked now (by a fill, write, eviction or writeback start).
+    pub locked_frames: u64,
+}
+
+impl fmt::Display for RegionStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MIB: f64 = (1 << 20) as f64;
+        write!(
+            f,
+            "capacity {:.1} MiB (backed {:.1}, most {:.1}), {} members, {} cached, {} dirty, {} locked, \
+             fills {}, evictions {}, recovered {} members ({} frames, {} locks)",
+            self.capacity as f64 / MIB,
+            self.backed as f64 / MIB,
+            self.max as f64 / MIB,
+            self.members,
+            self.cached_frames,
+            self.dirty_frames,
+            self.locked_frames,
+            self.fills,
+            self.evictions,
+            self.recovered,
+            self.recovered_frames,
+            self.recovered_locks
+        )
+    }
+}
+
+impl Region {
+    /// The region's figures now (counts frames: O(capacity)).
+    pub fn stats(&self) -> RegionStats {
+        let h = |i| self.hword(i).load(Ordering::Relaxed);
+        let cap = h(hdr::CAPACITY);
+        let backed = h(hdr::BACKED);
+        let mut s = RegionStats {
+            capacity: cap * PAGE64,
+            backed: backed * PAGE64,
+            max: self.map().geo().max_frames * PAGE64,
+            members: (0..MEMBERS)
+                .filter(|&m| self.map().member(m).state() != 0)
+                .count() as u64,
+            fills: h(hdr::FILLS),
+            evictions: h(hdr::CLOCK_EVICTIONS),
+            recovered: h(hdr::RECOVERED),
+            recovered_frames: h(hdr::RECOVERED_FRAMES),
+            recovered_locks: h(hdr::RECOVERED_LOCKS),
+            ..RegionStats::default()
+        };
+        for f in 0..cap.max(backed).min(self.map().geo().max_frames) as u32 {
+            let Some(fh) = self.map().frame(f) else { break };
+            let st = fh.state();
+            if st & frame::VALID != 0 {
+                s.cached_frames += 1;
+            }
+            if st & frame::DIRTY != 0 {
+                s.dirty_frames += 1;
+            }
+            if st & frame::OWNER != 0 {
+                s.locked_frames += 1;
+            }
+        }
+        s
+    }
+
+    /// Set the region's capacity (for every member): rounded down to
+    /// frames, at most the region's most. Shrinking writes back and evicts
+    /// what lies above; the memory goes back to the system.
+    ///
+    /// # Errors
+    /// The allocation's error when growing (a full tmpfs: the capacity
+    /// stays), or this process could not take part.
+    pub fn set_capacity(&self, bytes: u64) -> std::io::Result<u64> {
+        let me = self
+            .me()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut wb = |f: u32| self.write_back(me, &[f]).is_ok();
+        self.resize(bytes, me, &mut wb)
+            .map(|frames| frames * PAGE64)
+    }
+
+    /// Recover every member whose process is gone (the reaper's pass; a
+    /// member finds a dead one by itself only when it waits on one of its
+    /// locks, or takes its slot). How many were recovered.
+    pub fn reap(&self) -> usize {
+        let Some(mine) = self.member_slot() else {
+            return 0;
+        };
+        let mut n = 0;
+        for m in 0..MEMBERS {
+            let o = frame::Owner::of_slot(m);
+            if m != mine && self.map().member(m).state() != 0 && !self.alive(o) {
+                self.stuck(o);
+                n += usize::from(self.map().member(m).state() == 0);
+            }
+        }
+        n
+    }
+
+    /// Publish this member's counters in its slot (for other members'
+    /// statistics).
+    pub(crate) fn publish_counters(&self) {
+        if let Some(m) = self.member_slot() {
+            let ms = self.map().member(m);
+            ms.set_counter(0, self.map().member(m).dirty_len() as u64);
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // Only the process that joined leaves (a child that inherited the
+        // mapping and never used it has no slot of its own).
+        if let Some(m) = self.member_slot() {
+            self.flush_own(frame::Owner::of_slot(m), 0, layout::DIRTY_MAX);
+            self.leave();
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The shared cache in one process: two joins of one region are two
+//! members (each its own open of the region file, so its own liveness
+//! lock and slot), which is enough to see sharing, coherence and the
+//! file-level paths; the multi-process tests (fork, kill) are in
+//! `tests/shared_*.rs`.
+
+use super::*;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+fn dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+fn open(region: &Arc<Region>, path: &Path) -> SharedFile {
+    let fd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    SharedFile::open(region.clone(), fd.into(), path.as_os_str().as_bytes()).unwrap()
+}
+
+#[test]
+fn two_members_share_one_copy() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(256 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    assert_ne!(a.member_slot(), b.member_slot());
+    assert_eq!(b.capacity(), 256 * 4096, "one capacity for the region");
+    let data = d.path().join("data");
+    let bytes: Vec<u8> = (0..64 * 4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let fa = open(&a, &data);
+    let fb = open(&b, &data);
+    assert_eq!(fa.slot_index(), fb.slot_index());
+    let mut buf = vec![0u8; bytes.len()];
+    assert_eq!(fa.read_at(&mut buf, 0).unwrap(), bytes.len());
+    assert_eq!(buf, bytes);
+    let fills = a.stats().fills;
+    assert_eq!(fills, 64);
+    let mut buf2 = vec![0u8; bytes.len()];
+    fb.read_at(&mut buf2, 0).unwrap();
+    assert_eq!(buf2, bytes);
+    assert_eq!(
+        b.stats().fills,
+        fills,
+        "the second member read no page from the file"
+    );
+    // a write by one is seen by the other at once
+    fb.write_at(b"hello", 4096 * 3 + 10).unwrap();
+    let mut h = [0u8; 5];
+    fa.read_at(&mut h, 4096 * 3 + 10).unwrap();
+    assert_eq!(&h, b"hello");
+    assert_eq!(a.stats().dirty_frames, 1);
+    // a sync by the other member makes it durable
+    fa.sync().unwrap();
+    let on_disk = std::fs::read(&data).unwrap();
+    assert_eq!(&on_disk[4096 * 3 + 10..4096 * 3 + 15], b"hello");
+    assert_eq!(a.stats().dirty_frames, 0);
+}
+
+#[test]
+fn writes_past_the_end_grow_the_file_and_truncation_drops_pages() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(128 * 4096).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, b"").unwrap();
+    let f = open(&a, &data);
+    assert_eq!(f.len(), 0);
+    f.write_at(&[1u8; 10000], 5000).unwrap();
+    assert_eq!(f.len(), 15000);
+    let mut buf = vec![9u8; 15000];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 15000);
+    assert!(buf[..5000].iter().all(|&b| b == 0));
+    assert!(buf[5000..].iter().all(|&b| b == 1));
+    f.set_len(6000).unwrap();
+    assert_eq!(f.len(), 6000);
+    f.set_len(9000).unwrap();
+    let mut buf = vec![9u8; 9000];
+    f.read_at(&mut buf, 0).unwrap();
+    assert!(buf[5000..6000].iter().all(|&b| b == 1));
+    assert!(
+        buf[6000..].iter().all(|&b| b == 0),
+        "truncated bytes read as zeros"
+    );
+    f.sync().unwrap();
+    let disk = std::fs::read(&data).unwrap();
+    assert_eq!(disk, buf);
+}
+
+#[test]
+fn a_file_changed_by_a_non_member_while_closed_is_read_again() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![1u8; 8192]).unwrap();
+    {
+        let f = open(&a, &data);
+        let mut b = [0u8; 8];
+        f.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, [1; 8]);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    std::fs::write(&data, vec![2u8; 8192]).unwrap();
+    let f = open(&a, &data);
+    let mut b = [0u8; 8];
+    f.read_at(&mut b, 0).unwrap();
+    assert_eq!(b, [2; 8], "the change was seen at open");
+}
+
+#[test]
+fn a_deleted_and_recreated_file_never_meets_its_predecessors_pages() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![1u8; 4096]).unwrap();
+    let f1 = open(&a, &data);
+    let mut b = [0u8; 4];
+    f1.read_at(&mut b, 0).unwrap();
+    std::fs::remove_file(&data).unwrap();
+    std::fs::write(&data, vec![3u8; 4096]).unwrap();
+    let f2 = open(&a, &data);
+    assert_ne!(
+        f1.slot_index(),
+        f2.slot_index(),
+        "another file: another slot"
+    );
+    f2.read_at(&mut b, 0).unwrap();
+    assert_eq!(b, [3; 4]);
+}
+
+#[test]
+fn eviction_keeps_the_region_within_capacity_and_reads_right() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(32 * 4096).unwrap();
+    let data = d.path().join("data");
+    let bytes: Vec<u8> = (0..200 * 4096u32).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let f = open(&a, &data);
+    for round in 0..3 {
+        for p in 0..200u64 {
+            let mut b = [0u8; 100];
+            f.read_at(&mut b, p * 4096 + 7).unwrap();
+            assert!(b.iter().all(|&x| x == p as u8), "round {round} page {p}");
+        }
+    }
+    let s = a.stats();
+    assert!(s.cached_frames <= 32, "{s}");
+    assert!(s.evictions >= 500, "{s}");
+}
+
+#[test]
+fn shrinking_writes_back_and_gives_memory_back() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 64 * 4096]).unwrap();
+    let f = open(&a, &data);
+    for p in 0..64u64 {
+        f.write_at(&[p as u8 + 1; 4096], p * 4096).unwrap();
+    }
+    assert_eq!(a.stats().dirty_frames, 64);
+    assert_eq!(a.set_capacity(8 * 4096).unwrap(), 8 * 4096);
+    let s = a.stats();
+    assert!(s.cached_frames <= 8 && s.backed == 8 * 4096, "{s}");
+    let disk = std::fs::read(&data).unwrap();
+    // frames above the new capacity were written back before they left
+    let written = (0..64).filter(|&p| disk[p * 4096] == p as u8 + 1).count();
+    assert!(written >= 56, "{written} of 64 pages on disk");
+    let mut b = [0u8; 1];
+    for p in 0..64u64 {
+        f.read_at(&mut b, p * 4096).unwrap();
+        assert_eq!(b[0], p as u8 + 1);
+    }
+}
+
+#[test]
+fn a_hostile_region_file_is_refused() {
+    let d = dir();
+    std::fs::write(d.path().join("garbage"), vec![0x55u8; 1 << 20]).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        d.path().join("garbage"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    assert!(matches!(
+        Region::join(d.path(), "garbage", 1024),
+        Err(RegionError::Refused(_))
+    ));
+    std::os::unix::fs::symlink("/etc/passwd", d.path().join("link")).unwrap();
+    assert!(matches!(
+        Region::join(d.path(), "link", 1024),
+        Err(RegionError::Refused(_))
+    ));
+    let open_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(
+        Region::join(open_dir.path(), "r", 1024),
+        Err(RegionError::Refused(_))
+    ));
+    // a region made right, then given group access
+    let r = Region::join(d.path(), "ok", 1024).unwrap();
+    drop(r);
+    std::fs::set_permissions(d.path().join("ok"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert!(matches!(
+        Region::join(d.path(), "ok", 1024),
+        Err(RegionError::Refused(_))
+    ));
+}
+
+#[test]
+fn every_hostile_name_is_refused_and_nothing_outside_is_written() {
+    let d = dir();
+    use std::os::unix::fs::PermissionsExt;
+    // a FIFO, a directory, a huge sparse file of garbage, a right header
+    // with the wrong length
+    let fifo = std::ffi::CString::new(d.path().join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    let huge = std::fs::File::create(d.path().join("huge")).unwrap();
+    huge.set_len(1 << 40).unwrap();
+    std::fs::set_permissions(
+        d.path().join("huge"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    drop(Region::join(d.path(), "short", 1024).unwrap());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.path().join("short"))
+        .unwrap();
+    f.set_len(1 << 20).unwrap();
+    for name in ["fifo", "dir", "huge", "short"] {
+        let t = std::time::Instant::now();
+        let r = Region::join(d.path(), name, 1024);
+        assert!(r.is_err(), "{name} accepted");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{name}: no wait"
+        );
+    }
+    // a directory that is a symbolic link to somewhere else: refused, and
+    // nothing is made there
+    let elsewhere = dir();
+    let link = d.path().join("linked");
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    assert!(matches!(
+        Region::join(&link, "r", 1024),
+        Err(RegionError::Refused(_)) | Err(RegionError::Io(..))
+    ));
+    assert_eq!(
+        std::fs::read_dir(elsewhere.path()).unwrap().count(),
+        0,
+        "nothing made through the link"
+    );
+}
