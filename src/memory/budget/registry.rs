@@ -1,5 +1,5 @@
 //! The registry of a budget's members: one small file in the user's
-//! private runtime directory ([`RuntimeDir`](crate::ipc::RuntimeDir):
+//! private runtime directory ([`RuntimeDir`]:
 //! `$XDG_RUNTIME_DIR/kxarray/budget-<hash of the key>`, or
 //! `/dev/shm/kxarray-<euid>/budget-<hash>`) holding a fixed table of
 //! slots, one per cache.
