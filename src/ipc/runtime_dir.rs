@@ -385,6 +385,8 @@ impl RuntimeDir {
         }
         let file = opened.map_err(|e| RuntimeError::io(&path, e))?;
         let st = check_private_file(&file, &path)?;
+        // `nlink_t` is u64 here and u32 on other targets.
+        #[allow(clippy::unnecessary_cast)]
         if st.st_nlink != 1 {
             return Err(RuntimeError::new(&path, Refused::Links(st.st_nlink as u64)));
         }
