@@ -202,6 +202,70 @@ fn another_users_region_file_is_refused() -> harness::Outcome {
     Ok(())
 }
 
+/// The region is one member of the memory budget whatever the number of
+/// processes (here caches, each a member of the region with its own open
+/// of it) that map it: two shared caches in a budget make three members
+/// (each cache, and the region once), the first to miss holds the region's
+/// place and sizes it within its share, and when the holder goes, the
+/// other takes the place at a miss a second later.
+fn the_region_is_one_member_of_the_budget_whoever_holds_it() {
+    use kxarray::memory::{BudgetConfig, RegistryDir};
+    use std::time::{Duration, Instant};
+    let _one = FORK.lock().unwrap_or_else(|e| e.into_inner());
+    let d = private_dir();
+    let reg = private_dir();
+    let config = || BudgetConfig {
+        registry_dir: RegistryDir::Private(reg.path().into()),
+        thread_after: Duration::ZERO,
+        interval: Duration::from_millis(20),
+        ..BudgetConfig::new(24 << 20)
+    };
+    let path = d.path().join("f");
+    std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
+    let a = shared_cache(d.path(), 4 << 20);
+    let b = shared_cache(d.path(), 4 << 20);
+    let ba = a.join_budget(config()).unwrap();
+    let bb = b.join_budget(config()).unwrap();
+    let fa = a.open(FileBackend::open(&path).unwrap()).unwrap();
+    let fb = b.open(FileBackend::open(&path).unwrap()).unwrap();
+    let mut page = [0u8; 4096];
+    fa.read_at(&mut page, 0).unwrap(); // a miss in a: a takes the place
+    fb.read_at(&mut page, 4096).unwrap(); // b asks, a holds it
+    let (ra, rb) = (a.region().unwrap(), b.region().unwrap());
+    assert!(ra.holds_budget() && !rb.holds_budget());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bb.stats().members != 3 || ba.stats().members != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "members: a sees {}, b sees {} (two caches and the region: 3)",
+            ba.stats().members,
+            bb.stats().members
+        );
+        fb.read_at(&mut page, 0).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cap = rb.capacity();
+    assert!(
+        cap > 0 && cap <= 24 << 20,
+        "the region within its share: {cap}"
+    );
+    // The holder goes; the other takes the place at a miss a second on.
+    drop((fa, ba, a));
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut at = 8192;
+    while !rb.holds_budget() {
+        assert!(Instant::now() < deadline, "b never took the place");
+        fb.read_at(&mut page, at).unwrap();
+        at += 4096;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while bb.stats().members != 2 {
+        assert!(Instant::now() < deadline, "members: {}", bb.stats().members);
+        fb.read_at(&mut page, 0).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 harness::main!(
     tests: [
         two_caches_share_a_files_pages_and_keep_a_ram_disk_private,
@@ -209,5 +273,6 @@ harness::main!(
         a_child_after_fork_joins_as_a_member_of_its_own,
         a_raw_clone_child_joins_as_a_member_of_its_own,
         another_users_region_file_is_refused,
+        the_region_is_one_member_of_the_budget_whoever_holds_it,
     ],
 );

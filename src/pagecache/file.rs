@@ -162,6 +162,8 @@ impl CachedFile {
             c.hits.add(pages - misses);
             if misses != 0 {
                 c.misses.add(misses);
+                // what waits for a miss (the budget's member, the region's)
+                self.shared.cache.demand();
             }
             Ok(n)
         });

@@ -517,6 +517,9 @@ pub(crate) struct Local {
     /// The fork generation of the process whose flusher thread runs (0:
     /// none in this process).
     pub(crate) flusher_gen: crate::sync::AtomicU64,
+    /// The fork generation of the process that holds the region's place in
+    /// the memory budget through this membership (0: none).
+    pub(crate) budget_gen: crate::sync::AtomicU64,
     /// The clock batch this process walks: the next frame and the batch's
     /// end (frame numbers before the modulo).
     hand: Lock<(u64, u64)>,

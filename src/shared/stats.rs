@@ -1,11 +1,25 @@
 //! The region's figures ([`RegionStats`]) and the members' maintenance
-//! calls on [`Region`]: capacity, the reaper's pass, leaving.
+//! calls on [`Region`]: capacity, the region's place in the memory budget,
+//! the reaper's pass, leaving.
+//!
+//! The budget: the region is one member of the memory budget however many
+//! processes map it, so its frames are counted once. One member at a time
+//! holds that place: the one that holds an exclusive OFD lock on byte
+//! [`BUDGET_BYTE`] of the region file, through its own open of it (the
+//! kernel lets go when that process dies, and the next member to ask takes
+//! the place; a child after fork asks through its own open, never its
+//! parent's).
 
 use super::frame;
 use super::layout::{self, hdr, MEMBERS, PAGE64};
 use super::region::Region;
+use crate::ipc::{try_lock, LockKind};
 use crate::sync::Ordering;
 use std::fmt;
+
+/// The byte of the region file whose lock holds the region's place in the
+/// memory budget (below the members' liveness bytes).
+pub(crate) const BUDGET_BYTE: u64 = 1 << 62;
 
 /// What a region holds and has done, for every member together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,6 +123,47 @@ impl Region {
         let mut wb = |f: u32| self.write_back(me, &[f]).is_ok();
         self.resize(bytes, me, &mut wb)
             .map(|frames| frames * PAGE64)
+    }
+
+    /// Take the region's place in the memory budget for this process, if
+    /// no live member holds it (see the module notes): whether this
+    /// process holds it now. The holder is the one that sizes the region
+    /// by its share (`PageCache::join_budget` does this at misses, once a
+    /// second, in every member).
+    pub fn hold_budget(&self) -> bool {
+        if self.holds_budget() {
+            return true;
+        }
+        // A child joins first, so that the lock is asked for through its
+        // own open of the file, not the parent's it inherited.
+        if self.me().is_err() {
+            return false;
+        }
+        let got = self
+            .with_fd(|fd| try_lock(fd, LockKind::Write, BUDGET_BYTE, 1))
+            .unwrap_or(false);
+        if got {
+            self.local
+                .budget_gen
+                .store(crate::fork::generation(), Ordering::Relaxed);
+        }
+        got
+    }
+
+    /// Whether this process holds the region's place in the memory budget.
+    pub fn holds_budget(&self) -> bool {
+        self.local.budget_gen.load(Ordering::Relaxed) == crate::fork::generation()
+    }
+
+    /// Bytes of frames with memory allocated in the region's file (what
+    /// the region costs the machine now).
+    pub fn backed_bytes(&self) -> u64 {
+        self.hword(hdr::BACKED).load(Ordering::Relaxed) * PAGE64
+    }
+
+    /// The most bytes of frames the region can ever hold.
+    pub fn max_bytes(&self) -> u64 {
+        self.map().geo().max_frames * PAGE64
     }
 
     /// Recover every member whose process is gone (the reaper's pass; a
