@@ -52,6 +52,7 @@
 //! assert!(cache.stats().hits >= 1);
 //! ```
 
+mod behind;
 mod blocks;
 mod borrow;
 #[cfg(target_os = "linux")]

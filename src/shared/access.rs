@@ -123,8 +123,24 @@ impl Region {
     pub(crate) fn read_cached(&self, tag: Tag, off: usize, dst: &mut [u8]) -> bool {
         debug_assert!(off + dst.len() <= PAGE);
         let hash = tag.hash();
-        let fp = fingerprint(hash);
         let map = self.map();
+        let hints = &self.local.hints;
+        // The frame this process found the page in last, accepted only as
+        // an index entry is: its tag and VALID inside the version window.
+        if let Some(f) = hints.get(hash) {
+            if let (Some(h), Some(bytes)) = (map.frame(f), map.bytes(f)) {
+                if let Some(s) = h.read_begin() {
+                    if h.tag() == tag && h.state() & VALID != 0 {
+                        bytes.load(off, dst);
+                        if h.read_check(s) {
+                            h.touch();
+                            return true;
+                        }
+                    }
+                }
+            }
+        }
+        let fp = fingerprint(hash);
         let b = map.bucket(hash);
         for _ in 0..4 {
             let Some((f, s)) = b.find(fp, tag, map) else {
@@ -142,6 +158,7 @@ impl Region {
             bytes.load(off, dst);
             if h.read_check(s) {
                 h.touch();
+                hints.set(hash, f);
                 return true;
             }
         }

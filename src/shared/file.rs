@@ -165,7 +165,7 @@ impl SharedFile {
         unlock_word(table);
         let io = Arc::new(FileIo {
             slot: claimed.slot,
-            fd,
+            fd: fd.into(),
             opener: Some(Arc::downgrade(&region)),
         });
         region.local.register(&io);
@@ -368,27 +368,8 @@ impl SharedFile {
 
     /// Write through to the file (no frame holds the page).
     fn write_file(&self, src: &[u8], pos: u64) -> io::Result<()> {
-        let mut done = 0;
-        while done < src.len() {
-            // SAFETY: `src[done..]` is readable for its length.
-            let r = unsafe {
-                libc::pwrite(
-                    self.io.fd.as_raw_fd(),
-                    src[done..].as_ptr().cast(),
-                    src.len() - done,
-                    (pos + done as u64) as libc::off_t,
-                )
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            done += r as usize;
-        }
-        Ok(())
+        use std::os::unix::fs::FileExt;
+        self.io.fd.write_all_at(src, pos)
     }
 
     /// Set the file's length: a shorter one drops every frame above it

@@ -13,6 +13,8 @@
 //! - `frame`: a frame's header and its state machine (lock, version, tag,
 //!   flags, reference bit);
 //! - `index`: the set-associative lookup table (page to frame, shadows);
+//! - `hint`: a process's own hints in front of the index (the frame a
+//!   page's hash found last);
 //! - `member`: member slots, liveness by open-file-description locks, the
 //!   dirty lists;
 //! - `files`: the file table (identity that survives inode reuse, epochs,
@@ -68,6 +70,8 @@ mod file;
 #[cfg(not(loom))]
 mod files;
 mod frame;
+#[cfg(not(loom))]
+mod hint;
 mod index;
 mod layout;
 /// The loom models of the frame and index protocols (run by

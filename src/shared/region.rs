@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
@@ -89,63 +89,19 @@ fn refused(e: RuntimeError) -> RegionError {
     RegionError::Refused(e.to_string())
 }
 
-fn pread_words(fd: BorrowedFd<'_>, off: u64, n: usize) -> io::Result<Vec<u64>> {
+fn pread_words(fd: &File, off: u64, n: usize) -> io::Result<Vec<u64>> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; n * 8];
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: `buf[done..]` is writable for its length.
-        let r = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-                (off + done as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if r == 0 {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-        }
-        done += r as usize;
-    }
+    fd.read_exact_at(&mut buf, off)?;
     Ok(buf
         .chunks(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect())
 }
 
-fn pwrite_all(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: `buf[done..]` is readable for its length.
-        let r = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                buf[done..].as_ptr().cast(),
-                buf.len() - done,
-                (off + done as u64) as libc::off_t,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        done += r as usize;
-    }
-    Ok(())
-}
-
 /// Lay out a new region of at most `max_frames` frames in `fd`.
-fn lay_out(fd: BorrowedFd<'_>, max_frames: u64) -> io::Result<Geometry> {
+fn lay_out(fd: &File, max_frames: u64) -> io::Result<Geometry> {
+    use std::os::unix::fs::FileExt;
     let g = Geometry::for_frames(max_frames);
     // SAFETY: `fd` is open for writing.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), g.len as libc::off_t) } != 0 {
@@ -157,7 +113,7 @@ fn lay_out(fd: BorrowedFd<'_>, max_frames: u64) -> io::Result<Geometry> {
         page[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
     page[hdr::STATE * 8..hdr::STATE * 8 + 8].copy_from_slice(&READY.to_le_bytes());
-    pwrite_all(fd, &page, 0)?;
+    fd.write_all_at(&page, 0)?;
     Ok(g)
 }
 
@@ -252,7 +208,7 @@ impl Region {
             }),
             fd: crate::sync::AtomicU32::new(raw),
             current: crate::sync::AtomicU64::new(0),
-            local: Local::default(),
+            local: Local::new(geo.max_frames),
             hooks,
             this: this.clone(),
         });
@@ -273,8 +229,7 @@ impl Region {
         let fd = dir
             .create_new(&tmp)
             .map_err(|e| RegionError::Io("make the region", e))?;
-        let made =
-            lay_out(fd.as_fd(), max_frames).map_err(|e| RegionError::Io("lay the region out", e));
+        let made = lay_out(&fd, max_frames).map_err(|e| RegionError::Io("lay the region out", e));
         let linked = made.and_then(|_| match dir.link_new(&tmp, name) {
             Ok(()) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
@@ -291,7 +246,7 @@ impl Region {
     fn check(fd: &File, path: &Path) -> Result<Geometry, RegionError> {
         let st = check_private_file(fd, path).map_err(refused)?;
         let name = path.display();
-        let words = pread_words(fd.as_fd(), 0, 10)
+        let words = pread_words(fd, 0, 10)
             .map_err(|e| RegionError::Refused(format!("{name}: its header cannot be read: {e}")))?;
         let w: [u64; 10] = words.try_into().unwrap();
         let geo = Geometry::from_words(&w, euid())
@@ -302,7 +257,7 @@ impl Region {
                 st.st_size, geo.len
             )));
         }
-        let state = pread_words(fd.as_fd(), (hdr::STATE * 8) as u64, 1)
+        let state = pread_words(fd, (hdr::STATE * 8) as u64, 1)
             .map_err(|e| RegionError::Io("read the region's state", e))?;
         if state[0] != READY {
             return Err(RegionError::Refused(format!("{name} was never finished")));
@@ -498,7 +453,7 @@ pub(crate) struct FileIo {
     /// The file slot.
     pub(crate) slot: usize,
     /// The descriptor.
-    pub(crate) fd: OwnedFd,
+    pub(crate) fd: File,
     /// The region, when this open set the member's bit in the file's
     /// openers (a handle's open; not a recoverer's reopen): dropping it
     /// writes back what this member dirtied in the file and clears the bit.
@@ -506,8 +461,10 @@ pub(crate) struct FileIo {
 }
 
 /// This process's side of its membership.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Local {
+    /// Where this process found pages last (see `hint`).
+    pub(crate) hints: super::hint::Hints,
     /// Serializes appends to and compaction of this member's dirty list.
     pub(crate) dirty: Lock<()>,
     /// Entries reserved and not yet appended.
@@ -526,6 +483,18 @@ pub(crate) struct Local {
 }
 
 impl Local {
+    fn new(max_frames: u64) -> Local {
+        Local {
+            hints: super::hint::Hints::new(max_frames),
+            dirty: Lock::new(()),
+            reserved: AtomicUsize::new(0),
+            files: Lock::new(HashMap::new()),
+            flusher_gen: crate::sync::AtomicU64::new(0),
+            budget_gen: crate::sync::AtomicU64::new(0),
+            hand: Lock::new((0, 0)),
+        }
+    }
+
     /// A new membership (after join or a child's rejoin): nothing reserved,
     /// no flusher in this process yet (a parent's is not the child's).
     pub(crate) fn reset(&self) {

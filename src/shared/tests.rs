@@ -159,6 +159,37 @@ fn eviction_keeps_the_region_within_capacity_and_reads_right() {
     assert!(s.evictions >= 500, "{s}");
 }
 
+/// A process's hint names the frame a page was found in last; once that
+/// frame is evicted and holds another page, the hint must not serve it.
+#[test]
+fn a_stale_hint_is_never_served() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(8 * 4096).unwrap();
+    let data = d.path().join("data");
+    let bytes: Vec<u8> = (0..64 * 4096u32).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let f = open(&a, &data);
+    let mut b = [0u8; 64];
+    for p in 0..8u64 {
+        f.read_at(&mut b, p * 4096).unwrap(); // a miss: filled
+        f.read_at(&mut b, p * 4096).unwrap(); // a hit through the index: hinted
+    }
+    for p in 8..64u64 {
+        f.read_at(&mut b, p * 4096).unwrap(); // every frame reused
+        f.read_at(&mut b, p * 4096).unwrap();
+    }
+    for p in 0..8u64 {
+        f.read_at(&mut b, p * 4096).unwrap();
+        assert!(
+            b.iter().all(|&x| x == p as u8),
+            "page {p} read {:?}",
+            &b[..4]
+        );
+    }
+    assert!(a.stats().evictions >= 56);
+}
+
 #[test]
 fn shrinking_writes_back_and_gives_memory_back() {
     let d = dir();

@@ -183,7 +183,7 @@ impl Region {
         }
         let io = Arc::new(FileIo {
             slot,
-            fd,
+            fd: fd.into(),
             opener: None,
         });
         self.local.register(&io);
