@@ -128,7 +128,7 @@ impl Drop for Hints {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;
 

@@ -180,7 +180,7 @@ impl MemberSlot {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(miri)))]
 mod tests {
     use super::*;
 

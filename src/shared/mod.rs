@@ -100,7 +100,7 @@ pub use region::{Region, RegionError};
 #[cfg(not(loom))]
 pub use stats::RegionStats;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(miri)))]
 mod tests;
 
 #[cfg(not(loom))]
