@@ -126,16 +126,12 @@ impl Region {
         let map = self.map();
         let hints = &self.local.hints;
         // The frame this process found the page in last, accepted only as
-        // an index entry is: its tag and VALID inside the version window.
+        // an index entry is: its tag read inside the version window.
         if let Some(f) = hints.get(hash) {
-            if let (Some(h), Some(bytes)) = (map.frame(f), map.bytes(f)) {
+            if let Some(h) = map.frame(f) {
                 if let Some(s) = h.read_begin() {
-                    if h.tag() == tag && h.state() & VALID != 0 {
-                        bytes.load(off, dst);
-                        if h.read_check(s) {
-                            h.touch();
-                            return true;
-                        }
+                    if h.tag() == tag && self.copy_valid(f, s, off, dst) == Some(true) {
+                        return true;
                     }
                 }
             }
@@ -149,20 +145,37 @@ impl Region {
             if s & 1 != 0 {
                 return false; // being filled or written: the slow path waits
             }
-            let (Some(h), Some(bytes)) = (map.frame(f), map.bytes(f)) else {
-                return false;
-            };
-            if h.state() & VALID == 0 {
-                return false;
-            }
-            bytes.load(off, dst);
-            if h.read_check(s) {
-                h.touch();
-                hints.set(hash, f);
-                return true;
+            match self.copy_valid(f, s, off, dst) {
+                None => return false,
+                Some(true) => {
+                    hints.set(hash, f);
+                    return true;
+                }
+                Some(false) => {} // the version moved: look again
             }
         }
         false
+    }
+
+    /// Copy bytes `off..` of frame `f` into `dst` if it is `VALID`, and
+    /// mark it referenced if its version is still `s` after the copy:
+    /// `Some(true)` when the copy is the page's, `Some(false)` when the
+    /// version moved, `None` when the frame holds no page.
+    #[inline]
+    fn copy_valid(&self, f: u32, s: u64, off: usize, dst: &mut [u8]) -> Option<bool> {
+        let map = self.map();
+        let (Some(h), Some(bytes)) = (map.frame(f), map.bytes(f)) else {
+            return None;
+        };
+        if h.state() & VALID == 0 {
+            return None;
+        }
+        bytes.load(off, dst);
+        let same = h.read_check(s);
+        if same {
+            h.touch();
+        }
+        Some(same)
     }
 
     /// The page `tag` in a frame locked by `me`: the frame holding it, or
