@@ -52,6 +52,13 @@ struct Args {
     /// The region's directory (shared mode; default: the user's own).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
+    /// A new process's first pass: one process reads the whole file into
+    /// the region (shared mode) and stays; then a
+    /// fresh process opens the file and reads every block once in a
+    /// shuffled order, then again in another (its warm rate). Prints both
+    /// rates; the first includes the new process's cache set-up and open.
+    #[arg(long)]
+    first_pass: bool,
     /// Internal: this process is reader `N`.
     #[arg(long, hide = true)]
     child: Option<usize>,
@@ -97,7 +104,58 @@ fn pss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Read every block of `f` once, in the order `i * step mod blocks`
+/// (`step` coprime with `blocks`, so each block once); returns reads
+/// per second.
+fn pass(f: &kxarray::pagecache::CachedFile, bs: u64, step: u64, t: Instant) -> f64 {
+    let blocks = f.len() / bs;
+    let mut buf = vec![0u8; bs as usize];
+    let mut i = 0u64;
+    for _ in 0..blocks {
+        i = (i + step) % blocks;
+        f.read_at(&mut buf, i * bs).unwrap();
+    }
+    blocks as f64 / t.elapsed().as_secs_f64()
+}
+
+/// A step coprime with `n` near `n` times the golden ratio's fraction.
+fn coprime_step(n: u64, salt: u64) -> u64 {
+    let mut s = ((n as f64 * 0.618_033_988_75) as u64 + salt).max(1);
+    while gcd(s, n) != 1 {
+        s += 1;
+    }
+    s
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The fresh process of `--first-pass`: both passes' rates.
+fn first_pass(a: &Args) {
+    use std::io::{Read, Write};
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut go = [0u8; 1];
+    let _ = std::io::stdin().read(&mut go);
+    let t = Instant::now();
+    let cache = cache(a);
+    let f = cache.open(FileBackend::create(&a.file).unwrap()).unwrap();
+    let setup = t.elapsed().as_secs_f64() * 1e3;
+    let blocks = f.len() / a.bs;
+    let first = pass(&f, a.bs, coprime_step(blocks, 0), t);
+    let warm = pass(&f, a.bs, coprime_step(blocks, 7919), Instant::now());
+    println!("{first:.0} {warm:.0} {setup:.1}");
+}
+
 fn reader(a: &Args, id: usize) {
+    if a.first_pass && id == 1 {
+        first_pass(a);
+        return;
+    }
     let cache = cache(a);
     let f = cache.open(FileBackend::create(&a.file).unwrap()).unwrap();
     if a.mode == "shared" {
@@ -169,6 +227,47 @@ fn main() {
         }
     }
     let exe = std::env::current_exe().unwrap();
+    if a.first_pass {
+        // one reader that warms and holds the cache, one fresh process
+        let spawn = |id: usize, extra: &[&str]| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(std::env::args().skip(1))
+                .args(extra)
+                .args(["--child", &id.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped());
+            cmd.spawn().unwrap()
+        };
+        // private: the fresh process's cache starts empty whatever another
+        // process holds, so the holder reads nothing (the kernel's cache
+        // holds the file)
+        let hold: &[&str] = if a.mode == "shared" {
+            &["--warm", "--reads", "0"]
+        } else {
+            &["--reads", "0"]
+        };
+        let mut holder = spawn(0, hold);
+        wait_ready(&mut holder);
+        let mut fresh = spawn(1, &[]);
+        wait_ready(&mut fresh);
+        use std::io::Write;
+        fresh.stdin.take().unwrap().write_all(b"g").unwrap();
+        let out = fresh.wait_with_output().unwrap();
+        holder.stdin.take().unwrap().write_all(b"g").unwrap();
+        holder.wait().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        assert_eq!(v.len(), 3, "the fresh process failed: {text}");
+        println!(
+            "mode={} first_pass={:.0} warm={:.0} ratio={:.2} setup_ms={:.1}",
+            a.mode,
+            v[0],
+            v[1],
+            v[0] / v[1],
+            v[2]
+        );
+        return;
+    }
     let mut kids = Vec::new();
     for id in 0..a.procs {
         let mut cmd = Command::new(&exe);

@@ -13,6 +13,13 @@
 # cgroup it runs unlimited and says so. Cold rows (COLD=1): the file is
 # dropped from the kernel's cache (posix_fadvise DONTNEED) and the region
 # emptied before every run, and the first pass is timed.
+#
+# FIRST_PASS=1: instead, a new process's first pass over a file another
+# process holds cached: one process reads the whole file and stays, then a
+# fresh process opens it and reads every 4 KiB block once in a shuffled
+# order, then again (its warm rate); shared region against private caches
+# (where the fresh process starts empty and reads from the kernel's cache).
+#   FIRST_PASS=1 ROUNDS=5 bash scripts/shared-bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-2g}
@@ -75,6 +82,22 @@ fio_iops() { # engine n
     awk -F';' '{print $8}'
 }
 
+if [ "${FIRST_PASS:-0}" = 1 ]; then
+  printf "%-6s %-8s %12s %12s %8s\n" round mode first_pass warm ratio
+  for r in $(seq 1 "$ROUNDS"); do
+    for mode in shared private; do
+      rm -f "$DIR"/cache*
+      [ $mode = private ] && run cat "$FILE" > /dev/null
+      out=$(run "$BIN" --file "$FILE" --mode "$mode" --capacity $((size_b + (64 << 20))) \
+        --first-pass --dir "$DIR")
+      printf "%-6s %-8s %12s %12s %8s\n" "$r" "$mode" \
+        "$(echo "$out" | sed -E 's/.*first_pass=([0-9]+).*/\1/')" \
+        "$(echo "$out" | sed -E 's/.* warm=([0-9]+).*/\1/')" \
+        "$(echo "$out" | sed -E 's/.*ratio=([0-9.]+).*/\1/')"
+    done
+  done
+  exit 0
+fi
 printf "%-8s %3s %12s %12s %12s %12s   %-22s %s\n" round N shared private psync mmap "shared/psync /mmap /priv" "MiB: PSS shared, private; charged shared"
 for n in $NS; do
   for r in $(seq 1 "$ROUNDS"); do

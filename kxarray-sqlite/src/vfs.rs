@@ -675,14 +675,23 @@ unsafe extern "C" fn x_access(
         if let Some(rc) = crate::fault::inject(SQLITE_IOERR_ACCESS, "xAccess") {
             return rc;
         }
-        // SAFETY: SQLite passes a NUL-terminated name.
-        let path = unsafe { path_of(name) };
         let yes = match flags {
             // As the unix VFS: an empty regular file does not exist (an
-            // empty journal is no journal).
-            SQLITE_ACCESS_EXISTS => std::fs::metadata(&path)
-                .map(|m| !m.is_file() || m.len() > 0)
-                .unwrap_or(false),
+            // empty journal is no journal). One stat(2) of SQLite's own
+            // string, as `os_unix.c` does: no copy of the path (this runs
+            // twice per read transaction, for the journal and the WAL).
+            SQLITE_ACCESS_EXISTS => {
+                let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+                // SAFETY: `name` is NUL-terminated (SQLite's contract) and
+                // `st` is a writable stat buffer; stat(2) only reads the
+                // one and writes the other.
+                let filled = unsafe { libc::stat(name, st.as_mut_ptr()) } == 0;
+                filled && {
+                    // SAFETY: stat(2) returned 0, so it filled `st`.
+                    let st = unsafe { st.assume_init() };
+                    st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size > 0
+                }
+            }
             _ => {
                 let mode = if flags == SQLITE_ACCESS_READWRITE {
                     libc::R_OK | libc::W_OK
