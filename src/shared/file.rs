@@ -520,14 +520,24 @@ impl SharedFile {
         Ok(self.len())
     }
 
+    /// Take `size` as the file's (when no member has dirty pages of it):
+    /// the pages past a shorter end are dropped, and so is the page holding
+    /// the lower of the two ends, as the private cache's `refresh_len` does:
+    /// past that end it holds the bytes from before a cut, or zeros read
+    /// past the old end, where the file may hold others now.
     fn take_size(&self, size: u64) {
         let slot = self.slot();
         if slot.get(fw::DIRTY) == 0 {
             let old = slot.size();
             slot.set(fw::SIZE, size);
-            if size < old {
+            if size != old {
                 if let Ok(me) = self.region.me() {
                     let epoch = slot.epoch();
+                    let low = size.min(old);
+                    if !low.is_multiple_of(PAGE64) {
+                        self.region
+                            .drop_clean_page(Tag::new(self.io.slot, epoch, low / PAGE64), me);
+                    }
                     for index in size.div_ceil(PAGE64)..old.div_ceil(PAGE64) {
                         self.region
                             .drop_page(Tag::new(self.io.slot, epoch, index), me);

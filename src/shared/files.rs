@@ -19,6 +19,16 @@
 //!   by someone else (its size, modification or change time differ from
 //!   what members last left: [`w::SEEN_SIZE`] and on), which is only done
 //!   when the file has no dirty frame.
+//! - **A look taken in the tick of a change is not trusted.** A file's
+//!   times come from the kernel's coarse clock (a tick, 1 to 10 ms) before
+//!   Linux 6.13's multigrain timestamps and on file systems without them
+//!   (ext2, for one), so a change in the same tick as the one a member's
+//!   look saw (a truncation and a growth back to the size, a rewrite)
+//!   leaves size and times as they were. When the change time a
+//!   look returns is not older than the coarse clock read just before it
+//!   ([`Seen::racy`]), what is recorded is [`RACY`], which no look matches:
+//!   the next open checks the file's pages again (as git's index treats a
+//!   racily clean entry).
 //! - **Claims and frees** take the table's lock (a header word, an owner
 //!   word like a frame's): a file is looked for along its probe sequence
 //!   and claimed at the first free or never-used slot on it, so two
@@ -96,8 +106,9 @@ pub(crate) struct FileId {
     pub(crate) btime: u64,
 }
 
-/// What a file looks like now (`fstat`), for the check at open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a file looks like now (`fstat`), for the check at open. Two looks
+/// are equal when size and times are (whether they were racy aside).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Seen {
     /// Size in bytes.
     pub(crate) size: u64,
@@ -105,6 +116,37 @@ pub(crate) struct Seen {
     pub(crate) mtime: u64,
     /// Change time (ns).
     pub(crate) ctime: u64,
+    /// The change time is not older than the coarse clock's tick the look
+    /// was taken in: another change may follow in that tick and keep the
+    /// times (see the module notes).
+    pub(crate) racy: bool,
+}
+
+impl PartialEq for Seen {
+    fn eq(&self, o: &Seen) -> bool {
+        (self.size, self.mtime, self.ctime) == (o.size, o.mtime, o.ctime)
+    }
+}
+
+impl Eq for Seen {}
+
+/// The change time recorded for a racy look: no file's look has it.
+pub(crate) const RACY: u64 = u64::MAX;
+
+/// The kernel's coarse real-time clock now (ns): what a file's times are
+/// taken from where they are not fine-grained.
+fn coarse_now() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid out-pointer; the clock id is Linux's.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) } != 0 {
+        return 0; // every look racy: checked again, never trusted wrongly
+    }
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
 }
 
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
@@ -119,6 +161,7 @@ fn fnv(bytes: &[u8], mut h: u64) -> u64 {
 /// it cannot be identified beyond its inode number (no file handle and no
 /// birth time) or is not a regular file.
 pub(crate) fn identify(fd: BorrowedFd<'_>) -> Option<(FileId, Seen)> {
+    let before = coarse_now();
     // SAFETY: `st` is a valid out-pointer for statx.
     let mut st: libc::statx = unsafe { core::mem::zeroed() };
     let empty = c"";
@@ -160,12 +203,14 @@ pub(crate) fn identify(fd: BorrowedFd<'_>) -> Option<(FileId, Seen)> {
             size: st.stx_size,
             mtime: ns(st.stx_mtime),
             ctime: ns(st.stx_ctime),
+            racy: ns(st.stx_ctime) >= before,
         },
     ))
 }
 
 /// What the file `fd` looks like now, if `fstat` answers.
 pub(crate) fn look(fd: BorrowedFd<'_>) -> Option<Seen> {
+    let before = coarse_now();
     // SAFETY: `st` is a valid out-pointer.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `fd` is open; `st` is writable.
@@ -177,10 +222,12 @@ pub(crate) fn look(fd: BorrowedFd<'_>) -> Option<Seen> {
             .wrapping_mul(1_000_000_000)
             .wrapping_add(n as u64)
     };
+    let ctime = ns(st.st_ctime, st.st_ctime_nsec);
     Some(Seen {
         size: st.st_size as u64,
         mtime: ns(st.st_mtime, st.st_mtime_nsec),
-        ctime: ns(st.st_ctime, st.st_ctime_nsec),
+        ctime,
+        racy: ctime >= before,
     })
 }
 
@@ -317,11 +364,12 @@ impl FileSlot {
         self.get(w::ERRSEQ)
     }
 
-    /// Record what the file looks like after a member's change.
+    /// Record what the file looks like after a member's change (a racy
+    /// look as [`RACY`]: the next open checks the file's pages again).
     pub(crate) fn set_seen(&self, s: Seen) {
         self.set(w::SEEN_SIZE, s.size);
         self.set(w::SEEN_MTIME, s.mtime);
-        self.set(w::SEEN_CTIME, s.ctime);
+        self.set(w::SEEN_CTIME, if s.racy { RACY } else { s.ctime });
     }
 
     /// What members last left.
@@ -330,6 +378,7 @@ impl FileSlot {
             size: self.get(w::SEEN_SIZE),
             mtime: self.get(w::SEEN_MTIME),
             ctime: self.get(w::SEEN_CTIME),
+            racy: false,
         }
     }
 }

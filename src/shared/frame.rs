@@ -255,7 +255,10 @@ impl FrameHeader {
             let Some(holder) = Owner::from_bits(st) else {
                 continue;
             };
-            debug_assert!(holder != me, "a member never waits on a lock it holds");
+            // The holder may be `me`: a member is a process, and another of
+            // its threads may hold the frame (two threads missing one page:
+            // the second waits for the first's fill). `stuck` never takes
+            // this member for dead.
             if st & WAITERS == 0
                 && self
                     .state

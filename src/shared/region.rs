@@ -20,9 +20,12 @@
 //!
 //! It also owns what one process keeps for its membership ([`Local`]:
 //! its dirty list's lock and reservations, its clock batch, the files it
-//! has open, whether its flusher runs; reset when a child joins, so
-//! nothing of the parent's membership is used by the child) and
-//! [`FileIo`], one open of a file shared by the process's handles of it.
+//! has open, whether its flusher runs, the dead members its threads are
+//! recovering; reset when a child joins, so nothing of the parent's
+//! membership is used by the child; what the threads of a reader take,
+//! the clock batch and the recovery marks, are atomic words, not locks a
+//! thread of the parent may hold at the fork for ever) and [`FileIo`], one
+//! open of a file shared by the process's handles of it.
 //!
 //! Membership ([`Region::me`]) belongs to a process: a child after `fork`
 //! (or a raw `clone`) notices that its fork generation
@@ -407,17 +410,30 @@ impl Region {
         if me == o {
             return;
         }
-        let got = self.with_fd(|fd| LIFE.claim(fd, o.slot()).unwrap_or(false));
-        if !got {
+        // One thread of this process at a time (see `Local::recovering`):
+        // another one recovering the slot now, this one waits and looks
+        // again, as a waiter on another process's recovery does.
+        let busy = &self.local.recovering[o.slot()];
+        let gen = crate::fork::generation();
+        let cur = busy.load(Ordering::Acquire);
+        if cur == gen
+            || busy
+                .compare_exchange(cur, gen, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
             return;
         }
-        // Another recoverer may have finished and a new member joined
-        // between the liveness check and the lock: the lock says no one
-        // holds the byte now, so the slot's state tells what is left.
-        if self.map.member(o.slot()).state() != 0 {
-            (self.hooks.recover)(self, o, me);
+        let got = self.with_fd(|fd| LIFE.claim(fd, o.slot()).unwrap_or(false));
+        if got {
+            // Another recoverer may have finished and a new member joined
+            // between the liveness check and the lock: the lock says no one
+            // holds the byte now, so the slot's state tells what is left.
+            if self.map.member(o.slot()).state() != 0 {
+                (self.hooks.recover)(self, o, me);
+            }
+            let _ = self.with_fd(|fd| LIFE.release(fd, o.slot()));
         }
-        let _ = self.with_fd(|fd| LIFE.release(fd, o.slot()));
+        busy.store(0, Ordering::Release);
     }
 
     /// Leave the region: the slot is freed (the caller has written back
@@ -477,10 +493,24 @@ pub(crate) struct Local {
     /// The fork generation of the process that holds the region's place in
     /// the memory budget through this membership (0: none).
     pub(crate) budget_gen: crate::sync::AtomicU64,
-    /// The clock batch this process walks: the next frame and the batch's
-    /// end (frame numbers before the modulo).
-    hand: Lock<(u64, u64)>,
+    /// The clock batch this process walks: the frames of it left (the top
+    /// [`HAND_LEFT`] bits) and the next one (a frame number before the
+    /// modulo, its low bits). One atomic word, not a lock: the threads of
+    /// a process allocate at any moment, and a child after fork or clone
+    /// gets the word as it stood, where a lock one of them held would stay
+    /// held for ever (the child's first join would wait on it).
+    hand: crate::sync::AtomicU64,
+    /// For each member slot, the fork generation of this process while one
+    /// of its threads recovers that slot (0: none). The liveness byte a
+    /// recoverer locks keeps other processes out, not the other threads of
+    /// this one: they lock it through the same open file description,
+    /// which the kernel grants it to again. A generation not this
+    /// process's is a parent's thread's at the fork: taken over.
+    recovering: [crate::sync::AtomicU64; MEMBERS],
 }
+
+/// The shift of the frames left in a batch, in [`Local`]'s hand word.
+const HAND_LEFT: u32 = 56;
 
 impl Local {
     fn new(max_frames: u64) -> Local {
@@ -491,7 +521,8 @@ impl Local {
             files: Lock::new(HashMap::new()),
             flusher_gen: crate::sync::AtomicU64::new(0),
             budget_gen: crate::sync::AtomicU64::new(0),
-            hand: Lock::new((0, 0)),
+            hand: crate::sync::AtomicU64::new(0),
+            recovering: [const { crate::sync::AtomicU64::new(0) }; MEMBERS],
         }
     }
 
@@ -499,20 +530,30 @@ impl Local {
     /// no flusher in this process yet (a parent's is not the child's).
     pub(crate) fn reset(&self) {
         self.reserved.store(0, Ordering::Relaxed);
-        *self.hand.lock() = (0, 0);
+        self.hand.store(0, Ordering::Relaxed);
     }
 
     /// The next frame of this process's clock batch, taking a new batch
-    /// (`claim` returns its first frame) when it is used up.
+    /// (`claim` returns its first frame) when it is used up. Two threads
+    /// that find it used up at once take one batch each, and the rest of
+    /// one of them is passed over (frames other batches sweep).
     pub(crate) fn next_hand(&self, claim: impl FnOnce() -> u64) -> u64 {
-        let mut h = self.hand.lock();
-        if h.0 >= h.1 {
-            let start = claim();
-            *h = (start, start + super::layout::BATCH);
+        const NEXT: u64 = (1 << HAND_LEFT) - 1;
+        let mut h = self.hand.load(Ordering::Relaxed);
+        while h >> HAND_LEFT != 0 {
+            let next = ((h + 1) & NEXT) | (((h >> HAND_LEFT) - 1) << HAND_LEFT);
+            match self
+                .hand
+                .compare_exchange_weak(h, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return h & NEXT,
+                Err(now) => h = now,
+            }
         }
-        let f = h.0;
-        h.0 += 1;
-        f
+        let start = claim();
+        let rest = ((super::layout::BATCH - 1) << HAND_LEFT) | (start.wrapping_add(1) & NEXT);
+        self.hand.store(rest, Ordering::Relaxed);
+        start
     }
 
     /// Remember `io` as this process's open of its slot.

@@ -138,6 +138,125 @@ fn a_deleted_and_recreated_file_never_meets_its_predecessors_pages() {
     assert_eq!(b, [3; 4]);
 }
 
+/// Another file renamed over the path of one a member has open and has
+/// read: the open handle is the old inode still (as the kernel's
+/// descriptor is) and reads its bytes from its frames; an open of the path
+/// now, by either member, is the new file, in another slot, read from the
+/// file and never from the old one's frames; a write through the old
+/// handle lands in the old file only.
+#[test]
+fn a_file_renamed_over_an_open_files_path_is_another_file() {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let path = d.path().join("data");
+    let old: Vec<u8> = (0..4 * 4096u32).map(|i| (i % 251) as u8).collect();
+    let new: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    std::fs::write(&path, &old).unwrap();
+    let fa = open(&a, &path);
+    let mut buf = vec![0u8; old.len()];
+    fa.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, old);
+    let tmp = d.path().join("data.new");
+    std::fs::write(&tmp, &new).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let fills = a.stats().fills;
+    let fb = open(&b, &path);
+    let fa2 = open(&a, &path);
+    assert_ne!(
+        fb.slot_index(),
+        fa.slot_index(),
+        "another file: another slot"
+    );
+    assert_eq!(fa2.slot_index(), fb.slot_index(), "one file: one slot");
+    assert_eq!((fb.len(), fa2.len()), (new.len() as u64, new.len() as u64));
+    for (who, f) in [("b's new open", &fb), ("a's new open", &fa2)] {
+        let mut got = vec![0xeeu8; old.len()];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), new.len(), "{who}");
+        assert!(got[..new.len()] == new[..], "{who} reads the new file");
+    }
+    assert_eq!(
+        a.stats().fills,
+        fills + 3,
+        "the new file's pages were read from it, none found in the old one's frames"
+    );
+    buf.fill(0);
+    assert_eq!(fa.read_at(&mut buf, 0).unwrap(), old.len());
+    assert!(
+        buf == old,
+        "the handle open before the rename reads the old file"
+    );
+    assert_eq!(a.stats().fills, fills + 3, "from its frames");
+    // a write through the old handle: the old file's, not the new one's
+    fa.write_at(b"old inode", 100).unwrap();
+    fa.write_at(&[7u8; 4096], 3 * 4096).unwrap();
+    let mut w = [0u8; 9];
+    fa.read_at(&mut w, 100).unwrap();
+    assert_eq!(&w, b"old inode");
+    for (who, f) in [("b's new open", &fb), ("a's new open", &fa2)] {
+        let mut got = vec![0xeeu8; old.len()];
+        assert_eq!(f.read_at(&mut got, 0).unwrap(), new.len(), "{who}");
+        assert!(
+            got[..new.len()] == new[..],
+            "{who} sees no write of the old handle"
+        );
+    }
+    fa.sync().unwrap();
+    assert!(
+        std::fs::read(&path).unwrap() == new,
+        "the file at the path holds none of it after a sync"
+    );
+    assert_eq!(a.stats().dirty_frames, 0, "written back, to the old file");
+}
+
+/// Where a file's times come from the coarse clock, a change in the tick
+/// of the one a look saw may leave size and times as they were: a look
+/// taken in that tick is recorded so that no later look matches it (the
+/// next open drops the clean frames and reads the file again), and a look
+/// taken once the tick is over is trusted (the next open keeps them).
+#[test]
+fn a_look_taken_in_the_tick_of_a_change_is_checked_again_at_the_next_open() {
+    use std::os::fd::AsFd;
+    use std::time::{Duration, Instant};
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![4u8; 4 * 4096]).unwrap();
+    let fa = open(&a, &data);
+    let mut buf = vec![0u8; 4 * 4096];
+    fa.read_at(&mut buf, 0).unwrap();
+    assert_eq!(fa.cached_pages(), 4);
+    let fd = std::fs::File::open(&data).unwrap();
+    let now = files::look(fd.as_fd()).unwrap();
+    let slot = a.map().file(fa.slot_index());
+    // what a member records when its look falls in the tick of the change
+    slot.set_seen(files::Seen { racy: true, ..now });
+    let _fb = open(&b, &data);
+    assert_eq!(
+        fa.cached_pages(),
+        0,
+        "the open after a racy look read again"
+    );
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let later = loop {
+        let l = files::look(fd.as_fd()).unwrap();
+        if !l.racy {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "the coarse clock never ticked");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(later, now, "nothing changed the file");
+    slot.set_seen(later);
+    fa.read_at(&mut buf, 0).unwrap();
+    let _fc = open(&b, &data);
+    assert_eq!(fa.cached_pages(), 4, "a look after the tick is trusted");
+    assert!(buf.iter().all(|&x| x == 4));
+}
+
 #[test]
 fn eviction_keeps_the_region_within_capacity_and_reads_right() {
     let d = dir();
