@@ -256,7 +256,10 @@ fn main() {
         holder.stdin.take().unwrap().write_all(b"g").unwrap();
         holder.wait().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
         assert_eq!(v.len(), 3, "the fresh process failed: {text}");
         println!(
             "mode={} first_pass={:.0} warm={:.0} ratio={:.2} setup_ms={:.1}",
