@@ -82,40 +82,32 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod api;
-mod children;
-mod coherence;
-pub mod config;
-pub mod fault;
-mod fdio;
-mod fetch;
-mod ffi;
-mod file;
-mod filemode;
-mod filesig;
-mod heldio;
-mod hold;
-mod inode;
-mod lasterror;
-mod lockless;
-mod logger;
-mod open_error;
-mod oslock;
-mod pathname;
-mod pattern;
-mod process;
-mod shm;
-mod stats;
-mod vfs;
-mod walframes;
-mod walindex;
-mod walsize;
+// The sources by concern, one room a folder, top down (each room's `mod.rs`
+// says what it owns and may import): `boundary` (the VFS object SQLite
+// registers and calls) above `io` (a handle's operations and the paths
+// under them) above `locking` (SQLite's lock levels, per file) above `wal`
+// (the WAL index and the cache's coherence with other processes) above
+// `sys` (the system calls made directly) above `sqlite` (SQLite's interface
+// and the process-wide state every room speaks).
+mod boundary;
+mod io;
+mod locking;
+mod sqlite;
+mod sys;
+mod wal;
 
+pub use io::fault;
+pub use sqlite::{api, config};
+
+// Shown as re-exports of the public modules above (`api::Api`), as when
+// those modules were the crate's own, not as items of the crate root.
+#[doc(no_inline)]
 pub use api::Api;
+pub use boundary::vfs::{cache, RegisterError};
+#[doc(no_inline)]
 pub use config::{default_capacity, parse_size, SettingError, Settings};
-pub use ffi::{sqlite3, sqlite3_api_routines};
-pub use inode::open_files;
-pub use vfs::{cache, RegisterError};
+pub use locking::inode::open_files;
+pub use sqlite::ffi::{sqlite3, sqlite3_api_routines};
 
 use std::os::raw::{c_char, c_int};
 
@@ -146,13 +138,13 @@ pub const VFS_NAME: &str = "kxarray";
 /// assert_eq!(x, 42);
 /// ```
 pub fn register(api: Api, make_default: bool) -> Result<(), RegisterError> {
-    vfs::register_with(api, make_default)
+    boundary::vfs::register_with(api, make_default)
 }
 
 /// The text of `PRAGMA kx_stats` (`None` before the first open made the
 /// cache): a `name=value` line per counter, sizes followed by their MiB.
 pub fn stats() -> Option<String> {
-    cache().map(stats::stats_text)
+    cache().map(io::stats::stats_text)
 }
 
 /// The loadable extension's entry point, by the name SQLite derives from
@@ -171,17 +163,17 @@ pub unsafe extern "C" fn sqlite3_kxarraysqlite_init(
 ) -> c_int {
     // SAFETY: per the caller, `api` is SQLite's routines table.
     let Some(a) = (unsafe { Api::from_routines(api) }) else {
-        return ffi::SQLITE_ERROR;
+        return sqlite::ffi::SQLITE_ERROR;
     };
     match register(a, false) {
-        Ok(()) => ffi::SQLITE_OK_LOAD_PERMANENTLY,
+        Ok(()) => sqlite::ffi::SQLITE_OK_LOAD_PERMANENTLY,
         Err(e) => {
             if !err.is_null() {
                 // SAFETY: `err` is a writable slot SQLite frees with
                 // sqlite3_free; the string comes from sqlite3_malloc.
                 unsafe { *err = a.malloc_str(&format!("kxarray: {e}")) };
             }
-            ffi::SQLITE_ERROR
+            sqlite::ffi::SQLITE_ERROR
         }
     }
 }

@@ -1,10 +1,11 @@
 //! `PRAGMA locking_mode=EXCLUSIVE` in the default shared locking mode: a
 //! connection that holds the database's EXCLUSIVE lock under it reads its
 //! WAL (or journal) through the process's cache for as long as it holds
-//! the lock (`src/hold.rs`), and hands the database over whole: when the
-//! lock is released (`locking_mode=NORMAL`, then a transaction) another
-//! process on the unix VFS reads every commit, and when this process takes
-//! the lock again after that process wrote, nothing stale is served.
+//! the lock (`src/locking/hold.rs`), and hands the database over whole:
+//! when the lock is released (`locking_mode=NORMAL`, then a transaction)
+//! another process on the unix VFS reads every commit, and when this
+//! process takes the lock again after that process wrote, nothing stale is
+//! served.
 //! Its own test binary: it reads the process-wide counters. Without
 //! `sqlite3` the shell tests report themselves ignored, with the reason
 //! (CI installs it).

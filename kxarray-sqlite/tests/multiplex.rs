@@ -3,7 +3,7 @@
 //! here `common::split`), kxarray keeps the chunks coherent with other
 //! processes and durable as the unix VFS does: chunks 1 and up never lock
 //! and never see a sync point of their own, so they are read and written
-//! on their descriptors (`src/lockless.rs`).
+//! on their descriptors (`src/io/lockless.rs`).
 //!
 //! - another process's commit is seen in every chunk (rollback journal,
 //!   and WAL after a checkpoint copied the frames into the chunks);

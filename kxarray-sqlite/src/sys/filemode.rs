@@ -23,7 +23,7 @@
 //! (it cannot succeed for anyone else), and its failure is ignored, as on
 //! the unix VFS.
 
-use crate::ffi::{
+use crate::sqlite::ffi::{
     SQLITE_IOERR_FSTAT, SQLITE_OPEN_DELETEONCLOSE, SQLITE_OPEN_MAIN_JOURNAL, SQLITE_OPEN_WAL,
 };
 use std::fs::File;

@@ -6,7 +6,7 @@
 //! Invariant: the `Api` is set once and never changes (every registration
 //! after the first gets the first's table back).
 
-use crate::api::Api;
+use crate::sqlite::api::Api;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 

@@ -29,8 +29,8 @@
 //! (a handle with a lock makes the file not lockless, and its first lock
 //! from no lock revalidates the cache, `coherence`).
 
-use crate::ffi::SQLITE_LOCK_NONE;
-use crate::file::Handle;
+use crate::io::file::Handle;
+use crate::sqlite::ffi::SQLITE_LOCK_NONE;
 use std::io;
 
 impl Handle {
@@ -57,7 +57,7 @@ impl Handle {
         if self.inode.exclusive {
             return self.inode.file.read_at(buf, off);
         }
-        crate::fdio::pread_full(&self.inode.fd, buf, off)
+        crate::sys::fdio::pread_full(&self.inode.fd, buf, off)
     }
 
     /// A lockless handle's write: in the file before it returns.
@@ -70,7 +70,7 @@ impl Handle {
         if self.inode.exclusive {
             return file.write_through(data, off).map(drop);
         }
-        let r = crate::fdio::pwrite_all(&self.inode.fd, data, off);
+        let r = crate::sys::fdio::pwrite_all(&self.inode.fd, data, off);
         if file.cached_pages() > 0 {
             let end = off.saturating_add(data.len() as u64);
             file.revalidate_range(off..end)?;

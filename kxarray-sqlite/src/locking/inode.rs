@@ -53,17 +53,17 @@
 //!   table's lock: an open racing the last close finds either the old inode
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
-use crate::coherence::{Coherence, Db, ShmLockAction, WAL_CKPT_LOCK};
-use crate::ffi::{
+use crate::locking::hold::Hold;
+use crate::sqlite::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_UNLOCK, SQLITE_LOCK_EXCLUSIVE, SQLITE_LOCK_NONE,
     SQLITE_LOCK_PENDING, SQLITE_LOCK_RESERVED, SQLITE_LOCK_SHARED, SQLITE_OK,
 };
-use crate::hold::Hold;
-use crate::oslock::{self, Kind};
-use crate::shm::{Shm, ShmHandle};
-use crate::walsize::WalSize;
+use crate::sys::oslock::{self, Kind};
+use crate::wal::coherence::{Coherence, Db, ShmLockAction, WAL_CKPT_LOCK};
+use crate::wal::shm::{Shm, ShmHandle};
+use crate::wal::walsize::WalSize;
 use kxarray::pagecache::CachedFile;
 use std::collections::HashMap;
 use std::fs::File;
@@ -208,7 +208,9 @@ extern "C" fn at_exit() {
             return;
         };
         for inode in this_process(t).values() {
-            if inode.policy == WritePolicy::AtSyncPoint && !crate::process::write_back_only() {
+            if inode.policy == WritePolicy::AtSyncPoint
+                && !crate::sqlite::process::write_back_only()
+            {
                 let _ = inode.file.write_back(0..u64::MAX);
             }
         }
@@ -337,8 +339,8 @@ impl Inode {
 
     /// `xShmLock(offset, n, flags)` of a handle `s` of this file's WAL
     /// index, with the coherence checks of a database in shared mode
-    /// ([`coherence::on_shm_lock`](crate::coherence::on_shm_lock)), for
-    /// the calls [`shm_lock_action`](crate::coherence::shm_lock_action)
+    /// ([`coherence::on_shm_lock`](crate::wal::coherence::on_shm_lock)), for
+    /// the calls [`shm_lock_action`](crate::wal::coherence::shm_lock_action)
     /// names (the others take only the slots): a read lock leaves its
     /// check to the handle's first read of the database
     /// ([`recheck_wal`](Inode::recheck_wal)); the checkpoint lock and a WAL
@@ -365,7 +367,7 @@ impl Inode {
             None
         } else {
             let held_ckpt = s.holds_exclusive(WAL_CKPT_LOCK);
-            crate::coherence::shm_lock_action((offset, n, flags), held_ckpt)
+            crate::wal::coherence::shm_lock_action((offset, n, flags), held_ckpt)
         };
         match action {
             None => s.lock(offset, n, flags),
@@ -376,7 +378,7 @@ impl Inode {
                 if rc == SQLITE_OK {
                     s.recheck = true;
                     #[cfg(test)]
-                    crate::coherence::after_read_lock();
+                    crate::wal::coherence::after_read_lock();
                 }
                 rc
             }
@@ -394,7 +396,7 @@ impl Inode {
         let r = s.lock_checked(call, |shm| {
             let mut coh = lock(&self.coherence);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                crate::coherence::on_shm_lock(&mut coh, &self.db(), shm, action)
+                crate::wal::coherence::on_shm_lock(&mut coh, &self.db(), shm, action)
             }));
             r.unwrap_or_else(|p| {
                 // Whatever the check had half-recorded is unknown now:
@@ -406,7 +408,7 @@ impl Inode {
         match r {
             Ok(rc) => rc,
             Err(msg) => {
-                crate::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
+                crate::sqlite::process::api().log(SQLITE_IOERR_SHMLOCK, &msg);
                 SQLITE_IOERR_SHMLOCK
             }
         }
@@ -415,7 +417,7 @@ impl Inode {
     /// A handle's first read of this database (`xRead`, `xFetch`,
     /// `xFileSize`) after it took a WAL read lock (`shm.recheck`): the WAL
     /// check of that read transaction
-    /// ([`Coherence::wal_check`](crate::coherence::Coherence::wal_check)),
+    /// ([`Coherence::wal_check`](crate::wal::coherence::Coherence::wal_check)),
     /// before any cached byte is served. It runs here rather than at the
     /// lock: SQLite loads `nBackfill`, below which it reads pages from the
     /// database file instead of the WAL, after it took the lock, and a
@@ -444,7 +446,7 @@ impl Inode {
         r.map_err(|msg| {
             // tried again at the next read
             s.recheck = true;
-            crate::process::api().log(code, &msg);
+            crate::sqlite::process::api().log(code, &msg);
             code
         })
     }
@@ -473,7 +475,7 @@ impl Inode {
         if self.is_db && !self.exclusive {
             self.wrote.store(true, Ordering::Relaxed);
             if off <= 24 {
-                if let Some(h) = crate::coherence::Header::written(data, off) {
+                if let Some(h) = crate::wal::coherence::Header::written(data, off) {
                     lock(&self.coherence).wrote_header(h);
                 }
             }
@@ -499,10 +501,10 @@ impl Inode {
     /// for a conflict (counted), `io_code` otherwise.
     fn lock_error(&self, e: std::io::Error, io_code: c_int) -> (c_int, String) {
         if !oslock::is_busy(&e) {
-            crate::lasterror::note_errno(&e);
+            crate::sqlite::lasterror::note_errno(&e);
         }
         if oslock::is_busy(&e) {
-            crate::process::vfs_stats()
+            crate::sqlite::process::vfs_stats()
                 .lock_conflicts
                 .fetch_add(1, Ordering::Relaxed);
             let msg = if self.exclusive {
@@ -663,7 +665,7 @@ impl Inode {
         let mut st = lock(&self.locks);
         let fd = &self.fd;
         let err = |code, e: std::io::Error| {
-            crate::lasterror::note_errno(&e);
+            crate::sqlite::lasterror::note_errno(&e);
             (
                 code,
                 format!("kxarray: unlocking {}: {e}", self.path.display()),
@@ -714,7 +716,7 @@ impl Inode {
         match oslock::conflict(&self.fd, Kind::Write, RESERVED_BYTE, 1) {
             Ok(c) => Ok(c.is_some()),
             Err(e) => {
-                crate::lasterror::note_errno(&e);
+                crate::sqlite::lasterror::note_errno(&e);
                 Err((
                     SQLITE_IOERR_CHECKRESERVEDLOCK,
                     format!("kxarray: checking the lock of {}: {e}", self.path.display()),
@@ -880,7 +882,7 @@ impl Inode {
     /// (SQLite holds the database EXCLUSIVE, so no other process uses it)
     /// the last one in the process deletes the `-shm` file, as
     /// `unixShmUnmap` does.
-    pub(crate) fn unmap_shm(&self, handle: crate::shm::ShmHandle, delete: bool) {
+    pub(crate) fn unmap_shm(&self, handle: crate::wal::shm::ShmHandle, delete: bool) {
         let _w = lock(&self.shm);
         let shm = Arc::clone(&handle.shm);
         drop(handle);

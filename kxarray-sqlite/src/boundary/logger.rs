@@ -8,7 +8,7 @@
 //! it), at `info` and above. Invariant: a record is forwarded only after
 //! the VFS is registered (the SQLite API is known then).
 
-use crate::ffi::{SQLITE_ERROR, SQLITE_NOTICE, SQLITE_WARNING};
+use crate::sqlite::ffi::{SQLITE_ERROR, SQLITE_NOTICE, SQLITE_WARNING};
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
 /// Forwards each record to `sqlite3_log`.
@@ -28,7 +28,7 @@ impl Log for SqliteLog {
             Level::Warn => SQLITE_WARNING,
             _ => SQLITE_NOTICE,
         };
-        crate::process::api().log(code, &r.args().to_string());
+        crate::sqlite::process::api().log(code, &r.args().to_string());
     }
 
     fn flush(&self) {}

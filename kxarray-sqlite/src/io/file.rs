@@ -20,7 +20,7 @@
 //!   as with the unix VFS, and a process killed at any moment recovers to
 //!   the same transactions; `xSync` adds the `fdatasync`;
 //! - a WAL's frames land inside its file, grown ahead of them
-//!   ([`WalSize`](crate::walsize::WalSize)), so each is written through
+//!   ([`WalSize`](crate::wal::walsize::WalSize)), so each is written through
 //!   from SQLite's buffer with one copy; SQLite sees the length it wrote;
 //! - a checkpoint (between `SQLITE_FCNTL_CKPT_START` and `CKPT_DONE`)
 //!   reads WAL frames the cache does not hold straight from the file
@@ -33,7 +33,7 @@
 //! - every pointer `xFetch` handed out stays valid and unchanged until the
 //!   `xUnfetch` of that very pointer (or `xUnfetch(p = NULL)`, or close),
 //!   and a page is served from a held reference only while it is current:
-//!   [`Fetches`](crate::fetch::Fetches) owns both;
+//!   [`Fetches`] owns both;
 //! - a journal or WAL never lets go of its contents (deleted, truncated,
 //!   its header rewritten) while its database, open in this process, holds
 //!   pages it could not write back ([`db_barrier`]): SQLite ignores a
@@ -45,14 +45,14 @@
 //! - a callback never unwinds into C: the bodies catch panics
 //!   ([`guard`]) and report `SQLITE_IOERR`.
 
-use crate::children::Children;
-use crate::config::Settings;
-use crate::fetch::Fetches;
-use crate::ffi::*;
-use crate::inode::{self, Inode, Key, WritePolicy};
-use crate::pattern::{self, Pattern};
-use crate::process::{api, vfs_stats};
-use crate::shm::ShmHandle;
+use crate::io::children::Children;
+use crate::io::fetch::Fetches;
+use crate::io::pattern::{self, Pattern};
+use crate::locking::inode::{self, Inode, Key, WritePolicy};
+use crate::sqlite::config::Settings;
+use crate::sqlite::ffi::*;
+use crate::sqlite::process::{api, vfs_stats};
+use crate::wal::shm::ShmHandle;
 use kxarray::pagecache::{PageCache, ReadFlags};
 use std::io;
 use std::os::raw::{c_int, c_void};
@@ -117,7 +117,7 @@ pub(crate) struct Handle {
     /// it open ([`db_barrier`]).
     pub(crate) db: Option<Weak<Inode>>,
     /// Its database's hold (`hold`), read at every operation.
-    pub(crate) db_hold: Option<Arc<crate::hold::Hold>>,
+    pub(crate) db_hold: Option<Arc<crate::locking::hold::Hold>>,
     /// A main database opened with `readonly_shm=1`: its `-shm` is opened
     /// read-only.
     pub(crate) readonly_shm: bool,
@@ -341,7 +341,7 @@ fn write_back(h: &Handle, range: std::ops::Range<u64>) -> io::Result<()> {
 /// The write-back error: pages of the database are still only in the
 /// cache, and the journal or WAL may hold their only other copy.
 pub(crate) fn db_barrier(db: &Inode) -> io::Result<()> {
-    if db.policy != WritePolicy::AtSyncPoint || crate::process::write_back_only() {
+    if db.policy != WritePolicy::AtSyncPoint || crate::sqlite::process::write_back_only() {
         return Ok(());
     }
     db.file.write_back(0..u64::MAX)
@@ -367,7 +367,7 @@ fn barrier(h: &Handle, code: c_int) -> c_int {
 /// A sync point of a database (`SQLITE_FCNTL_SYNC`, `CKPT_DONE`, leaving a
 /// write lock): its deferred writes reach the backing file.
 fn sync_point(h: &Handle) -> c_int {
-    if h.inode.policy != WritePolicy::AtSyncPoint || crate::process::write_back_only() {
+    if h.inode.policy != WritePolicy::AtSyncPoint || crate::sqlite::process::write_back_only() {
         return SQLITE_OK;
     }
     match write_back(h, 0..u64::MAX) {
@@ -379,7 +379,7 @@ fn sync_point(h: &Handle) -> c_int {
 /// Map an I/O error to SQLite's code for the operation (`ENOSPC` is
 /// `SQLITE_FULL`), logging it with the file's path.
 fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
-    let errno = crate::lasterror::errno_of(e);
+    let errno = crate::sqlite::lasterror::errno_of(e);
     let code = if errno == libc::ENOSPC {
         SQLITE_FULL
     } else {
@@ -395,12 +395,12 @@ fn io_code(h: &Handle, op: &str, e: &io::Error, code: c_int) -> c_int {
 /// as its last errno and the thread's last error (`lasterror`).
 fn failed(h: &Handle, errno: c_int, msg: &str) {
     h.last_errno.set(errno);
-    crate::lasterror::set_last_error(errno, msg);
+    crate::sqlite::lasterror::set_last_error(errno, msg);
 }
 
 /// A lock method's failure (its errno noted by `inode`): recorded, logged.
 fn lock_failed(h: &Handle, code: c_int, msg: &str) -> c_int {
-    failed(h, crate::lasterror::last_errno(), msg);
+    failed(h, crate::sqlite::lasterror::last_errno(), msg);
     api().log(code, msg);
     code
 }
@@ -480,7 +480,7 @@ unsafe extern "C" fn x_read(
                 }
             }
         }
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_READ, "xRead") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_READ, "xRead") {
             return rc;
         }
         match read {
@@ -498,7 +498,7 @@ unsafe extern "C" fn x_read(
 /// Read `buf.len()` bytes at `off` of a file's descriptor (fewer at its
 /// end): a journal or WAL in shared mode (`Inode::uncached`).
 fn read_fd(h: &Handle, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    crate::fdio::pread_full(&h.inode.fd, buf, off)
+    crate::sys::fdio::pread_full(&h.inode.fd, buf, off)
 }
 
 /// Read a WAL's bytes straight from its file with `pread`, as the unix VFS
@@ -560,7 +560,7 @@ unsafe extern "C" fn x_write(
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
-            return crate::fault::write_fault().unwrap_or(SQLITE_OK);
+            return crate::io::fault::write_fault().unwrap_or(SQLITE_OK);
         }
         // A database written by a handle that never locks is written
         // through: it has no sync point of its own (`lockless`).
@@ -569,11 +569,11 @@ unsafe extern "C" fn x_write(
                 return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
             }
             vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
-            return crate::fault::write_fault().unwrap_or(SQLITE_OK);
+            return crate::io::fault::write_fault().unwrap_or(SQLITE_OK);
         }
         let through = h.inode.policy == WritePolicy::Through
             || (h.inode.checkpointing.load(Ordering::Relaxed) && !h.inode.direct);
-        if through && !crate::process::write_back_only() {
+        if through && !crate::sqlite::process::write_back_only() {
             let r = match &h.inode.wal {
                 Some(w) => w.write(&h.inode.file, data, off),
                 None => h.inode.file.write_through(data, off).map(drop),
@@ -585,7 +585,7 @@ unsafe extern "C" fn x_write(
             return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
         }
         vfs_stats().writes.fetch_add(1, Ordering::Relaxed);
-        crate::fault::write_fault().unwrap_or(SQLITE_OK)
+        crate::io::fault::write_fault().unwrap_or(SQLITE_OK)
     })
 }
 
@@ -593,7 +593,7 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_TRUNCATE, "xTruncate") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_TRUNCATE, "xTruncate") {
             return rc;
         }
         h.inode.note_change();
@@ -640,7 +640,7 @@ unsafe extern "C" fn x_sync(file: *mut sqlite3_file, _flags: c_int) -> c_int {
         // inode's timestamps, a journal commit per transaction the unix
         // VFS does not pay). An injected fault fails it before anything is
         // written back (`fault`).
-        if let Some(rc) = crate::fault::sync_fault() {
+        if let Some(rc) = crate::io::fault::sync_fault() {
             return rc;
         }
         let r = if h.inode.uncached {
@@ -676,7 +676,7 @@ unsafe extern "C" fn x_file_size(file: *mut sqlite3_file, size: *mut i64) -> c_i
         } else {
             h.inode.wal.as_ref().map_or(h.inode.file.len(), |w| w.len())
         };
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_FSTAT, "xFileSize") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_FSTAT, "xFileSize") {
             return rc;
         }
         // SAFETY: SQLite passes a writable i64.
@@ -726,7 +726,8 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut sqlite3_file, out: *mut c_
     guard(|| {
         // SAFETY: SQLite calls methods on a file it opened (see `handle`).
         let h = unsafe { handle(file) };
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_CHECKRESERVEDLOCK, "xCheckReservedLock")
+        if let Some(rc) =
+            crate::io::fault::inject(SQLITE_IOERR_CHECKRESERVEDLOCK, "xCheckReservedLock")
         {
             return rc;
         }

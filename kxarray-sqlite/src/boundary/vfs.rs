@@ -16,14 +16,14 @@
 //! - `xOpen` leaves `pMethods` null unless it succeeds (SQLite then never
 //!   calls `xClose`).
 
-use crate::api::Api;
-use crate::config::Settings;
-use crate::ffi::*;
-use crate::file::{guard, Handle, KxFile, METHODS};
-use crate::inode::{self, Inode, WritePolicy};
-use crate::open_error::{report, OpenError};
-use crate::process::{api, configured_capacity, BUDGET, CONFIGURED};
-use crate::walsize::WalSize;
+use crate::boundary::open_error::{report, OpenError};
+use crate::io::file::{guard, Handle, KxFile, METHODS};
+use crate::locking::inode::{self, Inode, WritePolicy};
+use crate::sqlite::api::Api;
+use crate::sqlite::config::Settings;
+use crate::sqlite::ffi::*;
+use crate::sqlite::process::{api, configured_capacity, BUDGET, CONFIGURED};
+use crate::wal::walsize::WalSize;
 use kxarray::backend::FileBackend;
 use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
 use std::ffi::{CStr, OsStr};
@@ -231,10 +231,10 @@ impl std::error::Error for RegisterError {}
 
 /// Register the VFS with the SQLite `api` belongs to.
 pub(crate) fn register_with(api: Api, make_default: bool) -> Result<(), RegisterError> {
-    let api = *crate::process::set_api(api);
+    let api = *crate::sqlite::process::set_api(api);
     // kxarray's log records (the I/O engine's line...) go to SQLite's log,
     // not to the standard error of the program that loaded the VFS.
-    crate::logger::install();
+    crate::boundary::logger::install();
     // SAFETY: the VFS object is leaked, so it lives for ever and never
     // moves.
     let rc = unsafe { api.vfs_register(vfs_object(), make_default) };
@@ -279,7 +279,7 @@ fn make_inode(
     let uncached = !exclusive
         && !is_db
         && policy == WritePolicy::Through
-        && !crate::process::write_back_only();
+        && !crate::sqlite::process::write_back_only();
     let backend = if direct {
         FileBackend::create_direct(path)
             .map_err(|e| OpenError::cant_open(format!("kx_direct=1 on {}: {e}", path.display())))?
@@ -300,7 +300,7 @@ fn make_inode(
         && !uncached
         && writable
         && policy == WritePolicy::Through
-        && !crate::process::write_back_only()
+        && !crate::sqlite::process::write_back_only()
     {
         Some(
             WalSize::new(&file)
@@ -356,12 +356,12 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             let v = unsafe { api.uri_parameter(name, &c) }.unwrap_or_default();
             (k, v)
         });
-        crate::config::check_names(uri, std::env::vars_os())?;
+        crate::sqlite::config::check_names(uri, std::env::vars_os())?;
     }
     let psow = if uri_name && kind & SQLITE_OPEN_MAIN_DB != 0 {
         // SAFETY: a main database name from xOpen.
         unsafe { api.uri_parameter(name, c"psow") }
-            .and_then(|v| crate::config::parse_bool(&v))
+            .and_then(|v| crate::sqlite::config::parse_bool(&v))
             .unwrap_or(true)
     } else {
         true
@@ -372,7 +372,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
 
     if name.is_null() {
         // As the unix VFS's temporary name, counted for an injected fault.
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR, "xOpen of a temporary file") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR, "xOpen of a temporary file") {
             return Err(OpenError::new(rc, "injected fault in xOpen"));
         }
         // A temporary file: anonymous, gone when closed.
@@ -405,16 +405,17 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     } else {
         None
     };
-    let how =
-        crate::filemode::create_mode(&path, flags, modeof.as_deref()).map_err(|(code, e)| {
-            crate::lasterror::note_errno(&e);
+    let how = crate::sys::filemode::create_mode(&path, flags, modeof.as_deref()).map_err(
+        |(code, e)| {
+            crate::sqlite::lasterror::note_errno(&e);
             OpenError::new(code, format!("the mode for {}: {e}", path.display()))
-        })?;
+        },
+    )?;
     let open = |write: bool| {
         let mut o = OpenOptions::new();
         o.read(true)
             .write(write)
-            .mode(how.map_or(crate::filemode::DEFAULT_MODE, |c| c.mode));
+            .mode(how.map_or(crate::sys::filemode::DEFAULT_MODE, |c| c.mode));
         if nofollow {
             o.custom_flags(libc::O_NOFOLLOW);
         }
@@ -428,7 +429,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         o.open(&path)
     };
     let cant_open = |e: io::Error| {
-        crate::lasterror::note_errno(&e);
+        crate::sqlite::lasterror::note_errno(&e);
         let code = if nofollow && e.raw_os_error() == Some(libc::ELOOP) {
             SQLITE_CANTOPEN_SYMLINK
         } else {
@@ -458,10 +459,10 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         Err(e) => return Err(cant_open(e)),
     };
     if let Some(how) = how {
-        crate::filemode::settle(&fd, how);
+        crate::sys::filemode::settle(&fd, how);
     }
     let key = inode::key_of(&fd).map_err(|e| {
-        crate::lasterror::note_errno(&e);
+        crate::sqlite::lasterror::note_errno(&e);
         OpenError::cant_open(format!("fstat {}: {e}", path.display()))
     })?;
     let delete_on_close = flags & SQLITE_OPEN_DELETEONCLOSE != 0;
@@ -534,7 +535,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     if is_db {
         // SAFETY: a main database name from xOpen.
         h.readonly_shm = unsafe { api.uri_parameter(name, c"readonly_shm") }
-            .and_then(|v| crate::config::parse_bool(&v))
+            .and_then(|v| crate::sqlite::config::parse_bool(&v))
             .unwrap_or(false);
     }
     // As the unix VFS (DIRSYNC): every open that may create a journal or
@@ -577,7 +578,7 @@ unsafe extern "C" fn x_open(
         // SAFETY: now initialized, and ours until xOpen returns.
         let kf = unsafe { &mut *file.cast::<KxFile>() };
         // A failure answers `xGetLastError` with this open's errno only.
-        crate::lasterror::clear();
+        crate::sqlite::lasterror::clear();
         // SAFETY: `name` is what SQLite passes to xOpen.
         match unsafe { open(name, flags) } {
             Ok((h, got)) => {
@@ -613,7 +614,7 @@ unsafe extern "C" fn x_delete(
     sync_dir: c_int,
 ) -> c_int {
     guard(|| {
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_DELETE, "xDelete") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_DELETE, "xDelete") {
             return rc;
         }
         // SAFETY: SQLite passes a NUL-terminated name.
@@ -625,7 +626,7 @@ unsafe extern "C" fn x_delete(
         // the return of this call at close; keeping the file is what
         // counts).
         if let Some(db) = db_of(&path) {
-            if let Err(e) = crate::file::db_barrier(&db) {
+            if let Err(e) = crate::io::file::db_barrier(&db) {
                 api().log(
                     SQLITE_IOERR_DELETE,
                     &format!(
@@ -672,7 +673,7 @@ unsafe extern "C" fn x_access(
     out: *mut c_int,
 ) -> c_int {
     guard(|| {
-        if let Some(rc) = crate::fault::inject(SQLITE_IOERR_ACCESS, "xAccess") {
+        if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_ACCESS, "xAccess") {
             return rc;
         }
         let yes = match flags {
@@ -720,7 +721,7 @@ unsafe extern "C" fn x_full_pathname(
         // As the unix VFS: absolute, `.` and `..` gone, links resolved
         // (`SQLITE_OK_SYMLINK` tells the pager one was followed, which it
         // refuses under SQLITE_OPEN_NOFOLLOW).
-        let (full, followed) = match crate::pathname::full_pathname(&path) {
+        let (full, followed) = match crate::boundary::pathname::full_pathname(&path) {
             Ok(r) => r,
             Err(e) => {
                 return report(&OpenError::new(
@@ -886,5 +887,5 @@ unsafe extern "C" fn x_current_time_int64(_vfs: *mut sqlite3_vfs, out: *mut i64)
 /// `errno`, and its message into `out`.
 unsafe extern "C" fn x_get_last_error(_vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
     // SAFETY: SQLite passes null or `n` writable bytes.
-    unsafe { crate::lasterror::get_last_error(n, out) }
+    unsafe { crate::sqlite::lasterror::get_last_error(n, out) }
 }

@@ -92,13 +92,13 @@
 //!   current at the hold's first operation, and every write reaches the
 //!   file before `xWrite` returns).
 
-use crate::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
-pub(crate) use crate::filesig::Header;
-use crate::filesig::Sig;
-use crate::process::vfs_stats;
-use crate::shm::Shm;
-use crate::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
-use crate::walindex::{frame_pgno, frames_readable, page_size, read_seen, WalSeen};
+use crate::sqlite::ffi::{SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK};
+use crate::sqlite::process::vfs_stats;
+pub(crate) use crate::wal::filesig::Header;
+use crate::wal::filesig::Sig;
+use crate::wal::shm::Shm;
+use crate::wal::walframes::{commits_in, frame_checksum_ok, frame_header, frame_salts, open_wal};
+use crate::wal::walindex::{frame_pgno, frames_readable, page_size, read_seen, WalSeen};
 use kxarray::pagecache::CachedFile;
 use std::fs::File;
 use std::io;

@@ -197,12 +197,12 @@ fn disk_full_armed() -> bool {
 /// `code` for an injected fault, recorded as this thread's last error
 /// (`EIO`, or `ENOSPC` for `SQLITE_FULL`) with `what` failed.
 pub(crate) fn failed(code: c_int, what: &str) -> c_int {
-    let errno = if code == crate::ffi::SQLITE_FULL {
+    let errno = if code == crate::sqlite::ffi::SQLITE_FULL {
         libc::ENOSPC
     } else {
         libc::EIO
     };
-    crate::lasterror::set_last_error(errno, &format!("kxarray: injected fault in {what}"));
+    crate::sqlite::lasterror::set_last_error(errno, &format!("kxarray: injected fault in {what}"));
     code
 }
 
@@ -223,9 +223,9 @@ pub(crate) fn write_fault() -> Option<c_int> {
     }
     let (io, full) = (io_error(), disk_full());
     if full {
-        Some(failed(crate::ffi::SQLITE_FULL, "xWrite"))
+        Some(failed(crate::sqlite::ffi::SQLITE_FULL, "xWrite"))
     } else if io {
-        Some(failed(crate::ffi::SQLITE_IOERR_WRITE, "xWrite"))
+        Some(failed(crate::sqlite::ffi::SQLITE_IOERR_WRITE, "xWrite"))
     } else {
         None
     }
@@ -240,9 +240,9 @@ pub(crate) fn sync_fault() -> Option<c_int> {
         return None;
     }
     if disk_full() {
-        return Some(failed(crate::ffi::SQLITE_FULL, "xSync"));
+        return Some(failed(crate::sqlite::ffi::SQLITE_FULL, "xSync"));
     }
-    inject(crate::ffi::SQLITE_IOERR_FSYNC, "xSync")
+    inject(crate::sqlite::ffi::SQLITE_IOERR_FSYNC, "xSync")
 }
 
 /// Hand the VFS SQLite's own fault counters (a test build's

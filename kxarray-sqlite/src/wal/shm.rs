@@ -52,13 +52,13 @@
 //! slot meanwhile and cannot take it exclusive, which a reader about to
 //! hold it shared would refuse them anyway.
 
-use crate::ffi::{
+use crate::sqlite::ffi::{
     SHM_DMS, SHM_LOCK_BASE, SQLITE_BUSY, SQLITE_CANTOPEN, SQLITE_IOERR_FSTAT, SQLITE_IOERR_LOCK,
     SQLITE_IOERR_SHMLOCK, SQLITE_IOERR_SHMMAP, SQLITE_IOERR_SHMOPEN, SQLITE_IOERR_SHMSIZE,
     SQLITE_OK, SQLITE_READONLY, SQLITE_READONLY_CANTINIT, SQLITE_SHM_EXCLUSIVE, SQLITE_SHM_LOCK,
     SQLITE_SHM_NLOCK, SQLITE_SHM_SHARED, SQLITE_SHM_UNLOCK,
 };
-use crate::oslock::{self, Kind};
+use crate::sys::oslock::{self, Kind};
 use std::alloc::Layout;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -188,13 +188,13 @@ impl Shm {
         // every user who may write the database must be able to write its
         // index (`filemode`, as `unixOpenSharedMemory`).
         let meta = db.metadata().map_err(|e| {
-            crate::lasterror::note_errno(&e);
+            crate::sqlite::lasterror::note_errno(&e);
             (
                 SQLITE_IOERR_FSTAT,
                 format!("kxarray: fstat of the database of {}: {e}", path.display()),
             )
         })?;
-        let how = crate::filemode::Create {
+        let how = crate::sys::filemode::Create {
             mode: meta.mode() & 0o777,
             owner: Some((meta.uid(), meta.gid())),
         };
@@ -214,7 +214,7 @@ impl Shm {
             _ => match open(false) {
                 Ok(f) => (f, true),
                 Err(e) => {
-                    crate::lasterror::note_errno(&e);
+                    crate::sqlite::lasterror::note_errno(&e);
                     return Err((
                         SQLITE_CANTOPEN,
                         format!("kxarray: open {}: {e}", path.display()),
@@ -222,7 +222,7 @@ impl Shm {
                 }
             },
         };
-        crate::filemode::settle(&fd, how);
+        crate::sys::filemode::settle(&fd, how);
         let shm = Shm::with_file(Some(ShmFile {
             fd,
             path,

@@ -148,8 +148,8 @@ pub(crate) fn advise(file: &CachedFile, hint: Hint) -> io::Result<()> {
 pub(crate) fn give(file: &CachedFile, path: &Path, hints: [Option<Hint>; 2]) {
     for hint in hints.into_iter().flatten() {
         if let Err(e) = advise(file, hint) {
-            crate::process::api().log(
-                crate::ffi::SQLITE_NOTICE,
+            crate::sqlite::process::api().log(
+                crate::sqlite::ffi::SQLITE_NOTICE,
                 &format!("kxarray: readahead hint for {}: {e}", path.display()),
             );
         }

@@ -3,18 +3,18 @@
 //! hold and its invariants): whether a handle's operation takes the cache
 //! (`Handle::held`, which makes the cache current at a hold's first
 //! operation and drops it after one), and its reads and writes through the
-//! cache. Owns no state (the hold's is the inodes' [`Hold`](crate::hold::Hold)).
+//! cache. Owns no state (the hold's is the inodes' [`Hold`]).
 //!
 //! Invariant: every write reaches the file before it returns and the cache
 //! never holds a dirty page of a journal or WAL, so the file always holds
 //! what the cache does (a write that fails forgets the cache's hold).
 
-use crate::fdio::pread_full;
-use crate::file::Handle;
-use crate::hold::pragma_value;
-use crate::hold::Hold;
-use crate::inode::Inode;
-use crate::process::vfs_stats;
+use crate::io::file::Handle;
+use crate::locking::hold::pragma_value;
+use crate::locking::hold::Hold;
+use crate::locking::inode::Inode;
+use crate::sqlite::process::vfs_stats;
+use crate::sys::fdio::pread_full;
 use std::ffi::CStr;
 use std::io;
 use std::os::raw::c_char;
@@ -79,7 +79,7 @@ fn read(file: &Inode, buf: &mut [u8], off: u64, checkpointing: bool) -> io::Resu
 /// that folio). The cache never holds a dirty page of the file, so nothing
 /// it holds can ever be written back over what another process writes
 /// after the hold. When the write or the drop fails the cache is forgotten
-/// ([`Hold::forget`](crate::hold::Hold::forget)): the next operation
+/// ([`Hold::forget`](crate::locking::hold::Hold::forget)): the next operation
 /// starts over from the file.
 ///
 /// # Errors
@@ -127,7 +127,7 @@ impl Handle {
     }
 
     /// A database in shared mode: start or end the hold of its journal and
-    /// WAL ([`Hold::update`](crate::hold::Hold::update)) after a lock change or `locking_mode`.
+    /// WAL ([`Hold::update`](crate::locking::hold::Hold::update)) after a lock change or `locking_mode`.
     pub(crate) fn update_hold(&mut self) {
         if self.inode.is_db && !self.inode.exclusive {
             let (level, x) = (self.level, self.locking_exclusive);
@@ -151,7 +151,7 @@ impl Handle {
     }
 
     /// Write to a journal or WAL in shared mode with `pwrite`, the cache
-    /// made to match while held ([`write`]).
+    /// made to match while held ([`write()`]).
     ///
     /// # Errors
     /// The write's error.
@@ -159,7 +159,7 @@ impl Handle {
         if self.held() {
             write(&self.inode, data, off)
         } else {
-            crate::fdio::pwrite_all(&self.inode.fd, data, off)
+            crate::sys::fdio::pwrite_all(&self.inode.fd, data, off)
         }
     }
 

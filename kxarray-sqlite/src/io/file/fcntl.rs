@@ -9,9 +9,9 @@
 //! documents for it.
 
 use super::{handle, io_code, sync_point, Handle, PAGE};
-use crate::ffi::*;
-use crate::file::guard;
-use crate::process::api;
+use crate::io::file::guard;
+use crate::sqlite::ffi::*;
+use crate::sqlite::process::api;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -24,7 +24,7 @@ fn checkpoint_grows(h: &Handle, want: i64) -> bool {
     h.inode.is_db
         && !h.inode.direct
         && h.inode.checkpointing.load(Ordering::Relaxed)
-        && !crate::process::write_back_only()
+        && !crate::sqlite::process::write_back_only()
         && want > 0
         && want % PAGE == 0
         && h.inode.file.len().is_multiple_of(PAGE as u64)
@@ -49,11 +49,11 @@ unsafe fn pragma(h: &mut Handle, args: *mut *mut c_char) -> c_int {
     let text = match name.to_ascii_lowercase().as_str() {
         "kx_stats" => {
             h.book_fetches();
-            crate::stats::stats_text(&h.cache)
+            crate::io::stats::stats_text(&h.cache)
         }
-        "kx_settings" => crate::stats::settings_text(
+        "kx_settings" => crate::io::stats::settings_text(
             &h.cache,
-            &crate::stats::InForce {
+            &crate::io::stats::InForce {
                 direct: h.inode.direct,
                 fetch: h.settings.fetch,
                 pressure: h.settings.pressure,

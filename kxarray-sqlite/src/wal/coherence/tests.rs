@@ -128,7 +128,7 @@ fn a_checkpoint_right_after_this_process_s_own_is_seen() {
     other.execute("UPDATE t SET x = 2", []).unwrap();
     let copied = Rc::new(Cell::new((-1, -1)));
     let (o, r, c) = (Rc::clone(&other), Rc::clone(&reader), Rc::clone(&copied));
-    crate::shm::AFTER_UNLOCK.with(|h| {
+    crate::wal::shm::AFTER_UNLOCK.with(|h| {
         *h.borrow_mut() = Some((
             WAL_CKPT_LOCK,
             Box::new(move || {

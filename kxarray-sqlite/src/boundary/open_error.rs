@@ -14,9 +14,9 @@
 //! [`report`] (the `xOpen` and `xFullPathname` callbacks call it on every
 //! error they return).
 
-use crate::config::SettingError;
-use crate::ffi::SQLITE_CANTOPEN;
-use crate::process::api;
+use crate::sqlite::config::SettingError;
+use crate::sqlite::ffi::SQLITE_CANTOPEN;
+use crate::sqlite::process::api;
 use std::fmt;
 use std::os::raw::c_int;
 
@@ -66,7 +66,7 @@ impl From<SettingError> for OpenError {
 /// `xGetLastError`).
 pub(crate) fn report(e: &OpenError) -> c_int {
     let text = e.to_string();
-    crate::lasterror::set_message(&text);
+    crate::sqlite::lasterror::set_message(&text);
     api().log(e.code, &text);
     e.code
 }

@@ -15,7 +15,7 @@
 //! signature its field declares, for as long as the process runs (SQLite
 //! is never unloaded while a VFS it knows is registered).
 
-use crate::ffi::{sqlite3_api_routines, sqlite3_vfs};
+use crate::sqlite::ffi::{sqlite3_api_routines, sqlite3_vfs};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 

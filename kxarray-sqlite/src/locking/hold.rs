@@ -43,7 +43,7 @@
 //!   next hold's first operation starts over, and the descriptor path is
 //!   always right.
 
-use crate::ffi::SQLITE_LOCK_EXCLUSIVE;
+use crate::sqlite::ffi::SQLITE_LOCK_EXCLUSIVE;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -141,12 +141,12 @@ mod tests {
         let e = h.held().expect("held");
         h.update(&mut holding, SQLITE_LOCK_EXCLUSIVE, true);
         assert_eq!(h.held(), Some(e), "the same hold");
-        h.update(&mut holding, crate::ffi::SQLITE_LOCK_SHARED, true);
+        h.update(&mut holding, crate::sqlite::ffi::SQLITE_LOCK_SHARED, true);
         assert_eq!(h.held(), None, "released");
         // Another handle, never at EXCLUSIVE, changes nothing.
         let mut other = false;
         h.update(&mut holding, SQLITE_LOCK_EXCLUSIVE, true);
-        h.update(&mut other, crate::ffi::SQLITE_LOCK_NONE, false);
+        h.update(&mut other, crate::sqlite::ffi::SQLITE_LOCK_NONE, false);
         assert!(h.held().is_some_and(|n| n > e), "a new hold, kept");
         h.update(&mut holding, SQLITE_LOCK_EXCLUSIVE, false);
         assert_eq!(h.held(), None, "locking_mode=NORMAL ends it");

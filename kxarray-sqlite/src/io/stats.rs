@@ -5,15 +5,15 @@
 //!
 //! `kx_stats` has the process cache's counters (`passthrough_pages` and
 //! `passthrough_bytes`: reads that passed the cache by, without a frame), then the VFS's own
-//! ([`VfsStats`](crate::process::VfsStats): writes, syncs, fetches, lock
+//! ([`VfsStats`](crate::sqlite::process::VfsStats): writes, syncs, fetches, lock
 //! conflicts, uncached reads, held reads (`hold`), the coherence checks
 //! with other processes' writes), the files open, and the shared memory
 //! budget's `budget_*` fields when the cache joined one. Owns nothing
 //! else; every counter is read with relaxed loads (a snapshot, not a
 //! transaction).
 
-use crate::inode;
-use crate::process::vfs_stats;
+use crate::locking::inode;
+use crate::sqlite::process::vfs_stats;
 use kxarray::pagecache::PageCache;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -100,7 +100,7 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         .pages("coherence_pages_dropped", r(&v.coherence_pages_dropped))
         .count("open_files", inode::open_files());
     // The shared budget's fields, when the cache is in one.
-    if let Some(b) = crate::process::budget_stats() {
+    if let Some(b) = crate::sqlite::process::budget_stats() {
         rows.count("budget_key", b.key.replace(' ', "%20"))
             .bytes("budget_limit", b.limit)
             .bytes("budget_usage", b.usage)
@@ -127,8 +127,8 @@ pub(crate) struct InForce {
 /// The text of `PRAGMA kx_settings`: the cache's capacity now and the
 /// most it may take (`kx_cache`), then the handle's settings, a line each.
 pub(crate) fn settings_text(cache: &PageCache, s: &InForce) -> String {
-    let budget = crate::process::budget_stats().is_some();
-    let configured = crate::process::configured_capacity();
+    let budget = crate::sqlite::process::budget_stats().is_some();
+    let configured = crate::sqlite::process::configured_capacity();
     let mut rows = Rows::default();
     rows.noted(
         "capacity",

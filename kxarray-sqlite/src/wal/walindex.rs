@@ -22,7 +22,7 @@
 //!   per check ([`frames_readable`] says whether a range is within the
 //!   bound and the regions mapped), and give up with a full drop beyond.
 
-use crate::shm::Shm;
+use crate::wal::shm::Shm;
 
 /// Bytes of the index header (two `WalIndexHdr` and the `WalCkptInfo`):
 /// `WALINDEX_HDR_SIZE`.

@@ -51,7 +51,7 @@ pub(crate) struct Sig {
 impl Sig {
     pub(crate) fn read(fd: &File) -> io::Result<Sig> {
         let mut h = [0u8; 100];
-        crate::fdio::pread_full(fd, &mut h, 0)?;
+        crate::sys::fdio::pread_full(fd, &mut h, 0)?;
         let m = fd.metadata()?;
         Ok(Sig {
             header: Header::at(&h, 0),
