@@ -1,7 +1,8 @@
 //! Loom models of the shared cache's frame state machine and index
 //! (`src/shared/loom_models.rs`, on the crate's own code): fills, writes,
 //! evictions and writeback ends against the optimistic reader, and the
-//! take-over of a dead holder's lock.
+//! take-over of a dead holder's lock; a process's clock batch taken by
+//! its threads.
 //!
 //! Run with:
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release --test loom_shared --target-dir target/loom`
@@ -31,5 +32,10 @@ mod tests {
     #[test]
     fn a_write_during_writeback_stays_dirty() {
         kxarray::shared::loom_models::a_write_during_writeback_stays_dirty();
+    }
+
+    #[test]
+    fn a_batch_hands_out_each_frame_once() {
+        kxarray::shared::loom_models::a_batch_hands_out_each_frame_once();
     }
 }

@@ -1,7 +1,8 @@
 //! Loom models of a frame's state machine and the index, on the real code
 //! (`frame`, `index`) over loom's atomics: every interleaving of a fill, a
 //! write, an eviction, a writeback's end and the optimistic reader, and of
-//! the take-over of a dead holder's lock.
+//! the take-over of a dead holder's lock; and of a process's clock batch
+//! (`hand`) taken by its threads.
 //!
 //! A frame's bytes are modelled by two relaxed atomic words a writer
 //! changes together (byte-wise atomic copies are relaxed byte accesses): a
@@ -14,6 +15,7 @@
 //! `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom --cfg crossbeam_loom" cargo test --release --test loom_shared --target-dir target/loom`
 
 use super::frame::{FrameHeader, Owner, Tag, DIRTY, OWNER, VALID, WRITEBACK};
+use super::hand::Hand;
 use super::index::{fingerprint, Bucket, Frames, Inserted};
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -211,5 +213,38 @@ pub fn a_write_during_writeback_stays_dirty() {
         writer.join().unwrap();
         let st = h.state();
         assert_eq!(st & (DIRTY | WRITEBACK | OWNER), DIRTY, "{st:#x}");
+    });
+}
+
+/// Two threads of one process taking frames from its clock batch (batches
+/// of two frames, claimed from a shared hand, so each thread's second take
+/// may find the batch used up while the other refills it) never get the
+/// same frame.
+pub fn a_batch_hands_out_each_frame_once() {
+    model(|| {
+        let clock = Arc::new(AtomicU64::new(0));
+        let hand = Arc::new(Hand::new());
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let (clock, hand) = (Arc::clone(&clock), Arc::clone(&hand));
+                thread::spawn(move || {
+                    let claim = || clock.fetch_add(2, Ordering::Relaxed);
+                    [hand.next_of(2, claim), hand.next_of(2, claim)]
+                })
+            })
+            .collect();
+        let mut got: Vec<u64> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        let taken = got.clone();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(
+            got.len(),
+            taken.len(),
+            "a frame handed out twice: {taken:?}"
+        );
+        assert!(
+            got.iter().all(|&f| f < clock.load(Ordering::Relaxed)),
+            "a frame no batch claimed: {got:?}"
+        );
     });
 }

@@ -70,6 +70,7 @@ mod file;
 #[cfg(not(loom))]
 mod files;
 mod frame;
+mod hand;
 #[cfg(not(loom))]
 mod hint;
 mod index;

@@ -493,13 +493,9 @@ pub(crate) struct Local {
     /// The fork generation of the process that holds the region's place in
     /// the memory budget through this membership (0: none).
     pub(crate) budget_gen: crate::sync::AtomicU64,
-    /// The clock batch this process walks: the frames of it left (the top
-    /// [`HAND_LEFT`] bits) and the next one (a frame number before the
-    /// modulo, its low bits). One atomic word, not a lock: the threads of
-    /// a process allocate at any moment, and a child after fork or clone
-    /// gets the word as it stood, where a lock one of them held would stay
-    /// held for ever (the child's first join would wait on it).
-    hand: crate::sync::AtomicU64,
+    /// The clock batch this process walks (an atomic word, not a lock: a
+    /// child after fork or clone gets it as it stood).
+    hand: super::hand::Hand,
     /// For each member slot, the fork generation of this process while one
     /// of its threads recovers that slot (0: none). The liveness byte a
     /// recoverer locks keeps other processes out, not the other threads of
@@ -508,9 +504,6 @@ pub(crate) struct Local {
     /// process's is a parent's thread's at the fork: taken over.
     recovering: [crate::sync::AtomicU64; MEMBERS],
 }
-
-/// The shift of the frames left in a batch, in [`Local`]'s hand word.
-const HAND_LEFT: u32 = 56;
 
 impl Local {
     fn new(max_frames: u64) -> Local {
@@ -521,7 +514,7 @@ impl Local {
             files: Lock::new(HashMap::new()),
             flusher_gen: crate::sync::AtomicU64::new(0),
             budget_gen: crate::sync::AtomicU64::new(0),
-            hand: crate::sync::AtomicU64::new(0),
+            hand: super::hand::Hand::new(),
             recovering: [const { crate::sync::AtomicU64::new(0) }; MEMBERS],
         }
     }
@@ -530,30 +523,13 @@ impl Local {
     /// no flusher in this process yet (a parent's is not the child's).
     pub(crate) fn reset(&self) {
         self.reserved.store(0, Ordering::Relaxed);
-        self.hand.store(0, Ordering::Relaxed);
+        self.hand.reset();
     }
 
     /// The next frame of this process's clock batch, taking a new batch
-    /// (`claim` returns its first frame) when it is used up. Two threads
-    /// that find it used up at once take one batch each, and the rest of
-    /// one of them is passed over (frames other batches sweep).
+    /// (`claim` returns its first frame) when it is used up.
     pub(crate) fn next_hand(&self, claim: impl FnOnce() -> u64) -> u64 {
-        const NEXT: u64 = (1 << HAND_LEFT) - 1;
-        let mut h = self.hand.load(Ordering::Relaxed);
-        while h >> HAND_LEFT != 0 {
-            let next = ((h + 1) & NEXT) | (((h >> HAND_LEFT) - 1) << HAND_LEFT);
-            match self
-                .hand
-                .compare_exchange_weak(h, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return h & NEXT,
-                Err(now) => h = now,
-            }
-        }
-        let start = claim();
-        let rest = ((super::layout::BATCH - 1) << HAND_LEFT) | (start.wrapping_add(1) & NEXT);
-        self.hand.store(rest, Ordering::Relaxed);
-        start
+        self.hand.next(claim)
     }
 
     /// Remember `io` as this process's open of its slot.
