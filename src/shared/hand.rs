@@ -15,8 +15,9 @@
 //!   claim one batch each, one installs its own and the rest of the other
 //!   is passed over (other batches sweep those frames). Only `reset`, at a
 //!   new membership, stores the word plainly. (Every change being a
-//!   compare-and-swap also keeps the loom model clear of loom's open issue
-//!   254, a plain store ordered inside another thread's read-modify-write);
+//!   compare-and-swap also keeps the loom model clear of a known loom
+//!   defect, tokio-rs/loom#254: a plain store ordered inside another
+//!   thread's read-modify-write);
 //! - frame numbers grow without wrapping for 2^56 claims: the word never
 //!   comes back to a value it held.
 
