@@ -13,6 +13,8 @@
 #   kx-rand       examples/readahead_bench --mode rand: random 4 KiB, O_DIRECT, 2 threads
 #                 of read_owned futures, 32 in flight each, 256 MiB cache
 #   fio-rand32    fio io_uring random 4 KiB, iodepth 32, one job, O_DIRECT
+#   kx-rand-base  (with BASE_BIN=<another build's readahead_bench>) the kx-rand row on that
+#                 build, for a before/after in the same rounds
 # Cold = the file dropped from the kernel's cache (posix_fadvise DONTNEED) before each row.
 # Prints each round's figures, then medians and per-round ratios (median [min-max]).
 set -euo pipefail
@@ -22,6 +24,7 @@ SECS=${SECS:-3}
 FILE=${FILE:-/var/tmp/kx-ra-bench.dat}
 SIZE=${SIZE:-2g}
 EXTRA=${EXTRA:-}
+BASE_BIN=${BASE_BIN:-}
 # Readahead maxima the kx-seq row runs with (one row each; "0": the backend's default).
 RAS=${RAS:-0}
 command -v fio >/dev/null || { echo "fio is missing: apt-get install -y fio"; exit 1; }
@@ -41,6 +44,7 @@ row() {
     kx-seq*) $BIN --mode seq --file "$FILE" --size "$SIZE" --seconds "$SECS" --ra "${1#kx-seq@}" $EXTRA 2>/dev/null | awk '{print $3}' ;;
     fio-psync) fiojson --name=s --rw=read --bs=4k --ioengine=psync --invalidate=1 | bw_mb ;;
     fio-uring128) fiojson --name=s --rw=read --bs=128k --ioengine=io_uring --iodepth=8 --direct=1 | bw_mb ;;
+    kx-rand-base) $BASE_BIN --mode rand --file "$FILE" --size "$SIZE" --seconds "$SECS" --threads 2 --qd 32 $EXTRA 2>/dev/null | awk '{print $3}' ;;
     kx-rand) $BIN --mode rand --file "$FILE" --size "$SIZE" --seconds "$SECS" --threads 2 --qd 32 $EXTRA 2>/dev/null | awk '{print $3}' ;;
     fio-rand32) fiojson --name=r --rw=randread --bs=4k --ioengine=io_uring --iodepth=32 --direct=1 --time_based | iops ;;
     esac
@@ -49,6 +53,7 @@ row() {
 ROWS=()
 for ra in $RAS; do ROWS+=("kx-seq@$ra"); done
 ROWS+=(fio-psync fio-uring128 kx-rand fio-rand32)
+[ -n "$BASE_BIN" ] && ROWS+=(kx-rand-base)
 OUT=$(mktemp)
 echo "# $(date -u '+%F %T UTC'); load: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; file $FILE ($BYTES bytes)"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -70,12 +75,12 @@ def med(name): return st.median(rows[name].values())
 print("| row | median | per round |")
 print("|---|---|---|")
 seqs = sorted(n for n in rows if n.startswith("kx-seq"))
-for n in seqs + ["fio-psync", "fio-uring128", "kx-rand", "fio-rand32"]:
+for n in seqs + ["fio-psync", "fio-uring128", "kx-rand", "fio-rand32"] + [n for n in rows if n == "kx-rand-base"]:
     unit = "IOPS" if "rand" in n else "MB/s"
     print(f"| {n} | {med(n):,.0f} {unit} | {', '.join(f'{rows[n][k]:,.0f}' for k in sorted(rows[n]))} |")
 def ratio(a, b, target):
     rs = [rows[a][k] / rows[b][k] for k in rows[a] if k in rows[b] and rows[b][k] > 0]
-    print(f"| {a} / {b} | {st.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}] | target {target} |")
+    print(f"| {a} / {b} | {st.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}] | {target if target.startswith("(") else "target " + target} |")
 print()
 print("| ratio | median [range] | |")
 print("|---|---|---|")
@@ -83,5 +88,8 @@ for n in seqs:
     ratio(n, "fio-psync", ">= 1.0x")
     ratio(n, "fio-uring128", ">= 0.7x")
 ratio("kx-rand", "fio-rand32", ">= 0.9x")
+if "kx-rand-base" in rows:
+    ratio("kx-rand-base", "fio-rand32", "(the base build)")
+    ratio("kx-rand", "kx-rand-base", "(this build / the base)")
 EOF
 rm -f "$OUT"
