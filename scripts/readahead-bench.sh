@@ -80,7 +80,7 @@ for n in seqs + ["fio-psync", "fio-uring128", "kx-rand", "fio-rand32"] + [n for 
     print(f"| {n} | {med(n):,.0f} {unit} | {', '.join(f'{rows[n][k]:,.0f}' for k in sorted(rows[n]))} |")
 def ratio(a, b, target):
     rs = [rows[a][k] / rows[b][k] for k in rows[a] if k in rows[b] and rows[b][k] > 0]
-    print(f"| {a} / {b} | {st.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}] | {target if target.startswith("(") else "target " + target} |")
+    print(f"| {a} / {b} | {st.median(rs):.2f}x [{min(rs):.2f}-{max(rs):.2f}] | {target if target.startswith('(') else 'target ' + target} |")
 print()
 print("| ratio | median [range] | |")
 print("|---|---|---|")
