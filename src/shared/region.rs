@@ -423,6 +423,9 @@ impl Region {
         {
             return;
         }
+        // The turn ends however this returns: a recovery that unwinds does
+        // not leave the slot marked for the rest of the process's life.
+        let _turn = ClearOnDrop(busy);
         let got = self.with_fd(|fd| LIFE.claim(fd, o.slot()).unwrap_or(false));
         if got {
             // Another recoverer may have finished and a new member joined
@@ -433,7 +436,6 @@ impl Region {
             }
             let _ = self.with_fd(|fd| LIFE.release(fd, o.slot()));
         }
-        busy.store(0, Ordering::Release);
     }
 
     /// Leave the region: the slot is freed (the caller has written back
@@ -503,6 +505,15 @@ pub(crate) struct Local {
     /// which the kernel grants it to again. A generation not this
     /// process's is a parent's thread's at the fork: taken over.
     recovering: [crate::sync::AtomicU64; MEMBERS],
+}
+
+/// Stores 0 in its word when dropped (a thread's recovery turn ending).
+struct ClearOnDrop<'a>(&'a crate::sync::AtomicU64);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
 }
 
 impl Local {
