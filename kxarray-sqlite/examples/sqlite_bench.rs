@@ -15,10 +15,11 @@
 //! `unix-mmap-excl` (the same with `PRAGMA locking_mode=EXCLUSIVE`: no
 //! `fcntl` lock calls per transaction, what a single-process application
 //! would choose; one connection only, since the first connection keeps the
-//! database locked), `kx` (kxarray over a
-//! buffered file), `kx-direct` (kxarray over O_DIRECT: the only cache),
+//! database locked), `kx` (kxarray on the
+//! shared cache, the default), `kx-private` (kxarray with the process's
+//! own cache, `kx_shared=0`), `kx-direct` (kxarray over O_DIRECT: the only cache),
 //! `kx-fetch` (kxarray with zero-copy xFetch, `mmap_size` covering the
-//! database), `kx-excl` (kx with `PRAGMA locking_mode=EXCLUSIVE`, against
+//! database, private cache), `kx-excl` (kx with `PRAGMA locking_mode=EXCLUSIVE`, against
 //! `unix-excl`; one connection only), `floor` (unix with SQLite's own page cache holding the whole
 //! database). Every run warms its caches with a full scan first.
 //!
@@ -116,6 +117,23 @@ enum Cmd {
         #[arg(long)]
         idle_thread: bool,
     },
+    /// Multi-process, rollback journal: `--procs` processes moving money
+    /// between accounts (BEGIN IMMEDIATE, two SELECTs, two UPDATEs,
+    /// COMMIT), on a database made afresh; prints one line (config, bank,
+    /// procs, kx_cache, commits/s, total right).
+    Bank {
+        #[arg(long)]
+        db: PathBuf,
+        /// unix, kx or kx-private.
+        #[arg(long)]
+        config: String,
+        #[arg(long, default_value_t = 4)]
+        procs: usize,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        #[arg(long, default_value = "64m")]
+        kx_cache: String,
+    },
     /// A child process of `mp` and `coherence` (not for direct use).
     #[command(hide = true)]
     MpChild {
@@ -167,13 +185,17 @@ fn open(db: &Path, config: &str, db_bytes: u64) -> Connection {
         "unix" | "unix-mmap" | "unix-excl" | "unix-mmap-excl" | "floor" => {
             Connection::open_with_flags(db, flags)
         }
-        "kx" | "kx-direct" | "kx-fetch" | "kx-excl" => {
+        "kx" | "kx-private" | "kx-direct" | "kx-fetch" | "kx-excl" => {
             kx_register();
             let direct = u8::from(config == "kx-direct");
             let fetch = u8::from(config == "kx-fetch");
+            // kx: the shared cache (the default); the others keep the
+            // pages in the process's own cache (kx-direct and kx-fetch
+            // need it; kx-excl is kx under PRAGMA locking_mode=EXCLUSIVE)
+            let shared = u8::from(config == "kx" || config == "kx-excl");
             Connection::open_with_flags(
                 format!(
-                    "file:{}?vfs=kxarray&kx_direct={direct}&kx_fetch={fetch}",
+                    "file:{}?vfs=kxarray&kx_direct={direct}&kx_fetch={fetch}&kx_shared={shared}",
                     db.display()
                 ),
                 flags,
@@ -437,6 +459,13 @@ fn main() {
                 idle_thread
             )
         ),
+        Cmd::Bank {
+            db,
+            config,
+            procs,
+            seconds,
+            kx_cache,
+        } => println!("{}", mp::bank(&db, &config, procs, seconds, &kx_cache)),
         Cmd::MpChild {
             db,
             config,
@@ -453,6 +482,8 @@ fn main() {
             }
             if role == "committer" {
                 mp::committer(&db);
+            } else if role == "transfer" {
+                mp::transfer_child(&db, &config, seconds, &kx_cache, seed);
             } else {
                 mp::mp_child(&db, &config, &role, seconds, &kx_cache, seed);
             }

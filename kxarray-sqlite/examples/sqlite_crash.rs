@@ -23,7 +23,12 @@
 //! checking the bookkeeping in every read transaction while the writer
 //! runs, and once the writer is killed it commits the next transaction
 //! itself (recovering the hot journal, or writing after the dead writer's
-//! frames) before the verifiers run.
+//! frames) before the verifiers run. `-member-beside`: the writer and the
+//! process beside are both members of the shared cache (kxarray, the
+//! beside process holding every page it read in the frames the writer
+//! changes); after the kill a unix-VFS process recovers the crash first on
+//! even kills (rolling a hot journal back in the file, past the frames),
+//! the member beside on odd ones.
 //!
 //! The same code runs from `tests/crash.rs` (a few kills per mode); the
 //! child processes are this program (or the test binary) again, told their
@@ -58,6 +63,9 @@ pub(crate) struct Mode {
     /// A process on the other VFS reads beside the writer and commits
     /// after the kill.
     pub beside: bool,
+    /// The process beside is on kxarray too: a member of the shared cache
+    /// beside the writer (see the module notes).
+    pub member_beside: bool,
 }
 
 impl Mode {
@@ -73,7 +81,9 @@ impl Mode {
         if self.writer_vfs == "unix" {
             s.push_str("-unix-writer");
         }
-        if self.beside {
+        if self.member_beside {
+            s.push_str("-member-beside");
+        } else if self.beside {
             s.push_str("-beside");
         }
         s
@@ -102,6 +112,7 @@ impl Mode {
             shell,
             writer_vfs: "kxarray",
             beside: false,
+            member_beside: false,
         }
     }
 }
@@ -131,6 +142,11 @@ pub(crate) fn all_modes() -> Vec<Mode> {
                 ..Mode::plain(journal, sync, false, false)
             });
         }
+        v.push(Mode {
+            beside: true,
+            member_beside: true,
+            ..Mode::plain(journal, sync, false, false)
+        });
     }
     v
 }
@@ -689,8 +705,13 @@ pub(crate) fn run_mode(
             )
         };
         let args = args_on(m.writer_vfs);
+        let beside_vfs = if m.member_beside {
+            "kxarray"
+        } else {
+            m.other_vfs()
+        };
         let beside = if m.beside {
-            match start_beside(cmd, &args_on(m.other_vfs())) {
+            match start_beside(cmd, &args_on(beside_vfs)) {
                 Ok(b) => Some(b),
                 Err(e) => {
                     out.failures.push(format!("kill {k}: {e}"));
@@ -777,8 +798,22 @@ pub(crate) fn run_mode(
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         out.kills += 1;
+        let last_now = last_logged(&log);
+        if m.member_beside && k % 2 == 0 {
+            // a unix-VFS process recovers the crash first, in the file
+            // past the frames; the member beside reads after it
+            match run_verify(cmd, &db, m, "unix", last_now) {
+                Ok(f) if !f.present || f.max_n < last_now => out.failures.push(format!(
+                    "kill {k}: on unix, first: transaction {last_now} was logged as committed but the database ends at {}",
+                    f.max_n
+                )),
+                Ok(_) => {}
+                Err(e) => out.failures.push(format!("kill {k}: unix, first: {e}")),
+            }
+        }
         if let Some((b, rx)) = beside {
-            // the process beside recovers the crash and commits first
+            // the process beside recovers the crash (or reads after the
+            // unix process's recovery) and commits first
             if let Err(e) = finish_beside(b, &rx) {
                 out.failures.push(format!("kill {k}: {e}"));
             }
@@ -787,7 +822,9 @@ pub(crate) fn run_mode(
         out.logged += last.saturating_sub(before);
         // Alternate which VFS recovers the crash first (the multi-process
         // modes: always the one the writer did not use).
-        let order: [&str; 2] = if m.writer_vfs == "unix" || m.beside {
+        let order: [&str; 2] = if m.member_beside {
+            ["unix", "kxarray"]
+        } else if m.writer_vfs == "unix" || m.beside {
             [m.other_vfs(), m.writer_vfs]
         } else if k % 2 == 0 {
             ["kxarray", "unix"]

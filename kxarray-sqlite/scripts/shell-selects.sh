@@ -9,12 +9,19 @@
 #
 # Configurations (each a fresh `sqlite3` process reading the same SQL file):
 #   unix         the default unix VFS
-#   kx           kxarray with the default settings (capacity from the machine)
+#   kx           kxarray with the default settings: a member of the shared
+#                cache (capacity from the machine)
+#   kx-private   kxarray with the process's own cache (kx_shared=0)
 #   kx-direct0   kxarray with kx_direct=0 spelled out
 #   kx-1g        kxarray with kx_cache=1g
 #   kx-before    kxarray's default settings with another build of the
 #                extension (KX_BEFORE=/path/to/libkxarray_sqlite, no suffix)
-# The kernel's cache is warmed (the file read with cat) before every round;
+# BESIDE=1 (the default): a member process beside, started first, reads the
+# whole table into the shared cache and keeps the database open while the
+# rounds run (a long-lived worker beside which scripts and shells start);
+# BESIDE=0: none (the region still holds what earlier shells read).
+# The kernel's cache is warmed (the file read with cat) before every unix
+# run (a member's fills drop the kernel's copy of what the region holds);
 # the order of the configurations rotates per round. Prints each run's
 # wall and CPU time (user + system), then per configuration the medians and
 # the medians of the per-round ratios unix/config (above 1.0: kxarray
@@ -25,7 +32,8 @@ ROUNDS=${ROUNDS:-5}
 ROWS=${ROWS:-1000000}
 QUERIES=${QUERIES:-100000}
 DIR=${DIR:-target/sqlite-bench}
-CONFIGS=${CONFIGS:-"unix kx kx-direct0 kx-1g"}
+CONFIGS=${CONFIGS:-"unix kx kx-private"}
+BESIDE=${BESIDE:-1}
 mkdir -p "$DIR"
 DB=$DIR/cold-$ROWS.db   # the database cold-scan.sh reads too
 SQL=$DIR/selects.sql
@@ -52,6 +60,7 @@ run() { # config -> seconds
   case "$c" in
     unix) uri="file:$DB" ;;
     kx) uri="file:$DB?vfs=kxarray" ;;
+    kx-private) uri="file:$DB?vfs=kxarray&kx_shared=0" ;;
     kx-direct0) uri="file:$DB?vfs=kxarray&kx_direct=0" ;;
     kx-1g) uri="file:$DB?vfs=kxarray&kx_cache=1g" ;;
     kx-before) uri="file:$DB?vfs=kxarray" ;;
@@ -60,6 +69,7 @@ run() { # config -> seconds
   # wall seconds and CPU seconds (user + system, every thread)
   local tf=$DIR/time.txt
   if [ "$c" = unix ]; then
+    cat "$DB" > /dev/null
     /usr/bin/time -o "$tf" -f '%e %U %S' sqlite3 -cmd ".open '$uri'" < "$SQL" > /dev/null
   else
     local ext=$EXT
@@ -68,6 +78,16 @@ run() { # config -> seconds
   fi
   awk '{printf "%s\t%.2f\n", $1, $2 + $3}' "$tf"
 }
+
+BESIDE_PID=
+if [ "$BESIDE" = 1 ]; then
+  ( echo "SELECT sum(length(v)) FROM t;"; echo ".print beside-ready"; sleep 100000 ) |
+    sqlite3 -cmd ".load $EXT" -cmd ".open 'file:$DB?vfs=kxarray'" > "$DIR/beside.out" 2>&1 &
+  BESIDE_PID=$!
+  trap 'pkill -P "$BESIDE_PID" 2>/dev/null; kill "$BESIDE_PID" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 600); do grep -q beside-ready "$DIR/beside.out" 2>/dev/null && break; sleep 0.1; done
+  echo "a member beside holds the database (pid $BESIDE_PID)" >&2
+fi
 
 OUT=$DIR/results.tsv
 : > "$OUT"

@@ -6,10 +6,11 @@
 #   BIG=0 CRASH_KILLS=0 SPEEDTEST=0 bash kxarray-sqlite/scripts/sqlite-bench.sh
 #
 # 1. Read and write workloads (examples/sqlite_bench.rs), each run in its
-#    own process, over eight configurations: unix (kernel page cache warm),
+#    own process, over ten configurations: unix (kernel page cache warm),
 #    unix-mmap, unix-excl and unix-mmap-excl (locking_mode=EXCLUSIVE: the
 #    fair anchor for one process, which kxarray's in-process locks match;
-#    one-connection rows only), kx (kxarray over a buffered file), kx-direct
+#    one-connection rows only), kx (kxarray on the shared cache, the default),
+#    kx-private (kxarray with the process's own cache, kx_shared=0), kx-direct
 #    (O_DIRECT below kxarray), kx-fetch (zero-copy xFetch), floor (SQLite's
 #    own cache holding the database). The order of the configurations
 #    rotates every round; the first table shows medians and ratios against
@@ -43,7 +44,7 @@ REDB=${REDB:-1}
 MP=${MP:-1}
 MP_SMALL_CACHE=${MP_SMALL_CACHE:-64m}
 MP_BIG_CACHE=${MP_BIG_CACHE:-512m}
-CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-direct kx-fetch kx-excl floor"}
+CONFIGS=${CONFIGS:-"unix unix-mmap unix-excl unix-mmap-excl kx kx-private kx-direct kx-fetch kx-excl floor"}
 READS=${READS-"point-uniform point-zipf range scan mix"}
 WRITES=${WRITES-"commit-full commit-wal bulk"}
 DIR=${DIR:-target/sqlite-bench}
@@ -165,9 +166,17 @@ if [ "$MP" = 1 ]; then
   : > "$MPOUT"
   for r in $(seq 1 "$ROUNDS"); do
     for cache in "$MP_SMALL_CACHE" "$MP_BIG_CACHE"; do
-      for c in $(rotate "$r" unix kx); do
-        if line=$(timeout 300 "$B" mp --db "$DB" --config "$c" --readers 3 --seconds "$SECS" --kx-cache "$cache" 2>/dev/null); then
-          echo "$line" >> "$MPOUT"
+      for c in $(rotate "$r" unix kx-private kx); do
+        # kx-private: each process's own cache of $cache; kx: the shared
+        # cache with the same total (4 processes x $cache), one region
+        per=$cache
+        if [ "$c" = kx ]; then per="$(( ${cache%m} * 4 ))m"; fi
+        # the unix VFS's anchor starts with the database in the kernel's
+        # page cache (the shared cache's runs drop the kernel's copy of
+        # what they hold: see docs/sqlite.md)
+        if [ "$c" = unix ]; then cat "$DB" "$DB-wal" > /dev/null 2>&1 || true; fi
+        if line=$(timeout 300 "$B" mp --db "$DB" --config "$c" --readers 3 --seconds "$SECS" --kx-cache "$per" 2>/dev/null); then
+          printf '%s\t%s\n' "$cache" "$line" >> "$MPOUT"
         else
           echo "FAILED (or timed out): mp $c $cache" >&2
         fi
@@ -181,33 +190,58 @@ path, rounds, secs, mb = sys.argv[1:5]
 runs = collections.defaultdict(list)
 for line in open(path):
     f = line.rstrip('\n').split('\t')
-    c, cache = f[0], f[3]
+    cache, c = f[0], f[1]
     # commits/s, reads/s, misses, full drops, pages dropped, CPU us per
-    # commit (writer), CPU us per read (readers)
-    runs[(cache, c)].append(tuple(float(x) for x in f[4:11]))
+    # commit (writer), CPU us per read (readers), PSS MB (all processes),
+    # the database's MB in the kernel's page cache
+    runs[(cache, c)].append(tuple(float(x) for x in f[5:14]))
+caches = sorted({k[0] for k in runs}, key=lambda s: (len(s), s))
+m = lambda v, i: statistics.median(x[i] for x in v)
 print(f'Multi-process, WAL, 1 writer + 3 reader processes on a {mb} MB database, '
-      f'median of {rounds} interleaved rounds of {secs} s (ratio kx / unix):\n')
-print('| kxarray cache per process | unix commits/s | unix reads/s | kx commits/s | kx reads/s |')
-print('|---|---|---|---|---|')
-for cache in sorted({k[0] for k in runs}, key=lambda s: (len(s), s)):
-    u, k = runs.get((cache, 'unix')), runs.get((cache, 'kx'))
-    if not u or not k:
+      f'median of {rounds} interleaved rounds of {secs} s (ratios against unix); '
+      'kx-private: a cache per process; kx: the shared cache, the same total:\n')
+print('| cache per process | unix commits/s | unix reads/s | kx-private commits/s | kx-private reads/s | kx commits/s | kx reads/s |')
+print('|---|---|---|---|---|---|---|')
+for cache in caches:
+    u = runs.get((cache, 'unix'))
+    if not u:
         continue
-    uc, ur = statistics.median(x[0] for x in u), statistics.median(x[1] for x in u)
-    kc, kr = statistics.median(x[0] for x in k), statistics.median(x[1] for x in k)
-    print(f'| {cache} | {uc:,.0f} | {ur:,.0f} | {kc:,.0f} ({kc / uc:.2f}) | {kr:,.0f} ({kr / ur:.2f}) |')
+    row = f'| {cache} | {m(u, 0):,.0f} | {m(u, 1):,.0f} |'
+    for c in ('kx-private', 'kx'):
+        k = runs.get((cache, c))
+        if not k:
+            row += ' | |'
+            continue
+        row += f' {m(k, 0):,.0f} ({m(k, 0) / m(u, 0):.2f}) | {m(k, 1):,.0f} ({m(k, 1) / m(u, 1):.2f}) |'
+    print(row)
+print('\nMemory the workload holds on the machine at the end of a run: the PSS of all '
+      'four processes plus the database\'s pages in the kernel\'s page cache (mincore), '
+      'MB (ratio against unix):\n')
+print('| cache per process | unix PSS + kernel | kx-private PSS + kernel | kx PSS + kernel |')
+print('|---|---|---|---|')
+for cache in caches:
+    u = runs.get((cache, 'unix'))
+    if not u:
+        continue
+    tot = lambda v: m(v, 7) + m(v, 8)
+    row = f'| {cache} | {m(u, 7):,.0f} + {m(u, 8):,.0f} = {tot(u):,.0f} |'
+    for c in ('kx-private', 'kx'):
+        k = runs.get((cache, c))
+        row += f' {m(k, 7):,.0f} + {m(k, 8):,.0f} = {tot(k):,.0f} ({tot(k) / tot(u):.2f}) |' if k else ' |'
+    print(row)
 print('\nCPU per operation (user and system, every thread of the process; '
       'ratio unix / kx, above 1: kx cheaper), and the kx readers\' counters per run:\n')
-print('| kxarray cache per process | unix us/commit | kx us/commit | unix us/read | kx us/read | kx misses | kx full drops | kx pages dropped |')
-print('|---|---|---|---|---|---|---|---|')
-for cache in sorted({k[0] for k in runs}, key=lambda s: (len(s), s)):
-    u, k = runs.get((cache, 'unix')), runs.get((cache, 'kx'))
-    if not u or not k:
-        continue
-    m = lambda v, i: statistics.median(x[i] for x in v)
-    print(f'| {cache} | {m(u, 5):.1f} | {m(k, 5):.1f} ({m(u, 5) / m(k, 5):.2f}) | '
-          f'{m(u, 6):.2f} | {m(k, 6):.2f} ({m(u, 6) / m(k, 6):.2f}) | '
-          f'{m(k, 2):,.0f} | {m(k, 3):.0f} | {m(k, 4):,.0f} |')
+print('| cache per process | config | unix us/commit | kx us/commit | unix us/read | kx us/read | kx misses | kx full drops | kx pages dropped |')
+print('|---|---|---|---|---|---|---|---|---|')
+for cache in caches:
+    u = runs.get((cache, 'unix'))
+    for c in ('kx-private', 'kx'):
+        k = runs.get((cache, c))
+        if not u or not k:
+            continue
+        print(f'| {cache} | {c} | {m(u, 5):.1f} | {m(k, 5):.1f} ({m(u, 5) / m(k, 5):.2f}) | '
+              f'{m(u, 6):.2f} | {m(k, 6):.2f} ({m(u, 6) / m(k, 6):.2f}) | '
+              f'{m(k, 2):,.0f} | {m(k, 3):.0f} | {m(k, 4):,.0f} |')
 PY
   echo
   echo '| journal | another process commits | rounds | pages cached | pages dropped (median / max) | misses | pages read |'

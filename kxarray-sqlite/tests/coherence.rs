@@ -353,7 +353,7 @@ unsafe fn byte_at(p: *mut std::os::raw::c_void, off: usize) -> u8 {
 fn unfetch_releases_the_reference_of_its_own_pointer() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("fetch.db");
-    let db = open(&p, "").unwrap();
+    let db = open(&p, "kx_shared=0").unwrap();
     let m = Methods::of(&db);
     let page = |b: u8| vec![b; 1024];
     // the locks SQLite holds when it writes and fetches (a handle that

@@ -22,13 +22,17 @@ use std::time::Duration;
 /// Which VFS a process opens the database with.
 #[derive(Clone, Copy, Debug)]
 enum Vfs {
+    /// kxarray, a member of the shared cache (the default).
     Kx,
+    /// kxarray with the pages in the process's own cache (`kx_shared=0`).
+    KxPrivate,
     Unix,
 }
 
 fn connect(p: &Path, vfs: Vfs) -> Connection {
     let c = match vfs {
         Vfs::Kx => open(p, "").unwrap(),
+        Vfs::KxPrivate => open(p, "kx_shared=0").unwrap(),
         Vfs::Unix => Connection::open(p).unwrap(),
     };
     c.busy_timeout(Duration::ZERO).unwrap();
@@ -79,7 +83,11 @@ fn mp_child() {
     let (Ok(db), Ok(vfs)) = (std::env::var("KX_MP_DB"), std::env::var("KX_MP_VFS")) else {
         return;
     };
-    let vfs = if vfs == "kx" { Vfs::Kx } else { Vfs::Unix };
+    let vfs = match vfs.as_str() {
+        "kx" => Vfs::Kx,
+        "kx-private" => Vfs::KxPrivate,
+        _ => Vfs::Unix,
+    };
     let db = connect(Path::new(&db), vfs);
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -112,7 +120,11 @@ impl Peer {
             .env("KX_MP_DB", db)
             .env(
                 "KX_MP_VFS",
-                if matches!(vfs, Vfs::Kx) { "kx" } else { "unix" },
+                match vfs {
+                    Vfs::Kx => "kx",
+                    Vfs::KxPrivate => "kx-private",
+                    Vfs::Unix => "unix",
+                },
             )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -289,6 +301,26 @@ fn delete_unix_beside_kxarray() {
 #[test]
 fn delete_kxarray_beside_kxarray() {
     conversation("delete", Vfs::Kx, Vfs::Kx);
+}
+
+#[test]
+fn wal_member_beside_private_cache() {
+    conversation("wal", Vfs::Kx, Vfs::KxPrivate);
+}
+
+#[test]
+fn wal_private_cache_beside_member() {
+    conversation("wal", Vfs::KxPrivate, Vfs::Kx);
+}
+
+#[test]
+fn delete_member_beside_private_cache() {
+    conversation("delete", Vfs::Kx, Vfs::KxPrivate);
+}
+
+#[test]
+fn delete_private_cache_beside_member() {
+    conversation("delete", Vfs::KxPrivate, Vfs::Kx);
 }
 
 /// The coherence cost: a kxarray reader with the whole table cached; the
@@ -522,7 +554,8 @@ fn fetched_pages_follow_another_process_commits() {
     for journal in ["wal", "delete"] {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("fetch.db");
-        let db = connect(&p, Vfs::Kx);
+        // (xFetch's loans are the private cache's)
+        let db = connect(&p, Vfs::KxPrivate);
         db.execute_batch(&format!(
             "PRAGMA journal_mode={journal}; PRAGMA cache_size=0; PRAGMA mmap_size=67108864;
              CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);

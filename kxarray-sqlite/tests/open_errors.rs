@@ -72,7 +72,11 @@ fn a_failed_open_says_why_in_sqlites_log() {
     );
     refused(&db, "kx_budget=2", &["kx_budget", "0 or 1"]);
     // a misspelt parameter, and one in the wrong case, with the known list
-    refused(&db, "kx_cahce=64m", &["kx_cahce", "kx_cache, kx_budget"]);
+    refused(
+        &db,
+        "kx_cahce=64m",
+        &["kx_cahce", "kx_cache, kx_shared, kx_budget"],
+    );
     refused(&db, "KX_CACHE=64m", &["KX_CACHE"]);
     // SQLite's own parameters are not the VFS's to refuse
     common::open(&db, "psow=0&cache=private")

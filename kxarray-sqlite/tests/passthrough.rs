@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// The cache's capacity for this process: the first open sets it.
 const CACHE: u64 = 4 << 20;
-const PARAMS: &str = "kx_cache=4194304&kx_budget=0&kx_pressure=0";
+const PARAMS: &str = "kx_cache=4194304&kx_budget=0&kx_pressure=0&kx_shared=0";
 
 /// A database with a small `hot` table and a `big` one of `big_rows`
 /// rows of 1000 bytes (about `big_rows` KB), made and closed (its pages

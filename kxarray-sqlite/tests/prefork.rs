@@ -111,7 +111,9 @@ fn an_idle_process_has_no_thread_of_ours_until_it_reads() {
 /// open a registry description of its own, fork the workers, and when told,
 /// take the registry's lock on that description and hold it until killed.
 fn prefork_parent(db: &Path, dir: &Path) {
-    let c = open(db, "").unwrap();
+    // (the private cache's rules across fork: the shared cache's workers
+    // share the parent's pages, `tests/prefork_server.rs`)
+    let c = open(db, "kx_shared=0").unwrap();
     assert_eq!(int(&c, "SELECT count(*) FROM t"), 2000);
     let parent_pages = stat(&c, "cached_pages");
     let key = Scope::from_system().unwrap().key;
@@ -156,7 +158,7 @@ fn prefork_parent(db: &Path, dir: &Path) {
 /// A worker: its own connection, reads and writes, reports, then serves
 /// until the test's `stop` file appears; `after` makes it report again.
 fn worker(db: &Path, dir: &Path, w: usize) {
-    let c = open(db, "").unwrap();
+    let c = open(db, "kx_shared=0").unwrap();
     c.busy_timeout(Duration::from_secs(30)).unwrap();
     let at_open = stat(&c, "cached_pages");
     let serve = |i: i64| {

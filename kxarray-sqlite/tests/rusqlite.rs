@@ -251,7 +251,7 @@ fn chunk_size_and_size_hint_grow_the_file() {
 fn fetch_serves_mmap_reads_and_stays_coherent() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("fetch.db");
-    let db = open(&p, "kx_fetch=1").unwrap();
+    let db = open(&p, "kx_fetch=1&kx_shared=0").unwrap();
     fill(&db, 2000);
     db.execute_batch("PRAGMA mmap_size=268435456").unwrap();
     let before = stat(&db, "fetches");
@@ -286,7 +286,7 @@ fn kept_fetch_references_never_serve_stale_pages() {
     let dir = tempfile::tempdir().unwrap();
     for mode in ["delete", "wal"] {
         let p = dir.path().join(format!("kept-{mode}.db"));
-        let r = open(&p, "kx_fetch=1").unwrap();
+        let r = open(&p, "kx_fetch=1&kx_shared=0").unwrap();
         assert_eq!(text(&r, &format!("PRAGMA journal_mode={mode}")), mode);
         fill(&r, 300);
         r.execute_batch("PRAGMA mmap_size=268435456").unwrap();
@@ -328,7 +328,7 @@ fn held_hot_pages_never_serve_stale_bytes_across_threads() {
     let dir = tempfile::tempdir().unwrap();
     for mode in ["delete", "wal"] {
         let p = dir.path().join(format!("hot-{mode}.db"));
-        let r = open(&p, "kx_fetch=1").unwrap();
+        let r = open(&p, "kx_fetch=1&kx_shared=0").unwrap();
         r.busy_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(text(&r, &format!("PRAGMA journal_mode={mode}")), mode);
         fill(&r, 2000);
@@ -553,7 +553,7 @@ fn checkpoint_under_a_reader_holding_fetched_pages_does_not_hang() {
     std::thread::spawn(move || {
         let r = (|| -> rusqlite::Result<i64> {
             {
-                let db = open(&p, "kx_fetch=1")?;
+                let db = open(&p, "kx_fetch=1&kx_shared=0")?;
                 db.execute_batch(
                     "PRAGMA journal_mode=wal;
                      CREATE TABLE a(id INTEGER PRIMARY KEY, v BLOB);
@@ -568,8 +568,8 @@ fn checkpoint_under_a_reader_holding_fetched_pages_does_not_hang() {
                 int(&db, "PRAGMA wal_checkpoint(TRUNCATE)");
             }
             // Fresh inode: reads come back in large folios.
-            let w = open(&p, "kx_fetch=1")?;
-            let r = open(&p, "kx_fetch=1")?;
+            let w = open(&p, "kx_fetch=1&kx_shared=0")?;
+            let r = open(&p, "kx_fetch=1&kx_shared=0")?;
             r.execute_batch("PRAGMA mmap_size=268435456")?;
             let both: i64 =
                 r.query_row("SELECT count(*) FROM a JOIN b USING(id)", [], |x| x.get(0))?;

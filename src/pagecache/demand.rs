@@ -6,9 +6,12 @@
 //! fork generations they were run for) and `FileShared::forget_pages`.
 //!
 //! - **Hooks** run at the cache's misses (the start of a miss, before any
-//!   lock of the miss path is taken; at most once a millisecond) and at
-//!   [`PageCache::open`], in each process, until every one of them has
-//!   returned `true`; then a miss pays one load and one compare. A forked child runs them again.
+//!   lock of the miss path is taken; at most once a millisecond), in each
+//!   process, until every one of them has returned `true`; then a miss
+//!   pays one load and one compare. A forked child runs them again. An
+//!   open runs none (it only forgets a child's inherited pages): a file
+//!   in the shared region misses in the region, never here, and the
+//!   region's place in the budget is such a hook.
 //!   The SQLite VFS starts its budget thread and pressure monitor this
 //!   way, so a process that opened a database and reads nothing has no
 //!   thread of ours.
@@ -66,6 +69,18 @@ impl CacheInner {
     pub(crate) fn demand(&self) {
         if self.demand.settled.load(Ordering::Relaxed) != crate::fork::generation() {
             self.demand_slow();
+        }
+    }
+
+    /// An open in this process: in a child after `fork`, the inherited
+    /// pages go first; what else waits for demand (the budget's and the
+    /// shared region's members, their threads) waits for a miss, so that
+    /// a process that opens and never reads starts no thread.
+    #[inline]
+    pub(crate) fn demand_at_open(&self) {
+        let gen = crate::fork::generation();
+        if self.demand.pages_of.load(Ordering::Acquire) != gen && self.forget_inherited(gen) {
+            self.demand.pages_of.store(gen, Ordering::Release);
         }
     }
 
@@ -149,7 +164,7 @@ impl FileShared {
 }
 
 impl PageCache {
-    /// Run `hook` at this cache's misses (and opens) in this process until
+    /// Run `hook` at this cache's misses in this process until
     /// it returns `true`, and again in a child after `fork` (see the
     /// module notes): for work that waits until the cache is used, such as
     /// starting a thread. It never runs under one of the cache's locks,
@@ -165,10 +180,12 @@ impl PageCache {
     /// let runs = Arc::new(AtomicUsize::new(0));
     /// let r = Arc::clone(&runs);
     /// cache.on_demand(move || r.fetch_add(1, Ordering::Relaxed) >= 1); // done at its 2nd run
-    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap(); // an open runs it
-    /// assert_eq!(runs.load(Ordering::Relaxed), 1);
+    /// let file = cache.open(RamDisk::new(1 << 20)).unwrap(); // an open does not run it
+    /// assert_eq!(runs.load(Ordering::Relaxed), 0);
     /// let mut b = [0u8; 1];
-    /// for page in 0..4 {
+    /// file.read_at(&mut b, 0).unwrap(); // the first miss runs it
+    /// assert_eq!(runs.load(Ordering::Relaxed), 1);
+    /// for page in 1..4 {
     ///     std::thread::sleep(std::time::Duration::from_millis(2)); // (once a millisecond at most)
     ///     file.read_at(&mut b, page * 4096).unwrap(); // misses
     /// }

@@ -124,6 +124,14 @@ impl CachedFile {
         f
     }
 
+    /// The file in the region shared with other processes, when it is
+    /// cached there: for what only the region has (its writer mark and
+    /// stamps, [`SharedFile::mark_writer`](crate::shared::SharedFile::mark_writer)).
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub fn shared_file(&self) -> Option<&crate::shared::SharedFile> {
+        self.region.as_ref()
+    }
+
     /// Whether the file is cached in the region shared with other
     /// processes ([`CacheConfig::shared`](super::CacheConfig::shared)).
     pub fn is_shared(&self) -> bool {
@@ -198,6 +206,10 @@ impl CachedFile {
     /// ```
     #[inline]
     pub fn read_at_with(&self, buf: &mut [u8], offset: u64, flags: ReadFlags) -> io::Result<usize> {
+        // (the shared region keeps what it reads: its clock decides)
+        if self.is_shared() {
+            return self.read_at(buf, offset);
+        }
         if flags.contains(ReadFlags::NOREUSE) {
             self.shared.read_at_as::<true>(buf, offset)
         } else {

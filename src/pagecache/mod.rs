@@ -583,9 +583,12 @@ impl PageCache {
     ) -> Result<CachedFile, OpenError> {
         opts.validate()?;
         // In a forked child: the inherited pages go first (`demand`).
-        self.inner.demand();
+        self.inner.demand_at_open();
         #[cfg(all(target_os = "linux", not(loom)))]
-        let region_file = self.inner.region.as_ref().and_then(|r| share(r, &backend));
+        let region_file = match &self.inner.region {
+            Some(r) if opts.share => share(r, &backend, opts.check_at_open),
+            _ => None,
+        };
         let len = backend.len().map_err(OpenError::Io)?;
         let id = self.inner.next_file_id.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(FileShared::new(
@@ -871,10 +874,12 @@ fn join_region(s: &SharedConfig, capacity: u64) -> Option<Arc<crate::shared::Reg
 fn share<B: Backend>(
     region: &Arc<crate::shared::Region>,
     backend: &B,
+    check: bool,
 ) -> Option<crate::shared::SharedFile> {
     use std::os::unix::ffi::OsStrExt;
     let (fd, path) = backend.file_for_sharing()?;
-    match crate::shared::SharedFile::open(Arc::clone(region), fd, path.as_os_str().as_bytes()) {
+    let bytes = path.as_os_str().as_bytes();
+    match crate::shared::SharedFile::open_checked(Arc::clone(region), fd, bytes, check) {
         Ok(f) => Some(f),
         Err(e) => {
             log::debug!("kxarray: {} cached privately: {e}", path.display());

@@ -47,6 +47,18 @@ pub struct FileOptions {
     /// kernel had before iomap tracked sub-folio dirty state): a partial
     /// write first reads the whole folio, and writeback writes it whole.
     pub whole_folio: bool,
+    /// Cache the file in the region the cache shares with other processes
+    /// when it has one ([`CacheConfig::shared`](super::CacheConfig::shared))
+    /// and the file can be shared (default); `false` keeps it in this
+    /// process's own memory whatever the cache's setting (a file only this
+    /// process reads, or one another process writes without the cache).
+    pub share: bool,
+    /// With `share`: whether opening the file in the region checks it
+    /// against what members last left (its size and times) and drops its
+    /// frames when someone else changed it (default); `false` when the
+    /// caller keeps the frames coherent itself
+    /// ([`SharedFile::open_checked`](crate::shared::SharedFile::open_checked)).
+    pub check_at_open: bool,
 }
 
 impl Default for FileOptions {
@@ -56,6 +68,8 @@ impl Default for FileOptions {
             block_size: PAGE_SIZE as u32,
             folio_size: PAGE_SIZE as u64,
             whole_folio: false,
+            share: true,
+            check_at_open: true,
         }
     }
 }
@@ -119,6 +133,27 @@ impl FileOptions {
     /// ```
     pub fn whole_folio(mut self, on: bool) -> Self {
         self.whole_folio = on;
+        self
+    }
+
+    /// Whether the file may go in the cache's shared region
+    /// ([`FileOptions::share`]).
+    ///
+    /// ```
+    /// use kxarray::pagecache::FileOptions;
+    ///
+    /// let private = FileOptions::default().share(false);
+    /// assert!(!private.share && FileOptions::default().share);
+    /// ```
+    pub fn share(mut self, on: bool) -> Self {
+        self.share = on;
+        self
+    }
+
+    /// Whether opening a shared file checks it
+    /// ([`FileOptions::check_at_open`]).
+    pub fn check_at_open(mut self, on: bool) -> Self {
+        self.check_at_open = on;
         self
     }
 

@@ -91,6 +91,13 @@ impl CachedFile {
     /// assert_eq!(&b[..3], b"new");
     /// ```
     pub fn write_through(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(s) = &self.region {
+            // into the frames, then their writeback
+            let n = s.write_at(buf, offset)?;
+            s.write_back(offset..offset + n as u64)?;
+            return Ok(n);
+        }
         match self.shared.write_through(buf, offset) {
             Ok(Some(n)) => Ok(n),
             Ok(None) => {

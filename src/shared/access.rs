@@ -83,6 +83,20 @@ pub(crate) enum Got {
 /// # Safety
 /// - `ptr..ptr + len` is writable memory no Rust reference covers (a
 ///   frame's bytes, written by the kernel).
+/// Drop the kernel's page cache of `len` bytes of `fd` from `off` (0:
+/// to the end): advice, whose failure changes nothing but memory.
+pub(crate) fn drop_kernel_copy(fd: BorrowedFd<'_>, off: u64, len: u64) {
+    // SAFETY: advice on a descriptor of ours; no memory is passed.
+    unsafe {
+        libc::posix_fadvise(
+            fd.as_raw_fd(),
+            off as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        );
+    }
+}
+
 pub(crate) unsafe fn pread_into(
     fd: BorrowedFd<'_>,
     ptr: *mut u8,
@@ -258,6 +272,9 @@ impl Region {
                         Ok(n) => {
                             if n < PAGE {
                                 bytes.zero(n, PAGE - n);
+                            }
+                            if self.drop_behind() {
+                                drop_kernel_copy(fd, start, PAGE as u64);
                             }
                         }
                         Err(e) => {

@@ -23,9 +23,15 @@
 //!   the region's capacity would have stayed in a cache of its size with
 //!   better luck, so it comes back referenced and survives one more sweep.
 //! - **Capacity.** Only frames below [`hdr::BACKED`] have memory allocated
-//!   in the file (`fallocate`, so a full tmpfs is an error at resize, never
-//!   a `SIGBUS` at a write), and the clock sweeps only below
-//!   [`hdr::CAPACITY`]. Growing allocates, then raises the capacity;
+//!   in the file (`fallocate`, so a full tmpfs is an error at a fill, which
+//!   then reads past the region, never a `SIGBUS` at a write), and the
+//!   clock sweeps only below [`hdr::CAPACITY`] and the backed mark. The
+//!   memory is allocated as the frames are first needed, not when the
+//!   capacity is set (a region sized for gigabytes holding a small
+//!   database costs what it holds): while frames below the capacity were
+//!   never used ([`hdr::FRESH`]), a fill takes the next one instead of
+//!   evicting, raising the backed mark by [`GROW_FRAMES`] at a time under
+//!   the resize lock. Growing the capacity raises the word only;
 //!   shrinking lowers the capacity first (no new fill lands above it),
 //!   evicts everything above (writing back what is dirty), then punches the
 //!   memory out of the file (`FALLOC_FL_PUNCH_HOLE`): it goes back to the
@@ -39,6 +45,9 @@ use super::layout::{hdr, BATCH, FILES, PAGE64};
 use super::region::Region;
 use crate::sync::Ordering;
 use std::io;
+
+/// Frames whose memory a fill that finds none allocates at once (2 MiB).
+pub(crate) const GROW_FRAMES: u64 = 512;
 
 /// Why the clock found no frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +79,14 @@ impl Region {
         if cap == 0 {
             return Err(NoFrame::Empty);
         }
+        // A frame never used, while there is one below the capacity.
+        if let Some(f) = self.fresh_frame(cap, me) {
+            return Ok(f);
+        }
+        let cap = cap.min(self.hword(hdr::BACKED).load(Ordering::Acquire));
+        if cap == 0 {
+            return Err(NoFrame::Empty);
+        }
         let mut dirty = 0;
         // Two sweeps of the whole clock, a frame at a time from this
         // process's batch, a new batch from the hand when it runs out.
@@ -85,6 +102,115 @@ impl Region {
             }
         }
         Err(NoFrame::Busy(dirty))
+    }
+
+    /// The next frame never used below `cap`, locked by `me`, its memory
+    /// allocated first; `None` when every frame below `cap` was used, or
+    /// the memory cannot be allocated (a full tmpfs).
+    fn fresh_frame(&self, cap: u64, me: Owner) -> Option<u32> {
+        let fresh = self.hword(hdr::FRESH);
+        loop {
+            let f = fresh.load(Ordering::Acquire);
+            if f >= cap {
+                return None;
+            }
+            if fresh
+                .compare_exchange(f, f + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            if f >= self.hword(hdr::BACKED).load(Ordering::Acquire) && !self.back_to(f + 1, cap, me)
+            {
+                // (the frame stays unused: a sweep never reaches it until
+                // a later fill backs it)
+                fresh.fetch_min(f, Ordering::AcqRel);
+                return None;
+            }
+            // A frame handed out once may be in use by now (a shrink and a
+            // grow in between): taken only if free, as the clock does.
+            if let Take::Got = self.try_take_free(f as u32, me) {
+                return Some(f as u32);
+            }
+        }
+    }
+
+    /// Raise the backed mark to at least `need` frames (by
+    /// [`GROW_FRAMES`], at most `cap`), under the resize lock; whether the
+    /// frames below `need` have memory now.
+    fn back_to(&self, need: u64, cap: u64, me: Owner) -> bool {
+        let lock = self.map().header_u32(hdr::RESIZE);
+        if lock
+            .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // a resize or another growth runs: take what it leaves
+            let mut b = super::wait::Backoff::new();
+            loop {
+                if self.hword(hdr::BACKED).load(Ordering::Acquire) >= need {
+                    return true;
+                }
+                if lock
+                    .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break;
+                }
+                if !b.spin() {
+                    let cur = lock.load(Ordering::Relaxed);
+                    super::wait::wait(lock, cur, super::frame::WAIT_TICK);
+                    if let Some(o) = Owner::from_bits(lock.load(Ordering::Relaxed)) {
+                        self.stuck(o);
+                    }
+                }
+            }
+        }
+        let backed = self.hword(hdr::BACKED).load(Ordering::Acquire);
+        let cap_now = self
+            .hword(hdr::CAPACITY)
+            .load(Ordering::Acquire)
+            .min(self.map().geo().max_frames);
+        let target = (need.max(backed + GROW_FRAMES))
+            .min(cap.max(need))
+            .min(cap_now.max(need))
+            .min(self.map().geo().max_frames);
+        let ok = backed >= need || (need <= cap_now && self.allocate(backed, target).is_ok());
+        lock.store(0, Ordering::Release);
+        super::wait::wake_all(lock);
+        ok
+    }
+
+    /// Allocate the memory of frames `from..to` in the region's file and
+    /// raise the backed mark to `to`; the resize lock held.
+    fn allocate(&self, from: u64, to: u64) -> io::Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let geo = self.map().geo();
+        let off = geo.frames_off + from * PAGE64;
+        let len = (to - from) * PAGE64;
+        // SAFETY: a valid descriptor of the region (ours); fallocate only
+        // allocates the file's blocks in the range.
+        let r = self.with_fd(|fd| unsafe {
+            use std::os::fd::AsRawFd;
+            libc::fallocate(fd.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t)
+        });
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.hword(hdr::BACKED).store(to, Ordering::Release);
+        Ok(())
+    }
+
+    /// Take frame `f` if it holds nothing (never used, or freed).
+    fn try_take_free(&self, f: u32, me: Owner) -> Take {
+        let Some(h) = self.map().frame(f) else {
+            return Take::No;
+        };
+        if h.state() & (OWNER | VALID | WRITEBACK) != 0 {
+            return Take::No;
+        }
+        self.try_take(f, me)
     }
 
     fn try_take(&self, f: u32, me: Owner) -> Take {
@@ -235,27 +361,14 @@ impl Region {
     ) -> io::Result<u64> {
         let cap = self.hword(hdr::CAPACITY).load(Ordering::Acquire);
         let backed = self.hword(hdr::BACKED).load(Ordering::Acquire);
-        if target > backed {
-            let geo = self.map().geo();
-            let from = geo.frames_off + backed * PAGE64;
-            let len = (target - backed) * PAGE64;
-            // SAFETY: a valid descriptor of the region (ours); fallocate
-            // only allocates the file's blocks in the range.
-            let r = self.with_fd(|fd| unsafe {
-                use std::os::fd::AsRawFd;
-                libc::fallocate(fd.as_raw_fd(), 0, from as libc::off_t, len as libc::off_t)
-            });
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            self.hword(hdr::BACKED).store(target, Ordering::Release);
-        }
         if target >= cap {
+            // The memory comes as frames are first needed (`fresh_frame`).
             self.hword(hdr::CAPACITY).store(target, Ordering::Release);
             return Ok(target);
         }
         // Shrink: nothing new lands above the target from now on.
         self.hword(hdr::CAPACITY).store(target, Ordering::Release);
+        self.hword(hdr::FRESH).fetch_min(target, Ordering::AcqRel);
         let top = backed.max(cap).min(self.map().geo().max_frames);
         let mut keep = target;
         for f in (target..top).map(|f| f as u32) {
@@ -310,6 +423,8 @@ impl Region {
                 self.hword(hdr::BACKED).store(keep, Ordering::Release);
             }
         }
+        self.hword(hdr::FRESH)
+            .fetch_min(keep.max(target), Ordering::AcqRel);
         Ok(keep)
     }
 }

@@ -126,6 +126,26 @@ impl SharedFile {
     /// # Errors
     /// [`NotShared`] when the file cannot be shared.
     pub fn open(region: Arc<Region>, fd: OwnedFd, path: &[u8]) -> Result<SharedFile, NotShared> {
+        SharedFile::open_checked(region, fd, path, true)
+    }
+
+    /// [`open`](SharedFile::open), with the check at open (`check`) on or
+    /// off. Off, the caller keeps the frames coherent with the file
+    /// itself: an open takes the file's size when no member has a dirty
+    /// page of it, and drops no frame because the file's times moved (the
+    /// SQLite VFS compares a database's header, size and time at every
+    /// lock gap instead, which no change by SQLite escapes, where a change
+    /// time inside the coarse clock's tick leaves every member's commit
+    /// looking like someone else's to the check).
+    ///
+    /// # Errors
+    /// As [`open`](SharedFile::open).
+    pub fn open_checked(
+        region: Arc<Region>,
+        fd: OwnedFd,
+        path: &[u8],
+        check: bool,
+    ) -> Result<SharedFile, NotShared> {
         let (id, now) = files::identify(fd.as_fd()).ok_or(NotShared::Unidentifiable)?;
         // SAFETY: F_GETFL on a descriptor of ours reads its flags.
         let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
@@ -144,7 +164,10 @@ impl SharedFile {
         };
         let slot = map.file(claimed.slot);
         let mut revalidate = None;
-        if !claimed.new && slot.seen() != now {
+        let mut take_size = false;
+        if !claimed.new && !check {
+            take_size = slot.size() != now.size && slot.get(fw::DIRTY) == 0;
+        } else if !claimed.new && slot.seen() != now {
             let openers = slot.get(fw::OPENERS) & !member_bit(me);
             let dirty = slot.get(fw::DIRTY);
             if openers == 0 && dirty == 0 {
@@ -178,6 +201,9 @@ impl SharedFile {
         };
         if let Some(end) = revalidate {
             f.drop_clean(0..end);
+        }
+        if take_size {
+            f.take_size(now.size);
         }
         Ok(f)
     }
@@ -633,6 +659,10 @@ impl SharedFile {
             .me()
             .map_err(|e| io::Error::other(e.to_string()))?;
         let r = self.region.sync_file(me, &self.io, data);
+        if r.is_ok() && self.region.drop_behind() {
+            // clean now: the kernel's copy goes (see `set_drop_behind`)
+            super::access::drop_kernel_copy(self.io.fd.as_fd(), 0, 0);
+        }
         if let Some(s) = files::look(self.io.fd.as_fd()) {
             self.slot().set_seen(s);
         }
@@ -652,5 +682,154 @@ impl SharedFile {
     /// The file slot (for tests and statistics).
     pub fn slot_index(&self) -> usize {
         self.io.slot
+    }
+
+    /// Mark this member the file's writer: until
+    /// [`clear_writer`](SharedFile::clear_writer), the changes it makes
+    /// through the cache are not final, and if it dies (or leaves) with
+    /// the mark, whoever recovers it retires every frame of the file
+    /// before any member trusts one again (dirty ones discarded, never
+    /// written back). A database's writer marks itself before its first
+    /// write of a transaction and clears the mark once the transaction is
+    /// final in the file, so a transaction rolled back after its writer's
+    /// death, by a member or by a process outside the region writing the
+    /// file directly, leaves no frame holding its pages.
+    ///
+    /// The caller holds the right to change the file by a protocol of its
+    /// own (SQLite's write locks): a mark a dead member left is recovered
+    /// first ([`check_writer`](SharedFile::check_writer)), and one a live
+    /// member left is taken over (that member's change is final by then,
+    /// or the caller could not hold the right).
+    ///
+    /// # Errors
+    /// The region's error when this process is not a member.
+    pub fn mark_writer(&self) -> io::Result<()> {
+        let me = self
+            .region
+            .me()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mine = u64::from(me.bits());
+        let word = &self.slot().words[fw::WRITER];
+        loop {
+            let cur = word.load(Ordering::Acquire);
+            if cur == mine {
+                return Ok(());
+            }
+            if cur != 0 {
+                // a dead writer's frames go before this one's change
+                self.check_writer()?;
+            }
+            let cur = word.load(Ordering::Acquire);
+            let dead = Owner::from_bits(cur as u32).is_some_and(|o| !self.region.alive(o));
+            if !dead
+                && word
+                    .compare_exchange(cur, mine, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Clear this member's writer mark (its changes are final in the
+    /// file); nothing when it holds none.
+    pub fn clear_writer(&self) {
+        if let Ok(me) = self.region.me() {
+            let _ = self.slot().words[fw::WRITER].compare_exchange(
+                u64::from(me.bits()),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Whether this member holds the file's writer mark.
+    pub fn is_writer(&self) -> bool {
+        self.region
+            .me()
+            .is_ok_and(|me| self.slot().writer() == Some(me))
+    }
+
+    /// Look at the file's writer mark (one load when there is none): a
+    /// mark left by a dead member is recovered (that member's whole
+    /// recovery, which retires every frame of the file) before this
+    /// returns. Returns `true` when no other live member holds the mark.
+    ///
+    /// # Errors
+    /// The region's error when this process is not a member.
+    #[inline]
+    pub fn check_writer(&self) -> io::Result<bool> {
+        let Some(o) = self.slot().writer() else {
+            return Ok(true);
+        };
+        self.check_writer_slow(o)
+    }
+
+    #[cold]
+    fn check_writer_slow(&self, mut o: Owner) -> io::Result<bool> {
+        let me = self
+            .region
+            .me()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mut b = super::wait::Backoff::new();
+        loop {
+            if o == me {
+                return Ok(true);
+            }
+            if self.region.alive(o) {
+                return Ok(false);
+            }
+            // Dead: recover it (or wait for whoever does).
+            self.region.stuck(o);
+            match self.slot().writer() {
+                None => return Ok(true),
+                Some(now) => o = now,
+            }
+            if !b.spin() {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Stamp word `i` (`i` < 2) of the file: two words the file's members
+    /// keep for a protocol of their own (0 when the slot was claimed). The
+    /// SQLite VFS keeps in them what its members know the frames to be
+    /// current with: the database's signature, and its WAL index's state.
+    ///
+    /// # Panics
+    /// When `i` is 2 or more.
+    #[inline]
+    pub fn stamp(&self, i: usize) -> u64 {
+        assert!(i < files::STAMPS, "a file has {} stamps", files::STAMPS);
+        self.slot().get(fw::STAMP + i)
+    }
+
+    /// Set stamp word `i` (`i` < 2).
+    ///
+    /// # Panics
+    /// When `i` is 2 or more.
+    pub fn set_stamp(&self, i: usize, v: u64) {
+        assert!(i < files::STAMPS, "a file has {} stamps", files::STAMPS);
+        self.slot().set(fw::STAMP + i, v);
+    }
+
+    /// Retire every cached page of the file at once (a new epoch) when no
+    /// member has a dirty page of it, else drop its clean pages one by
+    /// one; then take its size from the file. How many pages were dropped
+    /// (the retired ones are not counted).
+    ///
+    /// # Errors
+    /// The file's `fstat` error.
+    pub fn retire(&self) -> io::Result<u64> {
+        let slot = self.slot();
+        if slot.get(fw::DIRTY) == 0 {
+            let now = files::look(self.io.fd.as_fd()).ok_or_else(io::Error::last_os_error)?;
+            slot.bump_epoch();
+            self.take_size(now.size);
+            slot.set_seen(now);
+            return Ok(0);
+        }
+        self.revalidate()
     }
 }

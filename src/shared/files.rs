@@ -84,7 +84,17 @@ pub(crate) mod w {
     /// The size a truncation started from, while one runs (0 otherwise):
     /// a recoverer finishes it.
     pub(crate) const TRUNCATING: usize = 15;
+    /// The member whose changes to the file's frames are not final yet
+    /// (an owner in the low 32 bits; 0: none): a recoverer of that member
+    /// retires every frame of the file before anyone trusts one.
+    pub(crate) const WRITER: usize = 16;
+    /// The first of [`super::STAMPS`] words the file's members keep for
+    /// their own protocol ([`SharedFile::stamp`](super::super::SharedFile::stamp)).
+    pub(crate) const STAMP: usize = 17;
 }
+
+/// How many stamp words a file slot has.
+pub(crate) const STAMPS: usize = 2;
 
 /// A slot never used (ends a probe sequence).
 pub(crate) const NEVER: u64 = 0;
@@ -291,6 +301,33 @@ impl FileSlot {
         }
     }
 
+    /// The member that marked itself the file's writer, if any.
+    #[inline]
+    pub(crate) fn writer(&self) -> Option<Owner> {
+        Owner::from_bits(self.get(w::WRITER) as u32)
+    }
+
+    /// Retire every frame of the file left by writer `dead` (its changes
+    /// were never made final: dirty ones are discarded, never written
+    /// back), then clear the mark; whether this call did it. The caller
+    /// proved `dead` dead or is `dead` leaving.
+    pub(crate) fn retire_writer(&self, dead: Owner) -> bool {
+        if self.get(w::STATE) != LIVE || self.writer() != Some(dead) {
+            return false;
+        }
+        self.bump_epoch();
+        // Every dirty frame of the file is the writer's, and stale now.
+        self.set(w::DIRTY, 0);
+        self.words[w::WRITER]
+            .compare_exchange(
+                u64::from(dead.bits()),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
     /// The epoch now.
     #[inline]
     pub(crate) fn epoch(&self) -> u64 {
@@ -450,6 +487,10 @@ pub(crate) fn find_or_claim(
             f.set(w::DIRTY, 0);
             f.set(w::ERRSEQ, 0);
             f.set(w::TRUNCATING, 0);
+            f.set(w::WRITER, 0);
+            for i in 0..STAMPS {
+                f.set(w::STAMP + i, 0);
+            }
             f.set_seen(seen);
             f.set(w::LAST_USE, u64::from(now));
             write_path(map, s, path);

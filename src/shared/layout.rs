@@ -39,7 +39,7 @@ pub(crate) const BATCH: u64 = 16;
 /// The format's magic word.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"KXSHRC01");
 /// The format's version: a file of another version is refused.
-pub(crate) const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 2;
 /// Member slots: processes that can share one region (a member's bit in a
 /// file's openers mask, so at most 64).
 pub(crate) const MEMBERS: usize = 64;
@@ -58,7 +58,7 @@ pub(crate) const MEMBER_META: usize = 4096;
 /// Bytes of a member slot.
 pub(crate) const MEMBER_BYTES: usize = MEMBER_META + DIRTY_MAX * 8;
 /// Bytes of a file slot.
-pub(crate) const FILE_BYTES: usize = 128;
+pub(crate) const FILE_BYTES: usize = 192;
 /// Bytes of a file slot's path (a length word, then the bytes).
 pub(crate) const PATH_BYTES: usize = 4096;
 /// Bytes of a frame header.
@@ -127,6 +127,10 @@ pub(crate) mod hdr {
     pub(crate) const FILLS: usize = 104;
     /// Evictions by the clock.
     pub(crate) const CLOCK_EVICTIONS: usize = 112;
+    /// Frames handed out at least once, from 0 (never above the
+    /// capacity): below the capacity, the clock takes a frame never used
+    /// before it evicts one, allocating memory for it as it goes.
+    pub(crate) const FRESH: usize = 120;
     /// The counters of members that left or died, folded in: first of
     /// `member::COUNTERS` words.
     pub(crate) const RETIRED: usize = 128;

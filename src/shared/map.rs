@@ -45,7 +45,7 @@ pub(crate) struct HeaderPage {
 #[repr(C)]
 #[derive(Debug)]
 pub(crate) struct FileSlot {
-    pub(crate) words: [AtomicU64; 16],
+    pub(crate) words: [AtomicU64; 24],
 }
 
 /// A member slot: its fixed words and its dirty list.

@@ -8,6 +8,13 @@
 //! (no log is written on any hot path), in an order that never waits for a
 //! lock the dead member holds:
 //!
+//! 0. **The files it was changing** (its mark in a file's writer word,
+//!    [`SharedFile::mark_writer`](super::SharedFile::mark_writer)): every
+//!    frame of such a file is retired first (a new epoch; dirty ones are
+//!    discarded, never written back), then the mark cleared. Its changes
+//!    were not final, and whoever undoes them (a journal's rollback, by a
+//!    member or by a process outside the region writing the file
+//!    directly) must find no frame holding them.
 //! 1. **Bucket locks** it held are released: every change under a bucket
 //!    lock is a single store, so the bucket is consistent as it stands.
 //! 2. **The table locks** (files, resize) it held are released; a file
@@ -52,6 +59,8 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
     let mut locks = 0u64;
     let mut freed = 0u64;
 
+    // 0. the files it was changing
+    let retired = retire_changes(region, dead);
     // 1. bucket locks
     for b in 0..geo.buckets {
         if map.bucket(b).release_dead(dead) {
@@ -168,8 +177,16 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
         .hword(hdr::RECOVERED_LOCKS)
         .fetch_add(locks, Ordering::Relaxed);
     region.hword(hdr::MEMBERSHIP).fetch_add(1, Ordering::AcqRel);
-    log::info!(
-        "kxarray: shared cache {}: member {} died; recovered {locks} locks, freed {freed} frames, adopted {} dirty",
+    // A member that ended without leaving and left nothing to undo (a
+    // process's exit with the region in a static) is not news.
+    let level = if retired == 0 && locks == 0 && freed == 0 && adopt.is_empty() {
+        log::Level::Debug
+    } else {
+        log::Level::Info
+    };
+    log::log!(
+        level,
+        "kxarray: shared cache {}: member {} died; retired {retired} files it was changing, recovered {locks} locks, freed {freed} frames, adopted {} dirty",
         region.path().display(),
         dead.slot(),
         adopt.len()
@@ -234,8 +251,19 @@ fn drop_above(region: &Region, s: usize, size: u64, from: u64, me: Owner) {
     }
 }
 
-/// Clear member `o`'s bit in every file's openers.
+/// Retire every frame of each file member `o` marked itself the writer
+/// of and clear its marks (`o` is dead, or leaving with a change not made
+/// final); how many files.
+fn retire_changes(region: &Region, o: Owner) -> usize {
+    (0..FILES)
+        .filter(|&s| region.map().file(s).retire_writer(o))
+        .count()
+}
+
+/// Clear member `o`'s bit in every file's openers, and its writer marks
+/// (their files' frames retired).
 pub(crate) fn release_openers(region: &Region, o: Owner) {
+    retire_changes(region, o);
     let bit = member_bit(o);
     for s in 0..FILES {
         let slot = region.map().file(s);

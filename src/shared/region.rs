@@ -495,6 +495,9 @@ pub(crate) struct Local {
     /// The fork generation of the process that holds the region's place in
     /// the memory budget through this membership (0: none).
     pub(crate) budget_gen: crate::sync::AtomicU64,
+    /// This process's fills and syncs drop the kernel's copy of the pages
+    /// they read or wrote ([`Region::set_drop_behind`]).
+    pub(crate) drop_behind: std::sync::atomic::AtomicBool,
     /// The clock batch this process walks (an atomic word, not a lock: a
     /// child after fork or clone gets it as it stood).
     hand: super::hand::Hand,
@@ -525,6 +528,7 @@ impl Local {
             files: Lock::new(HashMap::new()),
             flusher_gen: crate::sync::AtomicU64::new(0),
             budget_gen: crate::sync::AtomicU64::new(0),
+            drop_behind: std::sync::atomic::AtomicBool::new(false),
             hand: super::hand::Hand::new(),
             recovering: [const { crate::sync::AtomicU64::new(0) }; MEMBERS],
         }

@@ -184,6 +184,26 @@ impl Region {
         n
     }
 
+    /// Make this process's fills and syncs drop the kernel's copy of the
+    /// pages they read or wrote (`POSIX_FADV_DONTNEED` after a fill's read,
+    /// and over the whole file after a sync), so that the machine holds
+    /// one copy of a page the region holds, not two (the region's and the
+    /// kernel's page cache's). The price is paid by a process outside the
+    /// region reading the same file: it reads from the device what the
+    /// kernel would have kept. Off by default.
+    pub fn set_drop_behind(&self, on: bool) {
+        self.local
+            .drop_behind
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`set_drop_behind`](Region::set_drop_behind) is on.
+    pub fn drop_behind(&self) -> bool {
+        self.local
+            .drop_behind
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Publish this member's counters in its slot (for other members'
     /// statistics).
     pub(crate) fn publish_counters(&self) {

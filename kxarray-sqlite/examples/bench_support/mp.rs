@@ -33,10 +33,17 @@ fn open_mp(db: &Path, config: &str, kx_cache: &str) -> Connection {
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let c = match config {
         "unix" => Connection::open_with_flags(db, flags),
-        "kx" => {
+        // kx: the shared cache (a region of `kx_cache` for every process
+        // together); kx-private: each process's own cache of `kx_cache`;
+        // both of a fixed size (no budget)
+        "kx" | "kx-private" => {
             kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).expect("register");
+            let shared = u8::from(config == "kx");
             Connection::open_with_flags(
-                format!("file:{}?vfs=kxarray&kx_cache={kx_cache}", db.display()),
+                format!(
+                    "file:{}?vfs=kxarray&kx_cache={kx_cache}&kx_budget=0&kx_shared={shared}",
+                    db.display()
+                ),
                 flags,
             )
         }
@@ -94,13 +101,73 @@ pub(crate) fn mp_child(
     let cpu = cpu_seconds() - cpu0;
     assert!(role == "writer" || sink > 0);
     // kxarray's counters over the run's process (0 on the unix VFS)
-    let k = |name: &str| if config == "kx" { stat(&c, name) } else { 0 };
+    let k = |name: &str| {
+        if config.starts_with("kx") {
+            stat(&c, name)
+        } else {
+            0
+        }
+    };
     println!(
         "done {ops} {secs:.4} {} {} {} {cpu:.4}",
         k("misses"),
         k("coherence_full_drops"),
         k("coherence_pages_dropped")
     );
+    std::io::stdout().flush().unwrap();
+    // alive until the parent has measured the memory every process holds
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// The proportional set size of process `pid` in bytes (its share of
+/// every page it maps: a page mapped by four processes counts a quarter
+/// in each), from `/proc/<pid>/smaps_rollup`.
+fn pss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Bytes of `path` in the kernel's page cache (`mincore` over a mapping
+/// of it, as `fincore` counts).
+pub(crate) fn kernel_cached(path: &Path) -> u64 {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return 0;
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: a read-only shared mapping of a file we opened, unmapped
+    // below; its bytes are never read, only its residency.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return 0;
+    }
+    let page = 4096usize;
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `vec` has a byte per page of the mapping.
+    let r = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, len) };
+    if r != 0 {
+        return 0;
+    }
+    vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64
 }
 
 /// This process's CPU time so far (user and system, every thread).
@@ -113,10 +180,11 @@ fn cpu_seconds() -> f64 {
     t(u.ru_utime) + t(u.ru_stime)
 }
 
-fn spawn_child(args: &[String]) -> (Child, BufReader<std::process::ChildStdout>) {
+fn spawn_child(args: &[String], xdg: &Path) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("mp-child")
         .args(args)
+        .env("XDG_RUNTIME_DIR", xdg)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -141,6 +209,21 @@ pub(crate) fn mp(
     kx_cache: &str,
     idle_thread: bool,
 ) -> String {
+    // A runtime directory of the run's own: its shared cache (and memory
+    // budget) start empty and hold this run's processes only.
+    let xdg = db.with_file_name(format!(
+        "xdg-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let _ = std::fs::remove_dir_all(&xdg);
+    std::fs::create_dir(&xdg).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
     let mut kids = Vec::new();
     for i in 0..=readers {
         let role = if i == 0 { "writer" } else { "reader" };
@@ -172,6 +255,7 @@ pub(crate) fn mp(
             .chain(idle)
             .cloned()
             .collect::<Vec<_>>(),
+            &xdg,
         ));
     }
     for (_, out) in &mut kids {
@@ -184,7 +268,8 @@ pub(crate) fn mp(
     let mut counters = [0.0; 3];
     // operations per CPU second: the writer's, and the readers' together
     let (mut w_cpu, mut r_ops, mut r_cpu) = (0.0, 0.0, 0.0);
-    for (i, (mut c, mut out)) in kids.into_iter().enumerate() {
+    let mut done = Vec::new();
+    for (i, (c, mut out)) in kids.into_iter().enumerate() {
         let line = read_line(&mut out);
         let v: Vec<f64> = line
             .strip_prefix("done ")
@@ -207,17 +292,29 @@ pub(crate) fn mp(
         } else {
             reads += rate;
         }
+        done.push(c);
+    }
+    // The memory the workload holds on the machine: every process's PSS
+    // (the shared cache's region counted once, split among its members)
+    // and the database's pages in the kernel's page cache.
+    let pss_sum: u64 = done.iter().map(|c| pss(c.id())).sum();
+    let kernel = kernel_cached(db);
+    for mut c in done {
+        let _ = c.stdin.as_mut().unwrap().write_all(b"exit\n");
         assert!(c.wait().unwrap().success());
     }
+    let _ = std::fs::remove_dir_all(&xdg);
     // the readers' kxarray counters: misses, full drops, pages dropped;
     // then CPU microseconds per commit and per read
     format!(
-        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}\t{:.2}\t{:.3}",
+        "{config}\tmp-wal\t{readers}\t{kx_cache}\t{commits:.1}\t{reads:.1}\t{}\t{}\t{}\t{:.2}\t{:.3}\t{:.1}\t{:.1}",
         counters[0],
         counters[1],
         counters[2],
         w_cpu * 1e6,
-        r_cpu / r_ops * 1e6
+        r_cpu / r_ops * 1e6,
+        pss_sum as f64 / 1048576.0,
+        kernel as f64 / 1048576.0
     )
 }
 
@@ -335,4 +432,140 @@ pub(crate) fn committer(db: &Path) {
         println!("ok");
         std::io::stdout().flush().unwrap();
     }
+}
+
+/// Accounts of `bank` (each row 700 bytes: the accounts span pages).
+const ACCOUNTS: i64 = 200;
+
+/// `bank`: `procs` processes moving money between accounts in a
+/// rollback-journal database made afresh at `db`; the result line
+/// (`config bank procs kx_cache commits/s total_ok`).
+pub(crate) fn bank(db: &Path, config: &str, procs: usize, seconds: f64, kx_cache: &str) -> String {
+    for suffix in ["", "-journal", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(Path::new(&p));
+    }
+    {
+        let c = Connection::open(db).unwrap();
+        c.execute_batch(&format!(
+            "PRAGMA journal_mode=delete;
+             CREATE TABLE accounts(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, pad BLOB);
+             WITH RECURSIVE a(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM a WHERE i < {ACCOUNTS})
+             INSERT INTO accounts SELECT i, 1000, randomblob(700) FROM a;"
+        ))
+        .unwrap();
+    }
+    let xdg = db.with_file_name(format!("xdg-bank-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&xdg);
+    std::fs::create_dir(&xdg).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mut kids: Vec<_> = (0..procs)
+        .map(|i| {
+            spawn_child(
+                &[
+                    "--db".into(),
+                    db.display().to_string(),
+                    "--config".into(),
+                    config.into(),
+                    "--role".into(),
+                    "transfer".into(),
+                    "--seconds".into(),
+                    seconds.to_string(),
+                    "--kx-cache".into(),
+                    kx_cache.into(),
+                    "--seed".into(),
+                    (i as u64 + 101).to_string(),
+                ],
+                &xdg,
+            )
+        })
+        .collect();
+    for (_, out) in &mut kids {
+        assert_eq!(read_line(out), "ready");
+    }
+    for (c, _) in &mut kids {
+        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+    let mut commits = 0.0;
+    for (mut c, mut out) in kids {
+        let line = read_line(&mut out);
+        let v: Vec<f64> = line
+            .strip_prefix("done ")
+            .unwrap_or_else(|| panic!("{line}"))
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        commits += v[0] / v[1];
+        let _ = c.stdin.as_mut().unwrap().write_all(b"exit\n");
+        assert!(c.wait().unwrap().success());
+    }
+    let _ = std::fs::remove_dir_all(&xdg);
+    let c = Connection::open(db).unwrap();
+    let total: i64 = c
+        .query_row("SELECT sum(balance) FROM accounts", [], |r| r.get(0))
+        .unwrap();
+    let ok: String = c
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    format!(
+        "{config}\tbank\t{procs}\t{kx_cache}\t{commits:.1}\t{}",
+        u8::from(total == ACCOUNTS * 1000 && ok == "ok")
+    )
+}
+
+/// A child of `bank`: transfers until `seconds` pass; says "done
+/// <commits> <secs>", then waits for a line.
+pub(crate) fn transfer_child(db: &Path, config: &str, seconds: f64, kx_cache: &str, seed: u64) {
+    let c = open_mp(db, config, kx_cache);
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    let _: i64 = c
+        .query_row("SELECT sum(length(pad)) FROM accounts", [], |r| r.get(0))
+        .unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let t0 = Instant::now();
+    let mut commits = 0u64;
+    while t0.elapsed() < Duration::from_secs_f64(seconds) {
+        let a = rng.random_range(1..=ACCOUNTS);
+        let b = rng.random_range(1..=ACCOUNTS);
+        if a == b {
+            continue;
+        }
+        let r = (|| -> rusqlite::Result<()> {
+            c.execute_batch("BEGIN IMMEDIATE")?;
+            let ba: i64 = c.query_row("SELECT balance FROM accounts WHERE id = ?1", [a], |r| {
+                r.get(0)
+            })?;
+            let bb: i64 = c.query_row("SELECT balance FROM accounts WHERE id = ?1", [b], |r| {
+                r.get(0)
+            })?;
+            let amount = rng.random_range(0..=ba.max(0).min(50));
+            c.execute(
+                "UPDATE accounts SET balance = ?1 WHERE id = ?2",
+                [ba - amount, a],
+            )?;
+            c.execute(
+                "UPDATE accounts SET balance = ?1 WHERE id = ?2",
+                [bb + amount, b],
+            )?;
+            c.execute_batch("COMMIT")
+        })();
+        match r {
+            Ok(()) => commits += 1,
+            Err(_) => {
+                let _ = c.execute_batch("ROLLBACK");
+            }
+        }
+    }
+    println!("done {commits} {:.4}", t0.elapsed().as_secs_f64());
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
 }

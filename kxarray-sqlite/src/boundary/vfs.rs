@@ -25,7 +25,7 @@ use crate::sqlite::ffi::*;
 use crate::sqlite::process::{api, configured_capacity, BUDGET, CONFIGURED};
 use crate::wal::walsize::WalSize;
 use kxarray::backend::FileBackend;
-use kxarray::pagecache::{CacheConfig, FileOptions, PageCache};
+use kxarray::pagecache::{CacheConfig, FileOptions, PageCache, SharedConfig};
 use std::ffi::{CStr, OsStr};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -42,6 +42,26 @@ static CACHE: OnceLock<PageCache> = OnceLock::new();
 /// The process-wide cache, if an open has made it.
 pub fn cache() -> Option<&'static PageCache> {
     CACHE.get()
+}
+
+/// The name of the shared cache's region in the user's runtime directory
+/// (`kxarray::pagecache::SharedConfig`): `sqlite` for the processes whose
+/// memory budget is the machine's, `sqlite-<hash>` for those of one
+/// cgroup with a limit of its own (the budget's scope,
+/// `kxarray::memory::Scope`). So the processes of one budget share one
+/// region, whose memory is charged to their cgroup and sized by their
+/// budget; a container's processes do not join the host's.
+fn shared_region_name() -> String {
+    match kxarray::memory::Scope::from_system() {
+        Ok(s) if s.key != "machine" => {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in s.key.bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            format!("sqlite-{h:016x}")
+        }
+        _ => "sqlite".to_string(),
+    }
 }
 
 /// The smallest capacity a cache in the budget starts with (the budget
@@ -65,7 +85,23 @@ fn cache_for(settings: &Settings) -> &'static PageCache {
         } else {
             capacity
         };
-        let c = PageCache::new(CacheConfig::default().capacity(start).flusher(false));
+        let mut config = CacheConfig::default().capacity(start).flusher(false);
+        if settings.shared && !settings.exclusive {
+            // The machine's shared cache for databases (`make_inode`),
+            // with room for the most any process asks by default.
+            config = config.shared_with(SharedConfig {
+                name: shared_region_name(),
+                max_bytes: Some(capacity.max(crate::sqlite::config::default_capacity())),
+                ..SharedConfig::default()
+            });
+        }
+        let c = PageCache::new(config);
+        if let Some(r) = c.region() {
+            // One copy of a database's pages on the machine: what the
+            // region holds, the kernel's page cache does not (docs/sqlite.md
+            // measures what a unix-VFS process beside then pays).
+            r.set_drop_behind(true);
+        }
         if settings.budget {
             join_budget(&c, capacity);
         }
@@ -269,6 +305,7 @@ fn make_inode(
     kind: c_int,
     policy: WritePolicy,
     exclusive: bool,
+    shared: bool,
 ) -> Result<Inode, OpenError> {
     let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
     let is_wal = kind & SQLITE_OPEN_WAL != 0;
@@ -289,7 +326,21 @@ fn make_inode(
             .map_err(|e| OpenError::cant_open(format!("dup of {}: {e}", path.display())))?;
         FileBackend::from_file(dup)
     };
-    let opts = FileOptions::default().block_size(if is_db { 4096 } else { 512 });
+    // A main database beside other processes: its pages in the machine's
+    // shared cache when the process's cache has joined it (see
+    // `cache_for`) and the file can be shared; everything else in the
+    // process's own memory.
+    let share = is_db
+        && shared
+        && !exclusive
+        && !direct
+        && policy == WritePolicy::AtSyncPoint
+        && !crate::sqlite::process::write_back_only();
+    let opts = FileOptions::default()
+        .block_size(if is_db { 4096 } else { 512 })
+        .share(share)
+        // (the coherence checks compare the header at every lock gap)
+        .check_at_open(false);
     let file = cache
         .open_with(backend, opts)
         .map_err(|e| OpenError::cant_open(format!("{}: {e}", path.display())))?;
@@ -387,6 +438,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             0,
             WritePolicy::Cached,
             true,
+            false,
         )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow, false);
         return Ok((h, out_flags));
@@ -496,7 +548,17 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     };
     let exclusive = db.as_ref().map_or(settings.exclusive, |d| d.exclusive);
     let inode = inode::open_or_insert(key, || {
-        make_inode(&cache, &path, fd, direct, writable, kind, policy, exclusive)
+        make_inode(
+            &cache,
+            &path,
+            fd,
+            direct,
+            writable,
+            kind,
+            policy,
+            exclusive,
+            settings.shared,
+        )
     })?;
     if is_db && inode.exclusive != settings.exclusive {
         api.log(

@@ -266,6 +266,7 @@ impl Handle {
             bulk: 0,
             children,
             unbooked: (0, 0, 0),
+
             shm: None,
             chunk: 0,
             psow,
@@ -540,7 +541,9 @@ unsafe extern "C" fn x_write(
         }
         // SAFETY: SQLite passes `amt` readable bytes.
         let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-        h.inode.note_write(data, off);
+        if let Err(e) = h.inode.note_write(data, off) {
+            return io_code(h, "write", &e, SQLITE_IOERR_WRITE);
+        }
         // A held reference to a folio written here would make the write
         // copy the folio: let go of them first (by the folio each holds,
         // which may be larger than SQLite's page).
@@ -596,7 +599,9 @@ unsafe extern "C" fn x_truncate(file: *mut sqlite3_file, size: i64) -> c_int {
         if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR_TRUNCATE, "xTruncate") {
             return rc;
         }
-        h.inode.note_change();
+        if let Err(e) = h.inode.note_change() {
+            return io_code(h, "truncate", &e, SQLITE_IOERR_TRUNCATE);
+        }
         let mut size = size;
         if h.chunk > 0 {
             // As the unix VFS: round up to the chunk size.
@@ -864,6 +869,12 @@ unsafe extern "C" fn x_fetch(
         if h.noreuse() {
             // A scan or bulk read passing the cache by: SQLite reads the
             // page with xRead (a fetched page would be kept).
+            h.count_fetch(None);
+            return SQLITE_OK;
+        }
+        // A database in the shared cache lends nothing (its frames are
+        // copied from, never lent): SQLite reads the page with xRead.
+        if h.inode.file.is_shared() {
             h.count_fetch(None);
             return SQLITE_OK;
         }

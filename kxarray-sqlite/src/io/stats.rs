@@ -97,8 +97,23 @@ pub(crate) fn stats_text(cache: &PageCache) -> String {
         .count("coherence_checks", r(&v.coherence_checks))
         .count("coherence_partial_drops", r(&v.coherence_partial_drops))
         .count("coherence_full_drops", r(&v.coherence_full_drops))
+        .count("coherence_member_skips", r(&v.coherence_member_skips))
         .pages("coherence_pages_dropped", r(&v.coherence_pages_dropped))
         .count("open_files", inode::open_files());
+    // The shared cache's figures, every member's together (this member's
+    // reads are in `hits` and `misses` above).
+    if let Some(region) = cache.region() {
+        let g = region.stats();
+        rows.count("shared_files", inode::shared_files())
+            .count("region_members", g.members)
+            .bytes("region_capacity", g.capacity)
+            .bytes("region_backed", g.backed)
+            .pages("region_cached_pages", g.cached_frames)
+            .pages("region_dirty_pages", g.dirty_frames)
+            .count("region_fills", g.fills)
+            .count("region_evictions", g.evictions)
+            .count("region_recovered", g.recovered);
+    }
     // The shared budget's fields, when the cache is in one.
     if let Some(b) = crate::sqlite::process::budget_stats() {
         rows.count("budget_key", b.key.replace(' ', "%20"))

@@ -149,6 +149,10 @@ pub(crate) struct Inode {
     /// `coherence` last recorded it (set before the change is made; read
     /// at a hold's end, `Coherence::after_write`).
     pub(crate) wrote: AtomicBool,
+    /// A database in the shared cache: this process holds the file's
+    /// writer mark (set at its first change, `note_change`; cleared when
+    /// the change is final, `change_final`).
+    marked: AtomicBool,
     /// Shared mode: a database's hold under `locking_mode=EXCLUSIVE`, or
     /// the hold a journal's or WAL's cache is current for ([`Hold`]).
     pub(crate) hold: Arc<Hold>,
@@ -207,13 +211,18 @@ extern "C" fn at_exit() {
         let Ok(t) = table_cell().try_lock() else {
             return;
         };
-        for inode in this_process(t).values() {
+        let t = this_process(t);
+        for inode in t.values() {
             if inode.policy == WritePolicy::AtSyncPoint
                 && !crate::sqlite::process::write_back_only()
             {
                 let _ = inode.file.write_back(0..u64::MAX);
             }
+            inode.change_final_at_exit();
         }
+        // (The process stays a member of the shared cache to its end:
+        // another thread, the budget's, may hold a frame's lock at this
+        // moment, which only a recovery of this member can take back.)
     });
 }
 
@@ -295,6 +304,14 @@ pub fn open_files() -> usize {
     table().len()
 }
 
+/// Of them, the databases whose pages are in the shared cache.
+pub(crate) fn shared_files() -> usize {
+    table()
+        .values()
+        .filter(|i| i.file.shared_file().is_some())
+        .count()
+}
+
 impl Inode {
     /// An inode over `file`, with `fd` its identity descriptor, in shared
     /// locking mode, cached.
@@ -321,6 +338,7 @@ impl Inode {
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
             wrote: AtomicBool::new(false),
+            marked: AtomicBool::new(false),
             hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
             shm: Mutex::new(Weak::new()),
@@ -393,6 +411,14 @@ impl Inode {
         call: (c_int, c_int, c_int),
         action: ShmLockAction,
     ) -> c_int {
+        if action == ShmLockAction::CkptEnd {
+            // The checkpoint is over (its pages copied, written back at
+            // CKPT_DONE, the file cut and synced, `nBackfill` moved): its
+            // changes are final, before another process may checkpoint.
+            if self.file.is_shared() && self.file.write_back(0..u64::MAX).is_ok() {
+                self.change_final();
+            }
+        }
         let r = s.lock_checked(call, |shm| {
             let mut coh = lock(&self.coherence);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -442,7 +468,9 @@ impl Inode {
         if !std::mem::take(&mut s.recheck) {
             return Ok(());
         }
-        let r = lock(&self.coherence).wal_check(&self.db(), &s.shm);
+        let r = self
+            .check_writer()
+            .and_then(|()| lock(&self.coherence).wal_check(&self.db(), &s.shm));
         r.map_err(|msg| {
             // tried again at the next read
             s.recheck = true;
@@ -459,26 +487,82 @@ impl Inode {
     }
 
     /// A database: this process is about to change the file (a write, a
-    /// truncation, a growth), for the hold's end (`wrote`).
+    /// truncation, a growth), for the hold's end (`wrote`); in the shared
+    /// cache, this member marks itself the file's writer first (see
+    /// `cache`: cleared when the change is final, [`Inode::change_final`]).
+    ///
+    /// # Errors
+    /// The mark could not be set (this process is no longer a member, or
+    /// another live member holds it): the change must not be made.
     #[inline]
-    pub(crate) fn note_change(&self) {
+    pub(crate) fn note_change(&self) -> std::io::Result<()> {
         if self.is_db && !self.exclusive {
             self.wrote.store(true, Ordering::Relaxed);
+            if let Some(f) = self.file.shared_file() {
+                if !self.marked.load(Ordering::Relaxed) {
+                    f.mark_writer()?;
+                    self.marked.store(true, Ordering::Relaxed);
+                }
+            }
         }
+        Ok(())
     }
 
     /// A database: this process is about to write `data` at `off`
     /// ([`note_change`](Inode::note_change), and the header bytes when it
     /// writes page 1: `Coherence::wrote_header`).
+    ///
+    /// # Errors
+    /// As [`note_change`](Inode::note_change).
     #[inline]
-    pub(crate) fn note_write(&self, data: &[u8], off: u64) {
+    pub(crate) fn note_write(&self, data: &[u8], off: u64) -> std::io::Result<()> {
         if self.is_db && !self.exclusive {
-            self.wrote.store(true, Ordering::Relaxed);
+            self.note_change()?;
             if off <= 24 {
                 if let Some(h) = crate::wal::coherence::Header::written(data, off) {
                     lock(&self.coherence).wrote_header(h);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A database in the shared cache: this process's changes to the file
+    /// are final in it (its transaction ended and was written back, or its
+    /// checkpoint's pages were): its writer mark goes.
+    pub(crate) fn change_final(&self) {
+        if let Some(f) = self.file.shared_file() {
+            if self.marked.swap(false, Ordering::Relaxed) {
+                f.clear_writer();
+            }
+        }
+    }
+
+    /// At the process's exit: a change not known final (an exit in the
+    /// middle of a transaction leaves a hot journal) retires the frames
+    /// it made (the region's `depart` does so for the mark).
+    fn change_final_at_exit(&self) {
+        if let Some(f) = self.file.shared_file() {
+            if self.marked.swap(false, Ordering::Relaxed) {
+                let _ = f.retire();
+                f.clear_writer();
+            }
+        }
+    }
+
+    /// A database in the shared cache: look at the writer mark before
+    /// trusting a frame (a dead member's unfinished change retires every
+    /// frame of the file first; one load when there is no mark).
+    #[inline]
+    pub(crate) fn check_writer(&self) -> Result<(), String> {
+        match self.file.shared_file() {
+            Some(f) => f.check_writer().map(drop).map_err(|e| {
+                format!(
+                    "kxarray: checking the writer of {} in the shared cache: {e}",
+                    self.path.display()
+                )
+            }),
+            None => Ok(()),
         }
     }
 
@@ -593,7 +677,11 @@ impl Inode {
             };
             if r.is_ok() {
                 // The process had no lock: what did others change since?
-                if let Err(msg) = lock(&self.coherence).after_gap(&self.db()) {
+                // A dead member's unfinished change first.
+                let checked = self
+                    .check_writer()
+                    .and_then(|()| lock(&self.coherence).after_gap(&self.db()));
+                if let Err(msg) = checked {
                     let _ = oslock::set(fd, Kind::Unlock, 0, 0);
                     return Err((SQLITE_IOERR_LOCK, msg));
                 }
@@ -678,6 +766,9 @@ impl Inode {
                 // if every change is its own.
                 let wrote = self.wrote.swap(false, Ordering::Relaxed);
                 lock(&self.coherence).after_write(&self.db(), wrote);
+                // Final in the file (the sync point wrote it back), before
+                // another process can take a lock.
+                self.change_final();
             }
             if want == SQLITE_LOCK_SHARED {
                 oslock::set(fd, Kind::Read, SHARED_FIRST, SHARED_SIZE)
@@ -781,6 +872,15 @@ impl Inode {
     /// last handle closed (under the table's lock, see [`close`]).
     fn shut(&self) {
         let _ = self.file.write_back(0..u64::MAX);
+        if let Some(f) = self.file.shared_file() {
+            // Closed with a change not known final (SQLite ends its
+            // transactions before a close; an I/O error may not): nobody
+            // trusts the frames it changed.
+            if self.marked.swap(false, Ordering::Relaxed) {
+                let _ = f.retire();
+                f.clear_writer();
+            }
+        }
         let mut st = lock(&self.locks);
         if self.is_db && (st.ofd || st.level != SQLITE_LOCK_NONE) {
             let _ = oslock::set(&self.fd, Kind::Unlock, 0, 0);

@@ -53,6 +53,12 @@ pub struct Settings {
     /// own locks on the unix VFS's bytes, a `-shm` file, and a cache kept
     /// coherent with other processes' writes.
     pub exclusive: bool,
+    /// With `kx_locking=shared`: keep the database's pages in the cache
+    /// shared by the machine's processes on this VFS (`kx_shared=1`, the
+    /// default; `kxarray::shared`), one copy for all of them, instead of
+    /// this process's own cache. A process that cannot join the shared
+    /// cache, and a file it cannot share, keep their pages privately.
+    pub shared: bool,
 }
 
 /// A setting that does not parse.
@@ -185,12 +191,17 @@ const BUDGET: Names = Names {
     uri: "kx_budget",
     env: "KXARRAY_SQLITE_BUDGET",
 };
+const SHARED: Names = Names {
+    uri: "kx_shared",
+    env: "KXARRAY_SQLITE_SHARED",
+};
 
 /// The URI parameters the VFS reads, besides SQLite's own (`psow`,
 /// `readonly_shm`, `mode`, `vfs`...): every other `kx_` parameter is a
 /// mistake an open refuses.
-pub const URI_PARAMETERS: [&str; 7] = [
+pub const URI_PARAMETERS: [&str; 8] = [
     "kx_cache",
+    "kx_shared",
     "kx_budget",
     "kx_pressure",
     "kx_direct",
@@ -204,8 +215,9 @@ pub const URI_PARAMETERS: [&str; 7] = [
 /// default VFS) and `KXARRAY_SQLITE_WRITE_BACK` (the crash test's control
 /// knob); every other `KXARRAY_SQLITE_` variable is a mistake an open
 /// refuses.
-pub const ENVIRONMENT: [&str; 9] = [
+pub const ENVIRONMENT: [&str; 10] = [
     "KXARRAY_SQLITE_CACHE",
+    "KXARRAY_SQLITE_SHARED",
     "KXARRAY_SQLITE_BUDGET",
     "KXARRAY_SQLITE_PRESSURE",
     "KXARRAY_SQLITE_DIRECT",
@@ -237,8 +249,8 @@ pub fn check_names(
             return Err(SettingError {
                 source: k,
                 value: v,
-                expected: "a kxarray URI parameter (kx_cache, kx_budget, kx_pressure, \
-                           kx_direct, kx_prefetch, kx_fetch, kx_locking)",
+                expected: "a kxarray URI parameter (kx_cache, kx_shared, kx_budget, \
+                           kx_pressure, kx_direct, kx_prefetch, kx_fetch, kx_locking)",
             });
         }
     }
@@ -248,8 +260,8 @@ pub fn check_names(
             return Err(SettingError {
                 source: k.into_owned(),
                 value: v.to_string_lossy().into_owned(),
-                expected: "a kxarray-sqlite variable (KXARRAY_SQLITE_CACHE, _BUDGET, \
-                           _PRESSURE, _DIRECT, _PREFETCH, _FETCH, _LOCKING, _DEFAULT, \
+                expected: "a kxarray-sqlite variable (KXARRAY_SQLITE_CACHE, _SHARED, \
+                           _BUDGET, _PRESSURE, _DIRECT, _PREFETCH, _FETCH, _LOCKING, _DEFAULT, \
                            _WRITE_BACK)",
             });
         }
@@ -318,6 +330,7 @@ impl Settings {
             pressure: boolean(&PRESSURE, true)?,
             prefetch: boolean(&PREFETCH, true)?,
             budget: boolean(&BUDGET, true)?,
+            shared: boolean(&SHARED, true)?,
         })
     }
 
@@ -383,6 +396,7 @@ mod tests {
                 pressure: true,
                 prefetch: true,
                 budget: true,
+                shared: true,
                 exclusive: false,
             }
         );
@@ -442,13 +456,18 @@ mod tests {
         assert_eq!(check_names(known, known_env), Ok(()));
         let e = check_names(uri(&[("kx_cahce", "64m")]), env(&[])).unwrap_err();
         assert_eq!((e.source.as_str(), e.value.as_str()), ("kx_cahce", "64m"));
-        assert!(e.to_string().contains("kx_cache, kx_budget"), "{e}");
+        assert!(
+            e.to_string().contains("kx_cache, kx_shared, kx_budget"),
+            "{e}"
+        );
         let e = check_names(uri(&[("KX_CACHE", "1g")]), env(&[])).unwrap_err();
         assert_eq!(e.source, "KX_CACHE");
         let e = check_names(uri(&[]), env(&[("KXARRAY_SQLITE_CAHCE", "1g")])).unwrap_err();
         assert_eq!(e.source, "KXARRAY_SQLITE_CAHCE");
         // the lists are the settings' names
-        for n in [CACHE, DIRECT, FETCH, PRESSURE, LOCKING, PREFETCH, BUDGET] {
+        for n in [
+            CACHE, DIRECT, FETCH, PRESSURE, LOCKING, PREFETCH, BUDGET, SHARED,
+        ] {
             assert!(URI_PARAMETERS.contains(&n.uri), "{}", n.uri);
             assert!(ENVIRONMENT.contains(&n.env), "{}", n.env);
         }

@@ -56,6 +56,11 @@ pub(crate) struct VfsStats {
     pub(crate) coherence_partial_drops: AtomicU64,
     /// Checks that dropped every cached page of a database.
     pub(crate) coherence_full_drops: AtomicU64,
+    /// Coherence checks that found the file changed and dropped nothing:
+    /// the shared cache's frames were current with it (a member made the
+    /// change, or dropped them after another process's).
+    pub(crate) coherence_member_skips: AtomicU64,
+
     /// Pages dropped by coherence checks, partial and full.
     pub(crate) coherence_pages_dropped: AtomicU64,
 }

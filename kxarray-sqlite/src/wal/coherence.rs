@@ -117,6 +117,21 @@ pub(crate) struct Db<'a> {
     pub(crate) path: &'a Path,
 }
 
+/// The shared file's stamp holding the signature its frames are current
+/// with (see the module notes).
+const SIG_STAMP: usize = 0;
+/// The shared file's stamp holding the WAL-index state (salts and
+/// `nBackfill`) its frames are current with.
+const WAL_STAMP: usize = 1;
+
+/// A WAL-index state as a stamp word (never 0).
+fn wal_stamp(w: &WalSeen) -> u64 {
+    let mut h = crate::wal::filesig::Mix::new();
+    h.word(u64::from(w.salts[0]) << 32 | u64::from(w.salts[1]));
+    h.word(u64::from(w.backfill));
+    h.finish()
+}
+
 /// The most old-generation frames [`old_generation_pages`] reads.
 const MAX_OLD_FRAMES: u32 = 1 << 16;
 
@@ -252,14 +267,31 @@ pub(crate) struct Coherence {
     /// `known_salts`, from the index at the checks (a restart erases them).
     known: Vec<u32>,
     known_salts: [u32; 2],
+    /// This process took the recovery lock since its last check: the next
+    /// one drops every page whatever the shared cache's stamp says (the
+    /// index was rebuilt; a superlock's holder may have replaced the file).
+    recovered: bool,
 }
 
 /// Drop every cached page of the database and take its length again; a
 /// dirty page (this process's own, newer than the file) is written back
 /// first.
 fn drop_all(inode: &Db<'_>) -> Result<(), String> {
-    let before = inode.file.cached_pages();
-    let r = match inode.file.revalidate() {
+    // (the shared cache's pages are retired at once, not counted)
+    let count = || {
+        if inode.file.is_shared() {
+            0
+        } else {
+            inode.file.cached_pages()
+        }
+    };
+    let before = count();
+    let r = match inode.file.shared_file() {
+        // every frame of the file retired at once, for every member
+        Some(f) => f.retire().map(drop),
+        None => inode.file.revalidate(),
+    };
+    let r = match r {
         Err(e) if e.kind() == io::ErrorKind::ResourceBusy => inode
             .file
             .write_back(0..u64::MAX)
@@ -268,10 +300,8 @@ fn drop_all(inode: &Db<'_>) -> Result<(), String> {
     };
     let v = vfs_stats();
     v.coherence_full_drops.fetch_add(1, Ordering::Relaxed);
-    v.coherence_pages_dropped.fetch_add(
-        before.saturating_sub(inode.file.cached_pages()),
-        Ordering::Relaxed,
-    );
+    v.coherence_pages_dropped
+        .fetch_add(before.saturating_sub(count()), Ordering::Relaxed);
     r.map_err(|e| {
         format!(
             "kxarray: dropping the cache of {} (another process changed it): {e}",
@@ -348,7 +378,22 @@ impl Coherence {
         self.wrote_header = None;
         if self.sig != Some(now) {
             self.sig = None;
-            drop_all(inode)?;
+            let stamp = now.stamp();
+            match inode.file.shared_file() {
+                // The frames are current with the file as it is now (the
+                // last change was a member's, or a member dropped them
+                // after someone else's): nothing to drop.
+                Some(f) if f.stamp(SIG_STAMP) == stamp => {
+                    vfs_stats()
+                        .coherence_member_skips
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Some(f) => {
+                    drop_all(inode)?;
+                    f.set_stamp(SIG_STAMP, stamp);
+                }
+                None => drop_all(inode)?,
+            }
         }
         self.sig = Some(now);
         Ok(())
@@ -397,6 +442,10 @@ impl Coherence {
         };
         if ours {
             self.sig = Some(now);
+            // Every change was this member's, through the frames.
+            if let Some(f) = inode.file.shared_file() {
+                f.set_stamp(SIG_STAMP, now.stamp());
+            }
         }
     }
 
@@ -409,6 +458,10 @@ impl Coherence {
     /// unknown, and the next check drops everything).
     pub(crate) fn wal_check(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
         let r = self.wal_check_inner(inode, shm);
+        if let (Ok(()), Some(f), Some(w)) = (&r, inode.file.shared_file(), self.wal) {
+            // The frames are current with the index's state now.
+            f.set_stamp(WAL_STAMP, wal_stamp(&w));
+        }
         self.record(shm);
         r
     }
@@ -450,6 +503,22 @@ impl Coherence {
     fn wal_check_inner(&mut self, inode: &Db<'_>, shm: &Shm) -> Result<(), String> {
         vfs_stats().coherence_checks.fetch_add(1, Ordering::Relaxed);
         let now = read_seen(shm);
+        if let (Some(now), Some(f), false) = (
+            now,
+            inode.file.shared_file(),
+            std::mem::take(&mut self.recovered),
+        ) {
+            if f.stamp(WAL_STAMP) == wal_stamp(&now) {
+                // A member left the frames current with this state.
+                if !self.wal.is_some_and(|s| s.same_file(&now)) {
+                    vfs_stats()
+                        .coherence_member_skips
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                self.wal = Some(now);
+                return Ok(());
+            }
+        }
         let (Some(mut seen), Some(now)) = (self.wal, now) else {
             return self.full(inode, now);
         };
@@ -539,7 +608,7 @@ impl Coherence {
 
     /// This process released the checkpoint lock: record what its own
     /// checkpoint copied.
-    pub(crate) fn ckpt_end(&mut self, shm: &Shm) {
+    pub(crate) fn ckpt_end(&mut self, inode: &Db<'_>, shm: &Shm) {
         if !std::mem::take(&mut self.own_ckpt) {
             return;
         }
@@ -548,6 +617,14 @@ impl Coherence {
                 // Our own checkpoint: the frames it copied are in the
                 // cache as copied.
                 self.wal = Some(now);
+                if let Some(f) = inode.file.shared_file() {
+                    f.set_stamp(WAL_STAMP, wal_stamp(&now));
+                    // and the file as the checkpoint left it (the
+                    // checkpoint lock is still held: no other changes it)
+                    if let Ok(sig) = Sig::read(inode.fd) {
+                        f.set_stamp(SIG_STAMP, sig.stamp());
+                    }
+                }
             }
         }
         self.record(shm);
@@ -561,7 +638,7 @@ impl Coherence {
 
     /// This process released the exclusive read locks 1-4: record its own
     /// restart (new salts, nothing copied) when nothing else happened.
-    pub(crate) fn restart_end(&mut self, shm: &Shm) {
+    pub(crate) fn restart_end(&mut self, inode: &Db<'_>, shm: &Shm) {
         let Some(from) = self.restart_from.take() else {
             return;
         };
@@ -571,6 +648,9 @@ impl Coherence {
         if let Some(now) = read_seen(shm) {
             if now.salts != from.salts && now.backfill == 0 && now.mx == 0 {
                 self.wal = Some(now);
+                if let Some(f) = inode.file.shared_file() {
+                    f.set_stamp(WAL_STAMP, wal_stamp(&now));
+                }
             }
         }
         self.record(shm);
@@ -625,7 +705,7 @@ pub(crate) fn on_shm_lock(
             Ok(())
         }
         ShmLockAction::CkptEnd => {
-            coh.ckpt_end(shm);
+            coh.ckpt_end(inode, shm);
             Ok(())
         }
         ShmLockAction::Recover => {
@@ -634,10 +714,11 @@ pub(crate) fn on_shm_lock(
             // may have replaced it), as SQLite's own pager takes a
             // recovery as a change and drops its cache.
             coh.wal = None;
+            coh.recovered = true;
             Ok(())
         }
         ShmLockAction::RestartEnd => {
-            coh.restart_end(shm);
+            coh.restart_end(inode, shm);
             Ok(())
         }
     }

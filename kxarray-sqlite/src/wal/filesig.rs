@@ -48,7 +48,45 @@ pub(crate) struct Sig {
     pub(crate) mtime: (i64, i64),
 }
 
+/// A 64-bit mix of words (FNV-1a over bytes, then a finalizer): the same
+/// in every process and build, so members compare what they stamp.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mix(u64);
+
+impl Mix {
+    pub(crate) fn new() -> Mix {
+        Mix(0xcbf2_9ce4_8422_2325)
+    }
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    pub(crate) fn word(&mut self, w: u64) {
+        self.bytes(&w.to_le_bytes());
+    }
+    /// The mix, never 0 (a stamp of 0 means none).
+    pub(crate) fn finish(self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)).max(1)
+    }
+}
+
 impl Sig {
+    /// The signature as a stamp word (never 0): what members of the
+    /// shared cache compare at a lock gap.
+    pub(crate) fn stamp(&self) -> u64 {
+        let mut h = Mix::new();
+        h.bytes(&self.header.vers);
+        h.bytes(&self.header.valid_for);
+        h.word(self.len);
+        h.word(self.mtime.0 as u64);
+        h.word(self.mtime.1 as u64);
+        h.finish()
+    }
+
     pub(crate) fn read(fd: &File) -> io::Result<Sig> {
         let mut h = [0u8; 100];
         crate::sys::fdio::pread_full(fd, &mut h, 0)?;

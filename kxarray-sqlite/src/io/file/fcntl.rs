@@ -168,7 +168,9 @@ pub(super) unsafe extern "C" fn x_file_control(
                     0
                 };
                 if size as u64 > h.inode.file.len() && !h.readonly {
-                    h.inode.note_change();
+                    if let Err(e) = h.inode.note_change() {
+                        return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
+                    }
                     if let Err(e) = h.inode.file.set_len(size as u64) {
                         return io_code(h, "extend", &e, SQLITE_IOERR_TRUNCATE);
                     }
@@ -220,7 +222,13 @@ pub(super) unsafe extern "C" fn x_file_control(
             }
             SQLITE_FCNTL_CKPT_DONE => {
                 h.inode.checkpointing.store(false, Ordering::Relaxed);
-                sync_point(h)
+                let rc = sync_point(h);
+                // The checkpoint's pages are in the file: final (under a
+                // write lock, at its end instead).
+                if rc == SQLITE_OK && h.level < SQLITE_LOCK_EXCLUSIVE {
+                    h.inode.change_final();
+                }
+                rc
             }
             SQLITE_FCNTL_SYNC => sync_point(h),
             _ => SQLITE_NOTFOUND,
