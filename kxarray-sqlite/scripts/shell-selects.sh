@@ -81,15 +81,19 @@ run() { # config -> seconds
 
 BESIDE_PID=
 if [ "$BESIDE" = 1 ]; then
-  ( echo "SELECT sum(length(v)) FROM t;"; echo ".print beside-ready"; sleep 100000 ) |
-    sqlite3 -cmd ".load $EXT" -cmd ".open 'file:$DB?vfs=kxarray'" > "$DIR/beside.out" 2>&1 &
+  # its input stays open (a fifo held by this script) until the script ends
+  FIFO=$DIR/beside.fifo
+  rm -f "$FIFO"; mkfifo "$FIFO"
+  sqlite3 -cmd ".load $EXT" -cmd ".open 'file:$DB?vfs=kxarray'" < "$FIFO" > "$DIR/beside.out" 2>&1 &
   BESIDE_PID=$!
-  trap 'pkill -P "$BESIDE_PID" 2>/dev/null; kill "$BESIDE_PID" 2>/dev/null || true' EXIT
+  exec 9> "$FIFO"
+  printf 'SELECT sum(length(v)) FROM t;\n.print beside-ready\n' >&9
+  trap 'exec 9>&-; wait "$BESIDE_PID" 2>/dev/null; rm -f "$FIFO"' EXIT
   for _ in $(seq 1 600); do grep -q beside-ready "$DIR/beside.out" 2>/dev/null && break; sleep 0.1; done
   echo "a member beside holds the database (pid $BESIDE_PID)" >&2
 fi
 
-OUT=$DIR/results.tsv
+OUT=$DIR/shell-selects.tsv
 : > "$OUT"
 read -r -a cfgs <<< "$CONFIGS"
 n=${#cfgs[@]}

@@ -101,11 +101,10 @@ fn prefork_server_child() {
         }
     }
     for p in pids {
-        // SAFETY: our workers; reaped at once.
-        unsafe {
-            libc::kill(p, libc::SIGKILL);
-            libc::waitpid(p, std::ptr::null_mut(), 0);
-        }
+        // SAFETY: a worker of ours.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+        // SAFETY: reaping that child; no status is written (null).
+        unsafe { libc::waitpid(p, std::ptr::null_mut(), 0) };
     }
     say("stopped");
     drop(c);

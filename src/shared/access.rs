@@ -77,12 +77,6 @@ pub(crate) enum Got {
     Uncached,
 }
 
-/// `pread` the whole of `len` bytes at `off` into `ptr`, stopping at the end
-/// of the file: how many were read.
-///
-/// # Safety
-/// - `ptr..ptr + len` is writable memory no Rust reference covers (a
-///   frame's bytes, written by the kernel).
 /// Drop the kernel's page cache of `len` bytes of `fd` from `off` (0:
 /// to the end): advice, whose failure changes nothing but memory.
 pub(crate) fn drop_kernel_copy(fd: BorrowedFd<'_>, off: u64, len: u64) {
@@ -97,6 +91,12 @@ pub(crate) fn drop_kernel_copy(fd: BorrowedFd<'_>, off: u64, len: u64) {
     }
 }
 
+/// `pread` the whole of `len` bytes at `off` into `ptr`, stopping at the end
+/// of the file: how many were read.
+///
+/// # Safety
+/// - `ptr..ptr + len` is writable memory no Rust reference covers (a
+///   frame's bytes, written by the kernel).
 pub(crate) unsafe fn pread_into(
     fd: BorrowedFd<'_>,
     ptr: *mut u8,
@@ -273,7 +273,7 @@ impl Region {
                             if n < PAGE {
                                 bytes.zero(n, PAGE - n);
                             }
-                            if self.drop_behind() {
+                            if self.drop_behind() && start >= PAGE64 {
                                 drop_kernel_copy(fd, start, PAGE as u64);
                             }
                         }

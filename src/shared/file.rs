@@ -661,7 +661,7 @@ impl SharedFile {
         let r = self.region.sync_file(me, &self.io, data);
         if r.is_ok() && self.region.drop_behind() {
             // clean now: the kernel's copy goes (see `set_drop_behind`)
-            super::access::drop_kernel_copy(self.io.fd.as_fd(), 0, 0);
+            super::access::drop_kernel_copy(self.io.fd.as_fd(), PAGE64, 0);
         }
         if let Some(s) = files::look(self.io.fd.as_fd()) {
             self.slot().set_seen(s);
@@ -742,6 +742,17 @@ impl SharedFile {
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// Whether another live member holds the file's writer mark (a
+    /// change of its own under way through the frames).
+    pub fn writer_elsewhere(&self) -> bool {
+        let Ok(me) = self.region.me() else {
+            return false;
+        };
+        self.slot()
+            .writer()
+            .is_some_and(|o| o != me && self.region.alive(o))
     }
 
     /// Whether this member holds the file's writer mark.

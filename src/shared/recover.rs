@@ -61,10 +61,14 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
 
     // 0. the files it was changing
     let retired = retire_changes(region, dead);
-    // 1. bucket locks
-    for b in 0..geo.buckets {
-        if map.bucket(b).release_dead(dead) {
-            locks += 1;
+    // 1. bucket locks (only in the index's pages that were ever written:
+    // a hole of the file holds no lock, and reading it would allocate it)
+    let size = 128u64;
+    for (from, to) in region.with_fd(|fd| data_ranges(fd, geo.index_off, geo.buckets * size)) {
+        for b in from / size..to.div_ceil(size).min(geo.buckets) {
+            if map.bucket(b).release_dead(dead) {
+                locks += 1;
+            }
         }
     }
     // 2. the table locks
@@ -79,10 +83,12 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
     }
     let mut adopt: Vec<DirtyEntry> = Vec::new();
     // 3. frames
+    // Frames above the backed mark were never used, or were evicted and
+    // their memory punched out: none holds anything of the dead member's
+    // (and reading their headers would allocate the metadata's pages).
     let top = region
         .hword(hdr::BACKED)
         .load(Ordering::Acquire)
-        .max(region.hword(hdr::CAPACITY).load(Ordering::Acquire))
         .min(geo.max_frames);
     for f in 0..top as u32 {
         let Some(h) = map.frame(f) else { break };
@@ -249,6 +255,40 @@ fn drop_above(region: &Region, s: usize, size: u64, from: u64, me: Owner) {
     for index in first..last {
         region.drop_page(Tag::new(s, epoch, index), me);
     }
+}
+
+/// The parts of `len` bytes of the region file from `off` that hold data
+/// (`SEEK_DATA`/`SEEK_HOLE`; a swapped-out page is data), relative to
+/// `off`; the whole range when the file system cannot tell.
+fn data_ranges(fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) -> Vec<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let end = off + len;
+    let mut out = Vec::new();
+    let mut pos = off;
+    while pos < end {
+        // SAFETY: lseek on a descriptor of ours moves only its offset,
+        // which nothing else of the region uses (every I/O is positional).
+        let data = unsafe { libc::lseek(fd.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break; // no data past `pos`
+            }
+            return vec![(0, len)];
+        }
+        let data = data as u64;
+        if data >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd.as_raw_fd(), data as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return vec![(0, len)];
+        }
+        let hole = (hole as u64).min(end);
+        out.push((data - off, hole - off));
+        pos = hole;
+    }
+    out
 }
 
 /// Retire every frame of each file member `o` marked itself the writer

@@ -93,7 +93,9 @@ impl Region {
             recovered_locks: h(hdr::RECOVERED_LOCKS),
             ..RegionStats::default()
         };
-        for f in 0..cap.max(backed).min(self.map().geo().max_frames) as u32 {
+        // (frames above the backed mark have no memory and hold nothing:
+        // reading their headers would allocate the metadata's pages)
+        for f in 0..backed.min(self.map().geo().max_frames) as u32 {
             let Some(fh) = self.map().frame(f) else { break };
             let st = fh.state();
             if st & frame::VALID != 0 {
@@ -188,9 +190,12 @@ impl Region {
     /// pages they read or wrote (`POSIX_FADV_DONTNEED` after a fill's read,
     /// and over the whole file after a sync), so that the machine holds
     /// one copy of a page the region holds, not two (the region's and the
-    /// kernel's page cache's). The price is paid by a process outside the
-    /// region reading the same file: it reads from the device what the
-    /// kernel would have kept. Off by default.
+    /// kernel's page cache's). A file's first page is kept in both: the
+    /// header a database's lock gap reads from the file itself (a `pread`
+    /// that would otherwise wait for the device at every transaction).
+    /// The price is paid by a process outside the region reading the same
+    /// file: it reads from the device what the kernel would have kept. Off
+    /// by default.
     pub fn set_drop_behind(&self, on: bool) {
         self.local
             .drop_behind

@@ -109,10 +109,12 @@ pub(crate) fn mp_child(
         }
     };
     println!(
-        "done {ops} {secs:.4} {} {} {} {cpu:.4}",
+        "done {ops} {secs:.4} {} {} {} {cpu:.4} {} {}",
         k("misses"),
         k("coherence_full_drops"),
-        k("coherence_pages_dropped")
+        k("coherence_pages_dropped"),
+        k("coherence_partial_drops"),
+        k("coherence_member_skips")
     );
     std::io::stdout().flush().unwrap();
     // alive until the parent has measured the memory every process holds
@@ -211,7 +213,7 @@ pub(crate) fn mp(
 ) -> String {
     // A runtime directory of the run's own: its shared cache (and memory
     // budget) start empty and hold this run's processes only.
-    let xdg = db.with_file_name(format!(
+    let xdg = std::path::absolute(db).unwrap().with_file_name(format!(
         "xdg-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
@@ -268,6 +270,7 @@ pub(crate) fn mp(
     let mut counters = [0.0; 3];
     // operations per CPU second: the writer's, and the readers' together
     let (mut w_cpu, mut r_ops, mut r_cpu) = (0.0, 0.0, 0.0);
+    let (mut partial, mut skips) = (0.0, 0.0);
     let mut done = Vec::new();
     for (i, (c, mut out)) in kids.into_iter().enumerate() {
         let line = read_line(&mut out);
@@ -284,6 +287,8 @@ pub(crate) fn mp(
             }
             r_ops += v[0];
             r_cpu += v[5];
+            partial += v[6];
+            skips += v[7];
         } else {
             w_cpu = v[5] / v[0];
         }
@@ -304,6 +309,9 @@ pub(crate) fn mp(
         assert!(c.wait().unwrap().success());
     }
     let _ = std::fs::remove_dir_all(&xdg);
+    eprintln!(
+        "readers: {partial} partial drops, {skips} checks answered by the shared cache's stamps"
+    );
     // the readers' kxarray counters: misses, full drops, pages dropped;
     // then CPU microseconds per commit and per read
     format!(
@@ -456,7 +464,9 @@ pub(crate) fn bank(db: &Path, config: &str, procs: usize, seconds: f64, kx_cache
         ))
         .unwrap();
     }
-    let xdg = db.with_file_name(format!("xdg-bank-{}", std::process::id()));
+    let xdg = std::path::absolute(db)
+        .unwrap()
+        .with_file_name(format!("xdg-bank-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&xdg);
     std::fs::create_dir(&xdg).unwrap();
     {
@@ -546,7 +556,7 @@ pub(crate) fn transfer_child(db: &Path, config: &str, seconds: f64, kx_cache: &s
             let bb: i64 = c.query_row("SELECT balance FROM accounts WHERE id = ?1", [b], |r| {
                 r.get(0)
             })?;
-            let amount = rng.random_range(0..=ba.max(0).min(50));
+            let amount = rng.random_range(0..=ba.clamp(0, 50));
             c.execute(
                 "UPDATE accounts SET balance = ?1 WHERE id = ?2",
                 [ba - amount, a],

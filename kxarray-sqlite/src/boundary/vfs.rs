@@ -88,10 +88,11 @@ fn cache_for(settings: &Settings) -> &'static PageCache {
         let mut config = CacheConfig::default().capacity(start).flusher(false);
         if settings.shared && !settings.exclusive {
             // The machine's shared cache for databases (`make_inode`),
-            // with room for the most any process asks by default.
+            // with room for `kx_cache` when this process makes it.
             config = config.shared_with(SharedConfig {
                 name: shared_region_name(),
-                max_bytes: Some(capacity.max(crate::sqlite::config::default_capacity())),
+                // (the index and each member's hints are sized for it)
+                max_bytes: Some(capacity),
                 ..SharedConfig::default()
             });
         }

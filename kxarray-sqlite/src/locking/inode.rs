@@ -411,14 +411,14 @@ impl Inode {
         call: (c_int, c_int, c_int),
         action: ShmLockAction,
     ) -> c_int {
-        if action == ShmLockAction::CkptEnd {
-            // The checkpoint is over (its pages copied, written back at
-            // CKPT_DONE, the file cut and synced, `nBackfill` moved): its
-            // changes are final, before another process may checkpoint.
-            if self.file.is_shared() && self.file.write_back(0..u64::MAX).is_ok() {
-                self.change_final();
-            }
-        }
+        // The checkpoint is over (its pages copied, written back at
+        // CKPT_DONE, the file cut and synced, `nBackfill` moved): written
+        // back now, its state recorded in the release's check below, and
+        // its mark cleared after that (a member that looks in between sees
+        // a live member's checkpoint, `Coherence::wal_check`).
+        let ckpt_end = action == ShmLockAction::CkptEnd
+            && self.file.is_shared()
+            && self.file.write_back(0..u64::MAX).is_ok();
         let r = s.lock_checked(call, |shm| {
             let mut coh = lock(&self.coherence);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -431,6 +431,9 @@ impl Inode {
                 std::panic::resume_unwind(p)
             })
         });
+        if ckpt_end {
+            self.change_final();
+        }
         match r {
             Ok(rc) => rc,
             Err(msg) => {

@@ -522,6 +522,23 @@ impl Coherence {
         let (Some(mut seen), Some(now)) = (self.wal, now) else {
             return self.full(inode, now);
         };
+        if let Some(f) = inode.file.shared_file() {
+            // A member's checkpoint under way, past its `nBackfill` store
+            // and before it records the state: the pages it copied went
+            // through the frames (the checks before it dropped what other
+            // processes changed), so nothing is dropped.
+            if seen.salts == now.salts
+                && now.backfill >= seen.backfill
+                && f.writer_elsewhere()
+                && shm.checkpointer_elsewhere().unwrap_or(false)
+            {
+                vfs_stats()
+                    .coherence_member_skips
+                    .fetch_add(1, Ordering::Relaxed);
+                self.wal = Some(now);
+                return Ok(());
+            }
+        }
         if seen.same_file(&now) {
             self.wal = Some(now);
             return Ok(());

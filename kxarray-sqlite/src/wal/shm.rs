@@ -473,6 +473,18 @@ impl Shm {
         Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 3, n)?.is_some())
     }
 
+    /// Whether another process holds the checkpoint lock (slot 1) now
+    /// (`F_OFD_GETLK`). Always false for an index in process memory.
+    ///
+    /// # Errors
+    /// `fcntl`'s error.
+    pub(crate) fn checkpointer_elsewhere(&self) -> std::io::Result<bool> {
+        let Some(f) = &self.file else {
+            return Ok(false);
+        };
+        Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 1, 1)?.is_some())
+    }
+
     /// Regions mapped now (SQLite's `xShmMap` calls made them).
     pub(crate) fn mapped(&self) -> usize {
         lock(&self.regions).list.len()

@@ -222,13 +222,9 @@ pub(super) unsafe extern "C" fn x_file_control(
             }
             SQLITE_FCNTL_CKPT_DONE => {
                 h.inode.checkpointing.store(false, Ordering::Relaxed);
-                let rc = sync_point(h);
-                // The checkpoint's pages are in the file: final (under a
-                // write lock, at its end instead).
-                if rc == SQLITE_OK && h.level < SQLITE_LOCK_EXCLUSIVE {
-                    h.inode.change_final();
-                }
-                rc
+                // (the writer mark stays until the checkpoint lock's
+                // release: `nBackfill` moves after this, `Inode::shm_lock`)
+                sync_point(h)
             }
             SQLITE_FCNTL_SYNC => sync_point(h),
             _ => SQLITE_NOTFOUND,
