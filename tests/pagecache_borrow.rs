@@ -440,6 +440,15 @@ fn a_held_folio_is_never_current_behind_a_newer_read() {
         })
     };
     let stamp = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap());
+    // the reads race the writer only once it runs (a loaded machine may
+    // start its thread after every read)
+    let mut b = [0u8; 8];
+    while {
+        f.read_at(&mut b, 0).unwrap();
+        stamp(&b) == 0
+    } {
+        std::thread::yield_now();
+    }
     let mut h = f.hold(f.read_folio(0).unwrap()).ok();
     let (mut current, mut renewed) = (0u64, 0u64);
     for _ in 0..200_000 {

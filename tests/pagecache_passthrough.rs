@@ -486,6 +486,11 @@ fn a_scan_racing_writes_and_writeback_never_reads_a_torn_or_stale_page() {
     };
     let mut buf = vec![0u8; PAGE as usize];
     let mut passes = 0;
+    // the scans race the writer only once it runs (a loaded machine may
+    // start its thread after a whole pass)
+    while written.iter().all(|w| w.load(Ordering::SeqCst) == 0) {
+        std::thread::yield_now();
+    }
     while passes < 6 || cache.stats().passthrough_pages < 2 * PAGES {
         for p in 0..PAGES {
             let floor = written[p as usize].load(Ordering::SeqCst);
