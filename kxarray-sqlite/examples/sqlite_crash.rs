@@ -195,11 +195,14 @@ impl ChildCmd {
     }
 }
 
-fn kx_uri(db: &Path, direct: bool) -> String {
+/// `vfs` is `kxarray` (the process's own cache) or `kxarray-shared` (a
+/// member of the shared cache, `kx_shared=1`).
+fn kx_uri(db: &Path, direct: bool, vfs: &str) -> String {
     format!(
-        "file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m",
+        "file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m&kx_shared={}",
         db.display(),
-        u8::from(direct)
+        u8::from(direct),
+        u8::from(vfs == "kxarray-shared")
     )
 }
 
@@ -207,9 +210,9 @@ fn open_db(db: &Path, vfs: &str, direct: bool) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI;
-    let c = if vfs == "kxarray" {
+    let c = if vfs.starts_with("kxarray") {
         kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).expect("register");
-        Connection::open_with_flags(kx_uri(db, direct), flags)?
+        Connection::open_with_flags(kx_uri(db, direct, vfs), flags)?
     } else {
         Connection::open_with_flags(db, flags)?
     };
@@ -623,7 +626,7 @@ fn shell_script(lib: &Path, db: &Path, m: &Mode, start: u64, n: u64) -> String {
     let mut s = format!(
         ".load {}\n.open '{}'\n.bail on\nPRAGMA busy_timeout=10000;\nPRAGMA journal_mode={};\nPRAGMA synchronous={};\n{SCHEMA}\n",
         lib.with_extension("").display(),
-        kx_uri(db, m.direct),
+        kx_uri(db, m.direct, "kxarray"),
         m.journal,
         m.sync
     );
@@ -704,9 +707,13 @@ pub(crate) fn run_mode(
                 log.display()
             )
         };
-        let args = args_on(m.writer_vfs);
+        let args = args_on(if m.member_beside {
+            "kxarray-shared"
+        } else {
+            m.writer_vfs
+        });
         let beside_vfs = if m.member_beside {
-            "kxarray"
+            "kxarray-shared"
         } else {
             m.other_vfs()
         };
