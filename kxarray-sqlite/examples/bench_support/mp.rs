@@ -72,10 +72,7 @@ pub(crate) fn mp_child(
     let _: i64 = c
         .query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0))
         .unwrap();
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
+    ready_then_go();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut point = c.prepare("SELECT length(v) FROM t WHERE id = ?1").unwrap();
     let mut update = c
@@ -116,10 +113,8 @@ pub(crate) fn mp_child(
         k("coherence_partial_drops"),
         k("coherence_member_skips")
     );
-    std::io::stdout().flush().unwrap();
     // alive until the parent has measured the memory every process holds
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    until_told();
 }
 
 /// The proportional set size of process `pid` in bytes (its share of
@@ -172,6 +167,33 @@ pub(crate) fn kernel_cached(path: &Path) -> u64 {
     vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64
 }
 
+/// A child's handshake: say "ready", then wait for the parent's "go".
+fn ready_then_go() {
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+}
+
+/// A child's end: flush what it said, stay alive until the parent's next
+/// line (or its end).
+fn until_told() {
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// A runtime directory of a run's own beside `db` (mode 0700, removed
+/// when dropped): its shared cache and memory budget start empty and hold
+/// the run's processes only.
+fn runtime_dir(db: &Path) -> tempfile::TempDir {
+    let parent = std::path::absolute(db).unwrap();
+    tempfile::Builder::new()
+        .prefix("xdg-")
+        .tempdir_in(parent.parent().unwrap())
+        .unwrap()
+}
+
 /// This process's CPU time so far (user and system, every thread).
 fn cpu_seconds() -> f64 {
     // SAFETY: `getrusage` writes the struct it is given, nothing else.
@@ -211,21 +233,8 @@ pub(crate) fn mp(
     kx_cache: &str,
     idle_thread: bool,
 ) -> String {
-    // A runtime directory of the run's own: its shared cache (and memory
-    // budget) start empty and hold this run's processes only.
-    let xdg = std::path::absolute(db).unwrap().with_file_name(format!(
-        "xdg-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let _ = std::fs::remove_dir_all(&xdg);
-    std::fs::create_dir(&xdg).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let dir = runtime_dir(db);
+    let xdg = dir.path();
     let mut kids = Vec::new();
     for i in 0..=readers {
         let role = if i == 0 { "writer" } else { "reader" };
@@ -257,7 +266,7 @@ pub(crate) fn mp(
             .chain(idle)
             .cloned()
             .collect::<Vec<_>>(),
-            &xdg,
+            xdg,
         ));
     }
     for (_, out) in &mut kids {
@@ -308,7 +317,6 @@ pub(crate) fn mp(
         let _ = c.stdin.as_mut().unwrap().write_all(b"exit\n");
         assert!(c.wait().unwrap().success());
     }
-    let _ = std::fs::remove_dir_all(&xdg);
     eprintln!(
         "readers: {partial} partial drops, {skips} checks answered by the shared cache's stamps"
     );
@@ -464,15 +472,8 @@ pub(crate) fn bank(db: &Path, config: &str, procs: usize, seconds: f64, kx_cache
         ))
         .unwrap();
     }
-    let xdg = std::path::absolute(db)
-        .unwrap()
-        .with_file_name(format!("xdg-bank-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&xdg);
-    std::fs::create_dir(&xdg).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let dir = runtime_dir(db);
+    let xdg = dir.path();
     let mut kids: Vec<_> = (0..procs)
         .map(|i| {
             spawn_child(
@@ -490,7 +491,7 @@ pub(crate) fn bank(db: &Path, config: &str, procs: usize, seconds: f64, kx_cache
                     "--seed".into(),
                     (i as u64 + 101).to_string(),
                 ],
-                &xdg,
+                xdg,
             )
         })
         .collect();
@@ -513,7 +514,6 @@ pub(crate) fn bank(db: &Path, config: &str, procs: usize, seconds: f64, kx_cache
         let _ = c.stdin.as_mut().unwrap().write_all(b"exit\n");
         assert!(c.wait().unwrap().success());
     }
-    let _ = std::fs::remove_dir_all(&xdg);
     let c = Connection::open(db).unwrap();
     let total: i64 = c
         .query_row("SELECT sum(balance) FROM accounts", [], |r| r.get(0))
@@ -535,10 +535,7 @@ pub(crate) fn transfer_child(db: &Path, config: &str, seconds: f64, kx_cache: &s
     let _: i64 = c
         .query_row("SELECT sum(length(pad)) FROM accounts", [], |r| r.get(0))
         .unwrap();
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
+    ready_then_go();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let t0 = Instant::now();
     let mut commits = 0u64;
@@ -575,7 +572,5 @@ pub(crate) fn transfer_child(db: &Path, config: &str, seconds: f64, kx_cache: &s
         }
     }
     println!("done {commits} {:.4}", t0.elapsed().as_secs_f64());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    until_told();
 }

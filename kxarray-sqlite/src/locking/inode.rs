@@ -218,7 +218,7 @@ extern "C" fn at_exit() {
             {
                 let _ = inode.file.write_back(0..u64::MAX);
             }
-            inode.change_final_at_exit();
+            inode.abandon_change();
         }
         // (The process stays a member of the shared cache to its end:
         // another thread, the budget's, may hold a frame's lock at this
@@ -541,10 +541,11 @@ impl Inode {
         }
     }
 
-    /// At the process's exit: a change not known final (an exit in the
-    /// middle of a transaction leaves a hot journal) retires the frames
-    /// it made (the region's `depart` does so for the mark).
-    fn change_final_at_exit(&self) {
+    /// A database in the shared cache left with a change not known final
+    /// (a close after an I/O error, an exit in the middle of a
+    /// transaction, which leave a hot journal): nobody trusts the frames
+    /// it changed (every frame of the file retired), and the mark goes.
+    fn abandon_change(&self) {
         if let Some(f) = self.file.shared_file() {
             if self.marked.swap(false, Ordering::Relaxed) {
                 let _ = f.retire();
@@ -875,15 +876,8 @@ impl Inode {
     /// last handle closed (under the table's lock, see [`close`]).
     fn shut(&self) {
         let _ = self.file.write_back(0..u64::MAX);
-        if let Some(f) = self.file.shared_file() {
-            // Closed with a change not known final (SQLite ends its
-            // transactions before a close; an I/O error may not): nobody
-            // trusts the frames it changed.
-            if self.marked.swap(false, Ordering::Relaxed) {
-                let _ = f.retire();
-                f.clear_writer();
-            }
-        }
+        // (SQLite ends its transactions before a close; an I/O error may not)
+        self.abandon_change();
         let mut st = lock(&self.locks);
         if self.is_db && (st.ofd || st.level != SQLITE_LOCK_NONE) {
             let _ = oslock::set(&self.fd, Kind::Unlock, 0, 0);

@@ -530,7 +530,7 @@ impl Coherence {
             if seen.salts == now.salts
                 && now.backfill >= seen.backfill
                 && f.writer_elsewhere()
-                && shm.checkpointer_elsewhere().unwrap_or(false)
+                && shm.held_elsewhere(WAL_CKPT_LOCK, 1).unwrap_or(false)
             {
                 vfs_stats()
                     .coherence_member_skips

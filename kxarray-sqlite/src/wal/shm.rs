@@ -458,31 +458,26 @@ impl Shm {
     }
 
     /// Whether another process holds a lock on a WAL read-mark slot (3 to
-    /// 7: `SQLITE_FCNTL_EXTERNAL_READER`, as `unixFcntlExternalReader`:
-    /// `F_GETLK` sees other processes' locks, never this one's, and
-    /// `F_OFD_GETLK` on this process's one description of the file sees
-    /// the same). Always false for an index in process memory.
+    /// 7: `SQLITE_FCNTL_EXTERNAL_READER`, as `unixFcntlExternalReader`;
+    /// its `F_GETLK` and this `F_OFD_GETLK` see the same locks).
     ///
     /// # Errors
     /// `fcntl`'s error.
     pub(crate) fn external_reader(&self) -> std::io::Result<bool> {
-        let Some(f) = &self.file else {
-            return Ok(false);
-        };
-        let n = i64::from(SQLITE_SHM_NLOCK) - 3;
-        Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 3, n)?.is_some())
+        self.held_elsewhere(3, SQLITE_SHM_NLOCK - 3)
     }
 
-    /// Whether another process holds the checkpoint lock (slot 1) now
-    /// (`F_OFD_GETLK`). Always false for an index in process memory.
+    /// Whether another process holds a lock on `n` lock slots from `first`
+    /// (`F_OFD_GETLK`); false for an index in process memory.
     ///
     /// # Errors
     /// `fcntl`'s error.
-    pub(crate) fn checkpointer_elsewhere(&self) -> std::io::Result<bool> {
+    pub(crate) fn held_elsewhere(&self, first: c_int, n: c_int) -> std::io::Result<bool> {
         let Some(f) = &self.file else {
             return Ok(false);
         };
-        Ok(oslock::conflict(&f.fd, Kind::Write, SHM_LOCK_BASE + 1, 1)?.is_some())
+        let start = SHM_LOCK_BASE + i64::from(first);
+        Ok(oslock::conflict(&f.fd, Kind::Write, start, i64::from(n))?.is_some())
     }
 
     /// Regions mapped now (SQLite's `xShmMap` calls made them).
