@@ -107,7 +107,7 @@ mod tests;
 #[cfg(not(loom))]
 static HOOKS: region::Hooks = region::Hooks {
     recover: recover::recover,
-    release_openers: recover::release_openers,
+    leave_files: recover::leave_files,
 };
 
 #[cfg(not(loom))]

@@ -300,10 +300,15 @@ fn retire_changes(region: &Region, o: Owner) -> usize {
         .count()
 }
 
-/// Clear member `o`'s bit in every file's openers, and its writer marks
-/// (their files' frames retired).
-pub(crate) fn release_openers(region: &Region, o: Owner) {
+/// A member leaving: its writer marks cleared (their files' frames
+/// retired), then its bit in every file's openers.
+pub(crate) fn leave_files(region: &Region, o: Owner) {
     retire_changes(region, o);
+    release_openers(region, o);
+}
+
+/// Clear member `o`'s bit in every file's openers.
+pub(crate) fn release_openers(region: &Region, o: Owner) {
     let bit = member_bit(o);
     for s in 0..FILES {
         let slot = region.map().file(s);

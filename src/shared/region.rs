@@ -128,8 +128,9 @@ fn lay_out(fd: &File, max_frames: u64) -> io::Result<Geometry> {
 pub(crate) struct Hooks {
     /// Undo what member `dead` left (the caller `me` holds its byte).
     pub(crate) recover: fn(&Region, Owner, Owner),
-    /// Clear a member's bit in every file's openers.
-    pub(crate) release_openers: fn(&Region, Owner),
+    /// A member leaving: its writer marks (their files' frames retired)
+    /// and its bit in every file's openers cleared.
+    pub(crate) leave_files: fn(&Region, Owner),
 }
 
 /// This process's membership: its slot, the fork generation that joined
@@ -449,7 +450,7 @@ impl Region {
             return; // a child that never joined: nothing of ours to free
         }
         let ms = self.map.member(me.slot());
-        (self.hooks.release_openers)(self, me);
+        (self.hooks.leave_files)(self, me);
         ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
         ms.words[mw::STATE].store(0, Ordering::Release);
         self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
