@@ -55,7 +55,21 @@ fn child(role: &str) -> i32 {
                 file.read_at(&mut buf, u64::from(p) * PAGE as u64).unwrap();
                 match decode(p, &buf) {
                     Err(e) => {
-                        eprintln!("reader {writer}: {e}");
+                        // what the file holds and a second read, to tell a
+                        // frame's fault from a writeback's
+                        use std::os::unix::fs::FileExt;
+                        let at = u64::from(p) * PAGE as u64;
+                        let mut disk = vec![0u8; PAGE];
+                        let _ =
+                            std::fs::File::open(data).and_then(|f| f.read_exact_at(&mut disk, at));
+                        let mut again = vec![0u8; PAGE];
+                        let _ = file.read_at(&mut again, at);
+                        eprintln!(
+                            "reader {writer}: {e}; the file: {:?}; read again: {:?}; {}",
+                            decode(p, &disk),
+                            decode(p, &again),
+                            region.stats()
+                        );
                         return 2;
                     }
                     Ok(got) => {

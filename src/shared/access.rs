@@ -15,8 +15,8 @@
 //!   inside a change, entered in the index, filled from the file with the
 //!   frame locked (waiters sleep on it), marked `VALID`, its change ended.
 //!   A frame is locked before any bucket lock is taken and no bucket lock
-//!   is held while waiting for a frame or doing I/O: the lock order is
-//!   frame, then bucket.
+//!   is held while waiting for a frame, nor for I/O but a write the region
+//!   has no frame for (below): the lock order is frame, then bucket.
 //! - **The write** ([`Region::write_locked`]): under the frame's lock, the
 //!   bytes stored inside a change; a frame made dirty is counted in its
 //!   file's dirty count before its flag is set and put on the writer's
@@ -24,16 +24,23 @@
 //!
 //! When the region has no frame to give (every one dirty, pinned by a
 //! lock, or the bucket full), the page is not cached: reads go to the file
-//! and writes go through to it, exactly as if the region were not there
-//! (no frame holds the page, so nothing else can be stale).
+//! and writes go through to it, under the page's bucket lock after looking
+//! for the page again, so a fill that races the write reads it (its frame
+//! enters the index under that lock before its `pread`). When a writer's
+//! dirty list has no room, the page is written through its frame: the
+//! frame takes the bytes and, unless it is dirty already (then it is on a
+//! list), the file gets them before the frame's lock is released. Either
+//! way no frame is left holding bytes older than the file's.
 
 use super::frame::{Owner, Tag, DIRTY, ERROR, VALID};
 use super::index::{fingerprint, Inserted};
 use super::layout::{hdr, PAGE, PAGE64};
 use super::region::Region;
 use crate::sync::Ordering;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
 
 /// How a frame claimed for a page gets its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,6 +351,88 @@ impl Region {
             self.push_dirty(l.frame);
         }
         h.unlock(me, 0, 0);
+    }
+
+    /// Store `src` at `off` of the locked frame (page `tag`, at byte `pos`
+    /// of the file) without a dirty-list reservation: a frame dirty
+    /// already is on a list, and takes the bytes as
+    /// [`write_locked`](Self::write_locked) would; a clean one (or a claim
+    /// for an overwrite) takes them and the file gets them at once, the
+    /// frame's lock held until it has (so the frame stays clean and the
+    /// file's). Unlocks it.
+    ///
+    /// # Errors
+    /// The file's write error: the frame is dropped then (it holds bytes
+    /// the file does not, and is on no dirty list).
+    pub(crate) fn write_locked_through(
+        &self,
+        l: Locked,
+        me: Owner,
+        tag: Tag,
+        off: usize,
+        src: &[u8],
+        file: &File,
+    ) -> io::Result<()> {
+        let map = self.map();
+        let (Some(h), Some(bytes)) = (map.frame(l.frame), map.bytes(l.frame)) else {
+            return file.write_all_at(src, tag.index * PAGE64 + off as u64);
+        };
+        let s = l.open.unwrap_or_else(|| h.begin_change());
+        bytes.store(off, src);
+        if h.state() & DIRTY != 0 {
+            h.end_change(s);
+            h.unlock(me, 0, 0);
+            return Ok(());
+        }
+        match file.write_all_at(src, tag.index * PAGE64 + off as u64) {
+            Ok(()) => {
+                h.set_flags(me, VALID, 0);
+                h.end_change(s);
+                h.unlock(me, 0, 0);
+                Ok(())
+            }
+            Err(e) => {
+                {
+                    let b = map.bucket(tag.hash());
+                    let g = b.lock(me, &mut |o| self.stuck(o));
+                    g.remove(fingerprint(tag.hash()), l.frame, None);
+                }
+                h.set_tag(Tag::NONE);
+                h.end_change(s);
+                h.unlock(me, 0, VALID | DIRTY | ERROR);
+                Err(e)
+            }
+        }
+    }
+
+    /// Write `src` at byte `pos` of the file (page `tag`) straight through,
+    /// when no frame could take it: under the page's bucket lock, after
+    /// looking for the page again, so no fill of it can begin until the
+    /// bytes are in the file (a fill enters its frame under that lock,
+    /// then reads). `Ok(false)` when a frame holds the page now: nothing
+    /// was written, the caller writes through that frame. (The one place a
+    /// bucket lock is held across I/O: a write the region has no room for.)
+    ///
+    /// # Errors
+    /// The file's write error.
+    pub(crate) fn write_uncached(
+        &self,
+        tag: Tag,
+        me: Owner,
+        src: &[u8],
+        pos: u64,
+        file: &File,
+    ) -> io::Result<bool> {
+        let hash = tag.hash();
+        let map = self.map();
+        let b = map.bucket(hash);
+        let g = b.lock(me, &mut |o| self.stuck(o));
+        if g.lookup(fingerprint(hash), tag, map).is_some() {
+            return Ok(false);
+        }
+        file.write_all_at(src, pos)?;
+        drop(g);
+        Ok(true)
     }
 
     /// Drop page `tag` from the region if a frame holds it (truncation,

@@ -352,15 +352,13 @@ impl SharedFile {
             } else {
                 Fill::Read
             };
-            if !self.region.reserve_dirty(me) {
-                self.write_file(src, pos)?;
-                done += len;
-                continue;
-            }
-            match self
+            // Without room on the dirty list the page is written through
+            // (the frame, if any, kept clean and the file's).
+            let reserved = self.region.reserve_dirty(me);
+            let got = self
                 .region
-                .get_locked(tag, me, fill, self.io.fd.as_fd(), size)
-            {
+                .get_locked(tag, me, fill, self.io.fd.as_fd(), size);
+            match got {
                 Ok(Got::Frame(l)) => {
                     if !locked && pos + len as u64 > slot.size() {
                         // shrunk under us: give the frame back untouched
@@ -369,33 +367,40 @@ impl SharedFile {
                         } else if let Some(h) = self.region.map().frame(l.frame) {
                             h.unlock(me, 0, 0);
                         }
-                        self.region.unreserve_dirty();
+                        if reserved {
+                            self.region.unreserve_dirty();
+                        }
                         return Ok(false);
                     }
                     if let (Some(s), true) = (l.open, len < PAGE) {
                         // an overwrite claim only for whole pages
                         debug_assert!(false, "partial overwrite {s}");
                     }
-                    self.region.write_locked(l, me, tag, off, src);
+                    if reserved {
+                        self.region.write_locked(l, me, tag, off, src);
+                    } else {
+                        self.region
+                            .write_locked_through(l, me, tag, off, src, &self.io.fd)?;
+                    }
                 }
                 Ok(Got::Uncached) => {
-                    self.region.unreserve_dirty();
-                    self.write_file(src, pos)?;
+                    if reserved {
+                        self.region.unreserve_dirty();
+                    }
+                    if !self.region.write_uncached(tag, me, src, pos, &self.io.fd)? {
+                        continue; // a frame holds the page now: through it
+                    }
                 }
                 Err(e) => {
-                    self.region.unreserve_dirty();
+                    if reserved {
+                        self.region.unreserve_dirty();
+                    }
                     return Err(e);
                 }
             }
             done += len;
         }
         Ok(true)
-    }
-
-    /// Write through to the file (no frame holds the page).
-    fn write_file(&self, src: &[u8], pos: u64) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.io.fd.write_all_at(src, pos)
     }
 
     /// Set the file's length: a shorter one drops every frame above it

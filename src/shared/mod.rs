@@ -39,7 +39,8 @@
 //!   system call;
 //! - the lock order is: the file table's lock, a file's lock, a frame's
 //!   lock, a bucket's lock; a bucket lock is never held while waiting for a
-//!   frame or doing I/O.
+//!   frame, nor across I/O but the write of a page no frame could take
+//!   (`access`: so that no fill of the page reads the file before it).
 //!
 //! ```no_run
 //! use kxarray::ipc::RuntimeDir;

@@ -310,6 +310,161 @@ fn a_stale_hint_is_never_served() {
 }
 
 #[test]
+fn a_frame_dirty_again_under_another_members_writeback_waits_for_its_end() {
+    use super::frame::{FrameHeader, Owner, DIRTY, VALID, WRITEBACK};
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let fa = open(&a, &data);
+    let fb = open(&b, &data);
+    fa.write_at(&[1u8; 4096], 3 * 4096).unwrap();
+    let slot = fa.slot_index();
+    let tag = frame::Tag::new(slot, a.map().file(slot).epoch(), 3);
+    let f = a.lookup_frame(tag).unwrap();
+    let h = a.map().frame(f).unwrap();
+    // a's writeback of the frame begins (as `write_back_file` does), and
+    // a write makes the frame dirty again while it is in flight
+    let ma = Owner::of_slot(a.member_slot().unwrap());
+    h.lock(ma, &mut |_| unreachable!());
+    h.unlock(ma, WRITEBACK | FrameHeader::wb_bits(ma), DIRTY);
+    fa.write_at(&[2u8; 4096], 3 * 4096).unwrap();
+    assert_eq!(
+        h.state() & (VALID | DIRTY | WRITEBACK),
+        VALID | DIRTY | WRITEBACK
+    );
+    // b's writeback of the same frame must not start a second one: the
+    // first one's end would clear the flag both share, and the frame could
+    // then be reused for another page before b's write reached the file
+    let mb = Owner::of_slot(b.member_slot().unwrap());
+    let io = b.local.file(fb.slot_index()).unwrap();
+    b.write_back_file(mb, &io, &[(3, f)]).unwrap();
+    let st = h.state();
+    assert_eq!(
+        FrameHeader::writeback_owner(st),
+        Some(ma),
+        "the writeback in flight is still a's alone"
+    );
+    assert_ne!(st & DIRTY, 0, "the second write is still to be written");
+    // a's writeback ends; a sync by b then writes the second write
+    h.end_writeback(0);
+    a.map().file(slot).dirty_dec();
+    fb.sync().unwrap();
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk[3 * 4096..4 * 4096].iter().all(|&x| x == 2));
+    assert_eq!(h.state() & (DIRTY | WRITEBACK), 0);
+}
+
+#[test]
+fn a_write_with_no_room_on_the_dirty_list_goes_through_its_frame() {
+    use super::frame::{FrameHeader, Owner, DIRTY, WRITEBACK};
+    use super::layout::DIRTY_MAX;
+    use super::member::DirtyEntry;
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let fa = open(&a, &data);
+    // a's dirty list full of a frame it cannot write back (b's writeback
+    // of it in flight, dirty again meanwhile)
+    fa.write_at(&[1u8; 4096], 0).unwrap();
+    let slot = fa.slot_index();
+    let epoch = a.map().file(slot).epoch();
+    let f0 = a.lookup_frame(frame::Tag::new(slot, epoch, 0)).unwrap();
+    let h0 = a.map().frame(f0).unwrap();
+    let ma = Owner::of_slot(a.member_slot().unwrap());
+    let mb = Owner::of_slot(b.member_slot().unwrap());
+    h0.lock(ma, &mut |_| unreachable!());
+    h0.unlock(ma, WRITEBACK | FrameHeader::wb_bits(mb), 0);
+    let list = a.map().member(ma.slot());
+    while list.dirty_len() < DIRTY_MAX {
+        assert!(list.dirty_push(DirtyEntry { frame: f0, at: 0 }));
+    }
+    // page 5 cached clean, then written with no reservation to be had
+    let mut page = vec![7u8; 4096];
+    fa.read_at(&mut page, 5 * 4096).unwrap();
+    assert!(page.iter().all(|&x| x == 0));
+    fa.write_at(&[9u8; 100], 5 * 4096 + 10).unwrap();
+    fa.read_at(&mut page, 5 * 4096).unwrap();
+    assert!(
+        page[10..110].iter().all(|&x| x == 9),
+        "the frame holds the write"
+    );
+    let disk = std::fs::read(&data).unwrap();
+    assert!(
+        disk[5 * 4096 + 10..5 * 4096 + 110].iter().all(|&x| x == 9),
+        "the file holds it too"
+    );
+    let f5 = a.lookup_frame(frame::Tag::new(slot, epoch, 5)).unwrap();
+    assert_eq!(a.map().frame(f5).unwrap().state() & DIRTY, 0, "clean");
+    // b's writeback ends; everything can be written again
+    h0.end_writeback(0);
+    a.map().file(slot).dirty_dec();
+    fa.sync().unwrap();
+    assert_eq!(a.stats().dirty_frames, 0);
+}
+
+#[test]
+fn a_write_no_frame_could_take_is_never_hidden_by_a_racing_fill() {
+    // A tiny region whose frames a writer keeps dirty: many of its writes
+    // find no frame and go through to the file, while another member's
+    // reads fill frames with the same pages and a third thread's syncs
+    // clean them. The writer reads each page back after writing it.
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(4 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 16 * 4096]).unwrap();
+    let fa = Arc::new(open(&a, &data));
+    let fb = Arc::new(open(&b, &data));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let run = |f: Arc<SharedFile>, sync: bool| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            let mut x = 12345u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if sync {
+                    f.sync_data().unwrap();
+                } else {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    f.read_at(&mut buf, (x >> 33) % 16 * 4096).unwrap();
+                }
+            }
+        })
+    };
+    let others = [run(fb.clone(), false), run(fb.clone(), true)];
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+    let mut x = 99u64;
+    let mut buf = vec![0u8; 4096];
+    let mut seq = 0u64;
+    let mut wrong = None;
+    while std::time::Instant::now() < until && wrong.is_none() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let p = (x >> 33) % 16;
+        seq += 1;
+        let mut page = vec![0u8; 4096];
+        page[..8].copy_from_slice(&seq.to_le_bytes());
+        page[8..16].copy_from_slice(&p.to_le_bytes());
+        fa.write_at(&page, p * 4096).unwrap();
+        fa.read_at(&mut buf, p * 4096).unwrap();
+        if buf != page {
+            wrong = Some((p, seq, u64::from_le_bytes(buf[..8].try_into().unwrap())));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in others {
+        t.join().unwrap();
+    }
+    assert_eq!(wrong, None, "(page, written, read back) after {seq} writes");
+}
+
+#[test]
 fn shrinking_writes_back_and_gives_memory_back() {
     let d = dir();
     let a = Region::join(d.path(), "r", 1024).unwrap();

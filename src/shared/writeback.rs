@@ -12,7 +12,9 @@
 //!   oldest entries) first; a list that cannot be emptied makes the write
 //!   go through to the file uncached.
 //! - **A writeback** locks the frame, checks it is still the page it was
-//!   dirtied as and still dirty, clears `DIRTY` and sets `WRITEBACK` with
+//!   dirtied as, still dirty and not under another writeback (one in
+//!   flight per frame: its end clears the flag, after which the frame may
+//!   hold another page), clears `DIRTY` and sets `WRITEBACK` with
 //!   its owner, unlocks, writes (`pwritev` of up to 256 neighbouring
 //!   frames), then ends the writeback without the lock: writers never wait
 //!   for I/O, and a write during the writeback makes the frame dirty again
@@ -262,9 +264,15 @@ impl Region {
             let Some(h) = map.frame(f) else { continue };
             let st = h.lock(me, &mut |o| self.stuck(o));
             let tag = h.tag();
+            // One writeback per frame: a frame dirty again while one is in
+            // flight waits for its end (a sync waits, then writes it
+            // again). A second would share the first's flag, which the
+            // first's end clears: the frame could then be evicted and
+            // refilled with another page before the second's `pwritev`,
+            // which would write that page's bytes at this one's offset.
             if tag.slot() != io.slot
                 || tag.index != index
-                || st & (VALID | DIRTY) != VALID | DIRTY
+                || st & (VALID | DIRTY | WRITEBACK) != VALID | DIRTY
                 || self.stale(tag)
             {
                 h.unlock(me, 0, 0);
