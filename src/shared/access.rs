@@ -143,12 +143,12 @@ impl Region {
     #[inline]
     pub(crate) fn read_cached(&self, tag: Tag, off: usize, dst: &mut [u8]) -> bool {
         debug_assert!(off + dst.len() <= PAGE);
-        let hash = tag.hash();
         let map = self.map();
         let hints = &self.local.hints;
+        let key = tag.hint_key();
         // The frame this process found the page in last, accepted only as
         // an index entry is: its tag read inside the version window.
-        if let Some(f) = hints.get(hash) {
+        if let Some(f) = hints.get(key) {
             if let Some(h) = map.frame(f) {
                 if let Some(s) = h.read_begin() {
                     if h.tag() == tag && self.copy_valid(f, s, off, dst) == Some(true) {
@@ -157,6 +157,7 @@ impl Region {
                 }
             }
         }
+        let hash = tag.hash();
         let fp = fingerprint(hash);
         let b = map.bucket(hash);
         for _ in 0..4 {
@@ -169,7 +170,7 @@ impl Region {
             match self.copy_valid(f, s, off, dst) {
                 None => return false,
                 Some(true) => {
-                    hints.set(hash, f);
+                    hints.set(key, f);
                     return true;
                 }
                 Some(false) => {} // the version moved: look again

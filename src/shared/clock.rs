@@ -165,6 +165,7 @@ impl Region {
                 }
             }
         }
+        let _held = ResizeHeld(lock);
         let backed = self.hword(hdr::BACKED).load(Ordering::Acquire);
         let cap_now = self
             .hword(hdr::CAPACITY)
@@ -174,10 +175,7 @@ impl Region {
             .min(cap.max(need))
             .min(cap_now.max(need))
             .min(self.map().geo().max_frames);
-        let ok = backed >= need || (need <= cap_now && self.allocate(backed, target).is_ok());
-        lock.store(0, Ordering::Release);
-        super::wait::wake_all(lock);
-        ok
+        backed >= need || (need <= cap_now && self.allocate(backed, target).is_ok())
     }
 
     /// Allocate the memory of frames `from..to` in the region's file and
@@ -347,10 +345,8 @@ impl Region {
                 }
             }
         }
-        let r = self.resize_locked(target, me, writeback);
-        lock.store(0, Ordering::Release);
-        super::wait::wake_all(lock);
-        r
+        let _held = ResizeHeld(lock);
+        self.resize_locked(target, me, writeback)
     }
 
     fn resize_locked(
@@ -381,6 +377,14 @@ impl Region {
                 }
                 if st & WRITEBACK != 0 {
                     h.unlock(me, 0, 0);
+                    // a dead member's writeback is made dirty again by its
+                    // recovery (then written back here)
+                    if let Some(o) = FrameHeader::writeback_owner(st) {
+                        if o != me && !self.alive(o) {
+                            self.stuck(o);
+                            continue;
+                        }
+                    }
                     h.wait_while(h.state(), super::frame::WAIT_TICK);
                     continue;
                 }
@@ -433,4 +437,17 @@ enum Take {
     Got,
     Dirty,
     No,
+}
+
+/// The resize lock, held by this thread: released (and its sleepers
+/// woken) when dropped, also by a panic's unwinding (a caller that catches
+/// it goes on using the region: a lock left naming this member would make
+/// its next resize, and every other member's, wait for it forever).
+struct ResizeHeld<'a>(&'a crate::sync::AtomicU32);
+
+impl Drop for ResizeHeld<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+        super::wait::wake_all(self.0);
+    }
 }

@@ -1,12 +1,16 @@
-//! A process's hints in front of the shared index: for a page's hash, the
+//! A process's hints in front of the shared index: for a page, the
 //! frame that held it when this process last found it there.
 //!
 //! Owns [`Hints`]: a direct-mapped table of frame numbers in the process's
-//! own memory (anonymous, advised for huge pages, so a lookup costs no
-//! miss in the TLB beyond the table's one huge page per 512 Ki entries). A
-//! hit whose hint names a frame that still holds its page skips the shared
-//! bucket, one dependent cache miss (and, on 4 KiB pages, a TLB miss) of
-//! the three a hit through the index takes.
+//! own memory, indexed by [`Tag::hint_key`](super::frame::Tag::hint_key):
+//! a file's pages sit side by side, so a process holding hints for a file
+//! of N pages has N × 4 bytes of the table in memory (a 26 MB database:
+//! 7 pages), whatever the region's size; the table is reserved for the
+//! region's most and allocated by the kernel as it is first touched. (It is
+//! advised against huge pages: one would cost each process 2 MiB for a
+//! small database.) A hit whose hint names a frame that still holds its
+//! page skips the shared bucket, one dependent cache miss (and, on 4 KiB
+//! pages, a TLB miss) of the three a hit through the index takes.
 //!
 //! Invariants: a hint is only a hint. It is never trusted for anything but
 //! where to look first: the frame it names is accepted only as the index's
@@ -22,9 +26,6 @@ use crate::sync::{AtomicU32, Ordering};
 /// a region of more frames shares slots, and a hint overwritten is a look
 /// in the index).
 const MAX_ENTRIES: usize = 1 << 20;
-
-/// The huge page size the table is aligned to.
-const HUGE: usize = 2 << 20;
 
 /// The hint table (see the module notes).
 #[derive(Debug)]
@@ -52,8 +53,7 @@ impl Hints {
         let entries = (max_frames.max(1) as usize)
             .next_power_of_two()
             .min(MAX_ENTRIES);
-        let len = entries * 4;
-        let map_len = len + HUGE;
+        let map_len = entries * 4;
         // SAFETY: a new private anonymous mapping; no memory of ours is
         // touched.
         let base = unsafe {
@@ -74,24 +74,22 @@ impl Hints {
                 mask: 0,
             };
         }
-        let start = (base as usize).next_multiple_of(HUGE);
-        // SAFETY: `start..start + len` lies inside the mapping just made
-        // (`map_len` has a huge page to spare for the alignment). The
-        // advice is a hint the kernel may ignore.
-        unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+        // SAFETY: advice on the mapping just made, which the kernel may
+        // ignore: small pages even where huge ones are the default.
+        unsafe { libc::madvise(base, map_len, libc::MADV_NOHUGEPAGE) };
         Hints {
             base,
             map_len,
-            table: start as *const AtomicU32,
+            table: base as *const AtomicU32,
             mask: entries - 1,
         }
     }
 
-    fn entry(&self, hash: u64) -> Option<&AtomicU32> {
+    fn entry(&self, key: u64) -> Option<&AtomicU32> {
         if self.table.is_null() {
             return None;
         }
-        let i = hash as usize & self.mask;
+        let i = key as usize & self.mask;
         // SAFETY: `i <= mask`, and the table holds `mask + 1` entries:
         // the offset stays inside the mapping.
         let p = unsafe { self.table.add(i) };
@@ -100,16 +98,16 @@ impl Hints {
         Some(unsafe { &*p })
     }
 
-    /// The frame the hint for `hash` names, if any.
+    /// The frame the hint for `key` names, if any.
     #[inline]
-    pub(crate) fn get(&self, hash: u64) -> Option<u32> {
-        self.entry(hash)?.load(Ordering::Relaxed).checked_sub(1)
+    pub(crate) fn get(&self, key: u64) -> Option<u32> {
+        self.entry(key)?.load(Ordering::Relaxed).checked_sub(1)
     }
 
-    /// Remember that frame `frame` held the page of `hash`.
+    /// Remember that frame `frame` held the page of `key`.
     #[inline]
-    pub(crate) fn set(&self, hash: u64, frame: u32) {
-        if let Some(e) = self.entry(hash) {
+    pub(crate) fn set(&self, key: u64, frame: u32) {
+        if let Some(e) = self.entry(key) {
             let v = frame.wrapping_add(1);
             if e.load(Ordering::Relaxed) != v {
                 e.store(v, Ordering::Relaxed);

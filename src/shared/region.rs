@@ -299,6 +299,9 @@ impl Region {
                 (self.hooks.recover)(self, me, me);
             } else {
                 ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+                // A slot its last member left: a table lock still naming
+                // it (taken after it was counted out) names no one.
+                super::recover::release_table_locks(self, me);
             }
             let round = (ms.state() >> 8) + 1;
             ms.words[mw::PID].store(u64::from(std::process::id()), Ordering::Relaxed);

@@ -464,6 +464,59 @@ fn a_write_no_frame_could_take_is_never_hidden_by_a_racing_fill() {
     assert_eq!(wrong, None, "(page, written, read back) after {seq} writes");
 }
 
+/// `f` finishes within 10 s (a resize waiting on a lock no one will
+/// release would hang the test).
+fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("finished within 10 s")
+}
+
+#[test]
+fn a_resize_that_panics_leaves_the_resize_lock_free() {
+    use super::frame::Owner;
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 64 * 4096]).unwrap();
+    let f = open(&a, &data);
+    for p in 0..64u64 {
+        f.write_at(&[3u8; 4096], p * 4096).unwrap(); // dirty frames above any shrink
+    }
+    let me = Owner::of_slot(a.member_slot().unwrap());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        a.resize(4 * 4096, me, &mut |_| panic!("a writeback that panics"))
+    }));
+    assert!(r.is_err());
+    // the process goes on (a VFS catches panics at its boundary): its next
+    // resize, and another member's, must not wait for the lock
+    let a2 = a.clone();
+    within_10s(move || a2.set_capacity(32 * 4096).unwrap());
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    within_10s(move || b.set_capacity(16 * 4096).unwrap());
+    f.sync().unwrap();
+}
+
+#[test]
+fn a_table_lock_naming_a_slot_its_member_left_is_released_by_the_next() {
+    use super::layout::hdr;
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let slot = a.member_slot().unwrap();
+    // the resize lock left naming the slot by a member that then left
+    a.map().header_u32(hdr::RESIZE).store(
+        frame::Owner::of_slot(slot).bits(),
+        crate::sync::Ordering::Release,
+    );
+    drop(a);
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    assert_eq!(b.member_slot(), Some(slot), "the first free slot again");
+    within_10s(move || b.set_capacity(16 * 4096).unwrap());
+}
+
 #[test]
 fn shrinking_writes_back_and_gives_memory_back() {
     let d = dir();
