@@ -44,7 +44,7 @@
 use super::files::{member_bit, w as fw, LIVE as FILE_LIVE};
 use super::frame::{FrameHeader, Owner, Tag, DIRTY, OWNER, VALID, WRITEBACK};
 use super::index::fingerprint;
-use super::layout::{hdr, FILES, PAGE64};
+use super::layout::{hdr, FILES, FILE_BYTES, PAGE64};
 use super::member::{w as mw, DirtyEntry};
 use super::region::Region;
 use crate::sync::Ordering;
@@ -119,7 +119,7 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
     }
     // 2b. file locks (after the frames: a truncation's frames are dropped
     // under the file lock, which the recoverer now finishes)
-    for s in 0..FILES {
+    for s in used_file_slots(region) {
         let slot = map.file(s);
         if slot.get(fw::STATE) != FILE_LIVE {
             continue;
@@ -303,9 +303,23 @@ fn data_ranges(fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) -> Vec<(u64,
 /// of and clear its marks (`o` is dead, or leaving with a change not made
 /// final); how many files.
 fn retire_changes(region: &Region, o: Owner) -> usize {
-    (0..FILES)
+    used_file_slots(region)
+        .into_iter()
         .filter(|&s| region.map().file(s).retire_writer(o))
         .count()
+}
+
+/// The file slots whose bytes the region's file holds: a slot in a hole
+/// of it was never written (never claimed), and reading it would allocate
+/// its page (the table is 3 MiB, and every join after an exit recovers).
+fn used_file_slots(region: &Region) -> Vec<usize> {
+    let geo = region.map().geo();
+    let size = FILE_BYTES as u64;
+    let mut slots = Vec::new();
+    for (from, to) in region.with_fd(|fd| data_ranges(fd, geo.files_off, FILES as u64 * size)) {
+        slots.extend((from / size) as usize..(to.div_ceil(size) as usize).min(FILES));
+    }
+    slots
 }
 
 /// A member leaving: its writer marks cleared (their files' frames
@@ -318,7 +332,7 @@ pub(crate) fn leave_files(region: &Region, o: Owner) {
 /// Clear member `o`'s bit in every file's openers.
 pub(crate) fn release_openers(region: &Region, o: Owner) {
     let bit = member_bit(o);
-    for s in 0..FILES {
+    for s in used_file_slots(region) {
         let slot = region.map().file(s);
         if slot.get(fw::OPENERS) & bit != 0 {
             slot.words[fw::OPENERS].fetch_and(!bit, Ordering::AcqRel);
