@@ -130,7 +130,19 @@ impl Region {
             // A frame handed out once may be in use by now (a shrink and a
             // grow in between): taken only if free, as the clock does.
             if let Take::Got = self.try_take_free(f as u32, me) {
-                return Some(f as u32);
+                // A shrink lowers the capacity before it evicts what lies
+                // above: one that passed this frame already is seen here
+                // (the frame goes back), one that has not yet will wait
+                // for its lock and evict it.
+                if f < self.hword(hdr::CAPACITY).load(Ordering::Acquire)
+                    && f < self.hword(hdr::BACKED).load(Ordering::Acquire)
+                {
+                    return Some(f as u32);
+                }
+                if let Some(h) = self.map().frame(f as u32) {
+                    h.unlock(me, 0, 0);
+                }
+                return None;
             }
         }
     }
@@ -365,7 +377,11 @@ impl Region {
         // Shrink: nothing new lands above the target from now on.
         self.hword(hdr::CAPACITY).store(target, Ordering::Release);
         self.hword(hdr::FRESH).fetch_min(target, Ordering::AcqRel);
-        let top = backed.max(cap).min(self.map().geo().max_frames);
+        // Frames above the backed mark never had memory (or had it
+        // punched out after their eviction): nothing to evict there, and
+        // reading their headers would allocate the metadata's pages (48
+        // MiB for a 6 GiB region shrunk to a small one).
+        let top = backed.min(self.map().geo().max_frames);
         let mut keep = target;
         for f in (target..top).map(|f| f as u32) {
             let Some(h) = self.map().frame(f) else { break };

@@ -518,6 +518,31 @@ fn a_table_lock_naming_a_slot_its_member_left_is_released_by_the_next() {
 }
 
 #[test]
+fn a_shrink_touches_no_metadata_of_frames_never_used() {
+    use std::os::unix::fs::MetadataExt;
+    let d = dir();
+    // a region sized for 4 GiB holding a small file, shrunk to 8 MiB
+    let a = Region::join(d.path(), "r", 1 << 20).unwrap();
+    a.set_capacity(4 << 30).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![5u8; 64 * 4096]).unwrap();
+    let f = open(&a, &data);
+    let mut buf = vec![0u8; 64 * 4096];
+    f.read_at(&mut buf, 0).unwrap();
+    let held = || std::fs::metadata(a.path()).unwrap().blocks() * 512;
+    let before = held();
+    a.set_capacity(8 << 20).unwrap();
+    // (the frames' headers alone are 32 MiB for 2^20 frames)
+    assert!(
+        held() < before + (1 << 20),
+        "the shrink allocated {} bytes of the region's file",
+        held() - before
+    );
+    f.read_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&x| x == 5));
+}
+
+#[test]
 fn shrinking_writes_back_and_gives_memory_back() {
     let d = dir();
     let a = Region::join(d.path(), "r", 1024).unwrap();
