@@ -96,12 +96,32 @@ impl Region {
                 .next_hand(|| self.hword(hdr::HAND).fetch_add(BATCH, Ordering::Relaxed))
                 % cap) as u32;
             match self.try_take(f, me) {
-                Take::Got => return Ok(f),
+                Take::Got if self.below_capacity(u64::from(f)) => return Ok(f),
+                Take::Got => {
+                    // a shrink passed the frame (it read the capacity
+                    // before this one lowered it): it goes back free, or
+                    // the shrink's hole punched over it would zero a page
+                    // in use
+                    if let Some(h) = self.map().frame(f) {
+                        h.unlock(me, 0, 0);
+                    }
+                }
                 Take::Dirty => dirty += 1,
                 Take::No => {}
             }
         }
         Err(NoFrame::Busy(dirty))
+    }
+
+    /// Whether frame `f`, just taken (its lock held), lies below the
+    /// capacity and the backed mark. A shrink lowers the capacity before it
+    /// locks and evicts each frame above, and punches their memory out
+    /// after: a take that locked the frame after the shrink passed it sees
+    /// the lower capacity here (the lock orders the two), one before is
+    /// evicted by the shrink in turn.
+    fn below_capacity(&self, f: u64) -> bool {
+        f < self.hword(hdr::CAPACITY).load(Ordering::Acquire)
+            && f < self.hword(hdr::BACKED).load(Ordering::Acquire)
     }
 
     /// The next frame never used below `cap`, locked by `me`, its memory
@@ -134,9 +154,7 @@ impl Region {
                 // above: one that passed this frame already is seen here
                 // (the frame goes back), one that has not yet will wait
                 // for its lock and evict it.
-                if f < self.hword(hdr::CAPACITY).load(Ordering::Acquire)
-                    && f < self.hword(hdr::BACKED).load(Ordering::Acquire)
-                {
+                if self.below_capacity(f) {
                     return Some(f as u32);
                 }
                 if let Some(h) = self.map().frame(f as u32) {

@@ -543,6 +543,60 @@ fn a_shrink_touches_no_metadata_of_frames_never_used() {
 }
 
 #[test]
+fn reads_beside_shrinks_and_growths_never_see_a_punched_page() {
+    // One member resizes the region up and down without pause (a budget
+    // in a small cgroup does so often); two threads of another read every
+    // page and check it. A frame taken by a miss after a shrink passed it
+    // would have its memory punched out from under it: a page of zeros.
+    let d = dir();
+    let a = Region::join(d.path(), "r", 4096).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 4096).unwrap();
+    let data = d.path().join("data");
+    let bytes: Vec<u8> = (0..256 * 4096u32).map(|i| (i / 4096) as u8 | 1).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let fb = Arc::new(open(&b, &data));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (f, stop) = (fb.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                let mut x = t + 7;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    let p = (x >> 33) % 256;
+                    f.read_at(&mut buf, p * 4096).unwrap();
+                    if buf.iter().any(|&v| v != p as u8 | 1) {
+                        return Some((p, buf[0]));
+                    }
+                }
+                None
+            })
+        })
+        .collect();
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+    let mut n = 0u64;
+    while std::time::Instant::now() < until {
+        n += 1;
+        a.set_capacity(if n % 2 == 0 {
+            64 * 4096
+        } else {
+            (8 + n % 16) * 4096
+        })
+        .unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert_eq!(
+            r.join().unwrap(),
+            None,
+            "(page, a byte read) after {n} resizes"
+        );
+    }
+}
+
+#[test]
 fn shrinking_writes_back_and_gives_memory_back() {
     let d = dir();
     let a = Region::join(d.path(), "r", 1024).unwrap();
