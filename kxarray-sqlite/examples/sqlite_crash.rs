@@ -195,14 +195,11 @@ impl ChildCmd {
     }
 }
 
-/// `vfs` is `kxarray` (the process's own cache) or `kxarray-shared` (a
-/// member of the shared cache, `kx_shared=1`).
-fn kx_uri(db: &Path, direct: bool, vfs: &str) -> String {
+fn kx_uri(db: &Path, direct: bool) -> String {
     format!(
-        "file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m&kx_shared={}",
+        "file:{}?vfs=kxarray&kx_direct={}&kx_cache=256m",
         db.display(),
-        u8::from(direct),
-        u8::from(vfs == "kxarray-shared")
+        u8::from(direct)
     )
 }
 
@@ -210,9 +207,9 @@ fn open_db(db: &Path, vfs: &str, direct: bool) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI;
-    let c = if vfs.starts_with("kxarray") {
+    let c = if vfs == "kxarray" {
         kxarray_sqlite::register(kxarray_sqlite::Api::linked::<()>(), false).expect("register");
-        Connection::open_with_flags(kx_uri(db, direct, vfs), flags)?
+        Connection::open_with_flags(kx_uri(db, direct), flags)?
     } else {
         Connection::open_with_flags(db, flags)?
     };
@@ -626,7 +623,7 @@ fn shell_script(lib: &Path, db: &Path, m: &Mode, start: u64, n: u64) -> String {
     let mut s = format!(
         ".load {}\n.open '{}'\n.bail on\nPRAGMA busy_timeout=10000;\nPRAGMA journal_mode={};\nPRAGMA synchronous={};\n{SCHEMA}\n",
         lib.with_extension("").display(),
-        kx_uri(db, m.direct, "kxarray"),
+        kx_uri(db, m.direct),
         m.journal,
         m.sync
     );
@@ -707,13 +704,9 @@ pub(crate) fn run_mode(
                 log.display()
             )
         };
-        let args = args_on(if m.member_beside {
-            "kxarray-shared"
-        } else {
-            m.writer_vfs
-        });
+        let args = args_on(m.writer_vfs);
         let beside_vfs = if m.member_beside {
-            "kxarray-shared"
+            "kxarray"
         } else {
             m.other_vfs()
         };

@@ -54,7 +54,7 @@ def make_db(path):
 
 def connect(db, vfs):
     if vfs == "kx":
-        return sqlite3.connect(f"file:{db}?vfs=kxarray&kx_shared=1", uri=True)
+        return sqlite3.connect(f"file:{db}?vfs=kxarray", uri=True)
     if vfs == "kx-private":
         return sqlite3.connect(f"file:{db}?vfs=kxarray&kx_shared=0", uri=True)
     return sqlite3.connect(db)

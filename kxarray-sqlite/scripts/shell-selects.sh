@@ -59,7 +59,7 @@ run() { # config -> seconds
   local c=$1 uri
   case "$c" in
     unix) uri="file:$DB" ;;
-    kx) uri="file:$DB?vfs=kxarray&kx_shared=1" ;;
+    kx) uri="file:$DB?vfs=kxarray" ;;
     kx-private) uri="file:$DB?vfs=kxarray&kx_shared=0" ;;
     kx-direct0) uri="file:$DB?vfs=kxarray&kx_direct=0" ;;
     kx-1g) uri="file:$DB?vfs=kxarray&kx_cache=1g" ;;
@@ -84,7 +84,7 @@ if [ "$BESIDE" = 1 ]; then
   # its input stays open (a fifo held by this script) until the script ends
   FIFO=$DIR/beside.fifo
   rm -f "$FIFO"; mkfifo "$FIFO"
-  sqlite3 -cmd ".load $EXT" -cmd ".open 'file:$DB?vfs=kxarray&kx_shared=1'" < "$FIFO" > "$DIR/beside.out" 2>&1 &
+  sqlite3 -cmd ".load $EXT" -cmd ".open 'file:$DB?vfs=kxarray'" < "$FIFO" > "$DIR/beside.out" 2>&1 &
   BESIDE_PID=$!
   exec 9> "$FIFO"
   printf 'SELECT sum(length(v)) FROM t;\n.print beside-ready\n' >&9

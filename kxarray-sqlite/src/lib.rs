@@ -1,8 +1,8 @@
 //! SQLite on kxarray's page cache: a VFS named `kxarray` whose database,
 //! journal and WAL files are [`CachedFile`](kxarray::pagecache::CachedFile)s
-//! of one process-wide [`PageCache`](kxarray::pagecache::PageCache), with
-//! `kx_shared=1` the databases' pages in the region it shares with the
-//! machine's other processes on the VFS ([`kxarray::shared`]).
+//! of one process-wide [`PageCache`](kxarray::pagecache::PageCache), the
+//! databases' pages in the region it shares with the machine's other
+//! processes on the VFS ([`kxarray::shared`]) by default.
 //!
 //! How to run SQLite on kxarray, in the stock shell and in Rust:
 //!
@@ -36,7 +36,7 @@
 //! | `kx_pressure=0\|1` | `KXARRAY_SQLITE_PRESSURE` | follow memory pressure: the kernel's PSI shrinks the cache by an eighth per stall event (down to an eighth of `kx_cache`) and it grows back after 10 s without one, each change a line in SQLite's log (`kxarray::memory::PressureMonitor`; where PSI is unavailable, one line and nothing else); the first open decides | 1 |
 //! | `kx_locking=shared\|exclusive` | `KXARRAY_SQLITE_LOCKING` | `shared`: SQLite's own locks, a `-shm` file, the cache kept coherent with other processes; `exclusive`: one process owns the database while it has it open; the first open of a file decides | shared |
 //! | `kx_prefetch=0\|1` | `KXARRAY_SQLITE_PREFETCH` | with `kx_direct=1`: when a scan reads an interior B-tree page and then its first two children in order, submit the reads of its other children at once, wherever they lie in the file (a table filled in random key order); a point lookup reads one child per interior page and prefetches nothing | 1 |
-//! | `kx_shared=0\|1` | `KXARRAY_SQLITE_SHARED` | with `kx_locking=shared`: keep the database's pages in the cache shared by the machine's processes on this VFS (one region per memory budget, one copy of each page for all of them; see docs/sqlite.md, "The shared cache"); 0: in the process's own cache, as `kx_locking=exclusive`, `kx_direct=1` and a process that cannot join always do; the process's first open decides whether it joins; not the default yet: a test of four processes (two members resizing the region, one to 8 MiB, one to 6 GiB) hung twice in one session on the region's resize lock; two defects that can leave it held are fixed, and it has not recurred, but the suite has not yet run clean often enough with members by default | 0 |
+//! | `kx_shared=0\|1` | `KXARRAY_SQLITE_SHARED` | with `kx_locking=shared`: keep the database's pages in the cache shared by the machine's processes on this VFS (one region per memory budget, one copy of each page for all of them; see docs/sqlite.md, "The shared cache"); 0: in the process's own cache, as `kx_locking=exclusive`, `kx_direct=1` and a process that cannot join always do; the process's first open decides whether it joins | 1 |
 //! | `kx_budget=0\|1` | `KXARRAY_SQLITE_BUDGET` | share one memory budget with the other processes of the cgroup (or machine): the cache starts at 16 MiB, grows toward its share of half the cgroup's limit (at most `kx_cache`) while the cgroup has room, shrinks past 85% of the limit, and a dead process's share comes back to the others (`kxarray::memory::SharedBudget`; docs/memory.md); 0: a fixed `kx_cache`; the first open decides | 1 |
 //!
 //! A setting that does not parse, and a `kx_` parameter or

@@ -22,16 +22,16 @@ use std::time::Duration;
 /// Which VFS a process opens the database with.
 #[derive(Clone, Copy, Debug)]
 enum Vfs {
-    /// kxarray, a member of the shared cache (`kx_shared=1`).
+    /// kxarray, a member of the shared cache (the default).
     Kx,
-    /// kxarray with the pages in the process's own cache (the default).
+    /// kxarray with the pages in the process's own cache (`kx_shared=0`).
     KxPrivate,
     Unix,
 }
 
 fn connect(p: &Path, vfs: Vfs) -> Connection {
     let c = match vfs {
-        Vfs::Kx => open(p, "kx_shared=1").unwrap(),
+        Vfs::Kx => open(p, "").unwrap(),
         Vfs::KxPrivate => open(p, "kx_shared=0").unwrap(),
         Vfs::Unix => Connection::open(p).unwrap(),
     };

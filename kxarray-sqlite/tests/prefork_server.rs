@@ -27,7 +27,7 @@ const REQUESTS: usize = 100;
 /// inserts row `n` and answers `ok <n>` once committed; `R` answers the
 /// row count.
 fn serve(db: &Path, listener: &TcpListener) -> ! {
-    let c = open_vfs(db, "kxarray", "kx_shared=1").unwrap();
+    let c = open_vfs(db, "kxarray", "").unwrap();
     c.busy_timeout(Duration::from_secs(20)).unwrap();
     // (a WAL commit survives a process's death at NORMAL; the test kills
     // processes, not the machine)
@@ -67,7 +67,7 @@ fn prefork_server_child() {
     };
     assert_eq!(role, "server");
     let db = PathBuf::from(&args["db"]);
-    let c = open_vfs(&db, "kxarray", "kx_shared=1").unwrap();
+    let c = open_vfs(&db, "kxarray", "").unwrap();
     let rows: i64 = c
         .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
         .unwrap();

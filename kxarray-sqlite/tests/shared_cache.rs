@@ -68,7 +68,7 @@ fn shared_cache_child() {
         return;
     };
     let db = PathBuf::from(&args["db"]);
-    let c = open_vfs(&db, "kxarray", "kx_shared=1").unwrap();
+    let c = open_vfs(&db, "kxarray", "").unwrap();
     c.busy_timeout(Duration::from_secs(10)).unwrap();
     match role.as_str() {
         "spill" => {
@@ -232,7 +232,7 @@ fn members_share_pages_and_see_every_writer() {
         // A member's commit: the other member's next transaction drops
         // nothing (its check finds the frames current).
         let (_, _, _, _, skips0, drops0) = ask(&mut b);
-        let w = open_vfs(&db, "kxarray", "kx_shared=1").unwrap();
+        let w = open_vfs(&db, "kxarray", "").unwrap();
         w.busy_timeout(Duration::from_secs(10)).unwrap();
         w.execute("UPDATE t SET v = v + 5 WHERE id = 7", [])
             .unwrap();

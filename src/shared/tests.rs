@@ -579,7 +579,7 @@ fn reads_beside_shrinks_and_growths_never_see_a_punched_page() {
     let mut n = 0u64;
     while std::time::Instant::now() < until {
         n += 1;
-        a.set_capacity(if n % 2 == 0 {
+        a.set_capacity(if n.is_multiple_of(2) {
             64 * 4096
         } else {
             (8 + n % 16) * 4096

@@ -54,10 +54,9 @@ pub struct Settings {
     /// coherent with other processes' writes.
     pub exclusive: bool,
     /// With `kx_locking=shared`: keep the database's pages in the cache
-    /// shared by the machine's processes on this VFS (`kx_shared=1`;
-    /// `kxarray::shared`), one copy for all of them, instead of this
-    /// process's own cache (`kx_shared=0`, the default: see docs/sqlite-shared.md
-    /// for why it is not on yet). A process that cannot join the shared
+    /// shared by the machine's processes on this VFS (`kx_shared=1`, the
+    /// default; `kxarray::shared`), one copy for all of them, instead of
+    /// this process's own cache. A process that cannot join the shared
     /// cache, and a file it cannot share, keep their pages privately.
     pub shared: bool,
 }
@@ -331,7 +330,7 @@ impl Settings {
             pressure: boolean(&PRESSURE, true)?,
             prefetch: boolean(&PREFETCH, true)?,
             budget: boolean(&BUDGET, true)?,
-            shared: boolean(&SHARED, false)?,
+            shared: boolean(&SHARED, true)?,
         })
     }
 
@@ -397,7 +396,7 @@ mod tests {
                 pressure: true,
                 prefetch: true,
                 budget: true,
-                shared: false,
+                shared: true,
                 exclusive: false,
             }
         );
