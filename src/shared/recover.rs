@@ -72,7 +72,7 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
         }
     }
     // 2. the table locks
-    locks += release_table_locks(region, dead);
+    locks += region.release_table_locks(dead);
     let mut adopt: Vec<DirtyEntry> = Vec::new();
     // 3. frames
     // Frames above the backed mark were never used, or were evicted and
@@ -189,22 +189,6 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
         dead.slot(),
         adopt.len()
     );
-}
-
-/// Release the region's table locks (the file table's, the resize lock)
-/// that name member `o`; how many did.
-pub(crate) fn release_table_locks(region: &Region, o: Owner) -> u64 {
-    let mut n = 0;
-    for word in [hdr::FILES_LOCK, hdr::RESIZE] {
-        let l = region.map().header_u32(word);
-        if l.compare_exchange(o.bits(), 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            super::wait::wake_all(l);
-            n += 1;
-        }
-    }
-    n
 }
 
 /// Finish frame `f`, taken over from a dead member (state `prev` without

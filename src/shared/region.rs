@@ -301,7 +301,7 @@ impl Region {
                 ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
                 // A slot its last member left: a table lock still naming
                 // it (taken after it was counted out) names no one.
-                super::recover::release_table_locks(self, me);
+                self.release_table_locks(me);
             }
             let round = (ms.state() >> 8) + 1;
             ms.words[mw::PID].store(u64::from(std::process::id()), Ordering::Relaxed);
@@ -440,6 +440,22 @@ impl Region {
             }
             let _ = self.with_fd(|fd| LIFE.release(fd, o.slot()));
         }
+    }
+
+    /// Release the region's table locks (the file table's, the resize
+    /// lock) that name member `o`; how many did.
+    pub(crate) fn release_table_locks(&self, o: Owner) -> u64 {
+        let mut n = 0;
+        for word in [hdr::FILES_LOCK, hdr::RESIZE] {
+            let l = self.map.header_u32(word);
+            if l.compare_exchange(o.bits(), 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                super::wait::wake_all(l);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Leave the region: the slot is freed (the caller has written back
