@@ -393,14 +393,7 @@ impl Region {
                 Ok(())
             }
             Err(e) => {
-                {
-                    let b = map.bucket(tag.hash());
-                    let g = b.lock(me, &mut |o| self.stuck(o));
-                    g.remove(fingerprint(tag.hash()), l.frame, None);
-                }
-                h.set_tag(Tag::NONE);
-                h.end_change(s);
-                h.unlock(me, 0, VALID | DIRTY | ERROR);
+                self.abandon(l.frame, me, tag, s);
                 Err(e)
             }
         }

@@ -96,16 +96,8 @@ impl Region {
                 .next_hand(|| self.hword(hdr::HAND).fetch_add(BATCH, Ordering::Relaxed))
                 % cap) as u32;
             match self.try_take(f, me) {
-                Take::Got if self.below_capacity(u64::from(f)) => return Ok(f),
-                Take::Got => {
-                    // a shrink passed the frame (it read the capacity
-                    // before this one lowered it): it goes back free, or
-                    // the shrink's hole punched over it would zero a page
-                    // in use
-                    if let Some(h) = self.map().frame(f) {
-                        h.unlock(me, 0, 0);
-                    }
-                }
+                Take::Got if self.keep_taken(f, me) => return Ok(f),
+                Take::Got => {}
                 Take::Dirty => dirty += 1,
                 Take::No => {}
             }
@@ -113,15 +105,25 @@ impl Region {
         Err(NoFrame::Busy(dirty))
     }
 
-    /// Whether frame `f`, just taken (its lock held), lies below the
-    /// capacity and the backed mark. A shrink lowers the capacity before it
-    /// locks and evicts each frame above, and punches their memory out
-    /// after: a take that locked the frame after the shrink passed it sees
-    /// the lower capacity here (the lock orders the two), one before is
-    /// evicted by the shrink in turn.
-    fn below_capacity(&self, f: u64) -> bool {
-        f < self.hword(hdr::CAPACITY).load(Ordering::Acquire)
-            && f < self.hword(hdr::BACKED).load(Ordering::Acquire)
+    /// Whether frame `f`, just taken free (its lock held by `me`), may be
+    /// used: it lies below the capacity and the backed mark; if not, it is
+    /// unlocked, free. A shrink lowers the capacity before it locks and
+    /// evicts each frame above, and punches their memory out after: a take
+    /// that locked the frame after the shrink passed it sees the lower
+    /// capacity here (the lock orders the two) and gives it back, or the
+    /// punch would zero a page in use; one before is evicted by the shrink
+    /// in turn.
+    fn keep_taken(&self, f: u32, me: Owner) -> bool {
+        let at = u64::from(f);
+        if at < self.hword(hdr::CAPACITY).load(Ordering::Acquire)
+            && at < self.hword(hdr::BACKED).load(Ordering::Acquire)
+        {
+            return true;
+        }
+        if let Some(h) = self.map().frame(f) {
+            h.unlock(me, 0, 0);
+        }
+        false
     }
 
     /// The next frame never used below `cap`, locked by `me`, its memory
@@ -150,17 +152,7 @@ impl Region {
             // A frame handed out once may be in use by now (a shrink and a
             // grow in between): taken only if free, as the clock does.
             if let Take::Got = self.try_take_free(f as u32, me) {
-                // A shrink lowers the capacity before it evicts what lies
-                // above: one that passed this frame already is seen here
-                // (the frame goes back), one that has not yet will wait
-                // for its lock and evict it.
-                if self.below_capacity(f) {
-                    return Some(f as u32);
-                }
-                if let Some(h) = self.map().frame(f as u32) {
-                    h.unlock(me, 0, 0);
-                }
-                return None;
+                return self.keep_taken(f as u32, me).then_some(f as u32);
             }
         }
     }
@@ -411,15 +403,9 @@ impl Region {
                 }
                 if st & WRITEBACK != 0 {
                     h.unlock(me, 0, 0);
-                    // a dead member's writeback is made dirty again by its
-                    // recovery (then written back here)
-                    if let Some(o) = FrameHeader::writeback_owner(st) {
-                        if o != me && !self.alive(o) {
-                            self.stuck(o);
-                            continue;
-                        }
-                    }
-                    h.wait_while(h.state(), super::frame::WAIT_TICK);
+                    // (a dead member's is made dirty again by its recovery,
+                    // then written back here)
+                    self.wait_writeback_end(h, h.state(), me);
                     continue;
                 }
                 let tag = h.tag();

@@ -460,12 +460,7 @@ impl SharedFile {
                     if let Some(h) = self.region.map().frame(f) {
                         let st = h.state();
                         if st & WRITEBACK != 0 {
-                            if let Some(o) = super::frame::FrameHeader::writeback_owner(st) {
-                                if o != me && !self.region.alive(o) {
-                                    self.region.stuck(o);
-                                }
-                            }
-                            h.wait_while(st, super::frame::WAIT_TICK);
+                            self.region.wait_writeback_end(h, st, me);
                         }
                     }
                 }

@@ -475,14 +475,21 @@ impl Region {
                 }
                 return;
             }
-            if let Some(o) = FrameHeader::writeback_owner(st) {
-                if o != me && !self.alive(o) {
-                    self.stuck(o);
-                    continue;
-                }
-            }
-            h.wait_while(st, super::frame::WAIT_TICK);
+            self.wait_writeback_end(h, st, me);
         }
+    }
+
+    /// Wait (one tick at most) for the writeback in flight on frame `h`
+    /// (state `st`) to end; if its owner is dead, recover it instead (its
+    /// recovery makes the frame dirty again). The caller looks again.
+    pub(crate) fn wait_writeback_end(&self, h: &FrameHeader, st: u32, me: Owner) {
+        if let Some(o) = FrameHeader::writeback_owner(st) {
+            if o != me && !self.alive(o) {
+                self.stuck(o);
+                return;
+            }
+        }
+        h.wait_while(st, super::frame::WAIT_TICK);
     }
 
     /// Start this process's flusher if it has none yet.
