@@ -39,7 +39,7 @@ pub(crate) const BATCH: u64 = 16;
 /// The format's magic word.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"KXSHRC01");
 /// The format's version: a file of another version is refused.
-pub(crate) const VERSION: u64 = 2;
+pub(crate) const VERSION: u64 = 3;
 /// Member slots: processes that can share one region (a member's bit in a
 /// file's openers mask, so at most 64).
 pub(crate) const MEMBERS: usize = 64;
@@ -134,6 +134,10 @@ pub(crate) mod hdr {
     /// The counters of members that left or died, folded in: first of
     /// `member::COUNTERS` words.
     pub(crate) const RETIRED: usize = 128;
+    /// The members whose dirty lists may hold entries (bit `m` for member
+    /// slot `m`; set before a member's first entry, cleared once its list
+    /// is empty): a sync reads only those lists.
+    pub(crate) const DIRTY_MEMBERS: usize = 160;
 }
 
 /// The header's state word once the region is laid out.

@@ -165,6 +165,7 @@ pub(crate) fn recover(region: &Region, dead: Owner, me: Owner) {
     }
     if !same {
         ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+        region.clear_dirty_member(dead.slot());
         ms.words[mw::STATE].store(0, Ordering::Release);
     }
     region.hword(hdr::RECOVERED).fetch_add(1, Ordering::Relaxed);

@@ -299,6 +299,7 @@ impl Region {
                 (self.hooks.recover)(self, me, me);
             } else {
                 ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+                self.clear_dirty_member(me.slot());
                 // A slot its last member left: a table lock still naming
                 // it (taken after it was counted out) names no one.
                 self.release_table_locks(me);
@@ -471,6 +472,7 @@ impl Region {
         let ms = self.map.member(me.slot());
         (self.hooks.leave_files)(self, me);
         ms.words[mw::DIRTY_COUNT].store(0, Ordering::Relaxed);
+        self.clear_dirty_member(me.slot());
         ms.words[mw::STATE].store(0, Ordering::Release);
         self.map.header().words[hdr::MEMBERSHIP].fetch_add(1, Ordering::AcqRel);
         self.current.store(0, Ordering::Release);

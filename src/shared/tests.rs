@@ -704,3 +704,53 @@ fn every_hostile_name_is_refused_and_nothing_outside_is_written() {
         "nothing made through the link"
     );
 }
+
+#[test]
+fn a_sync_reads_the_lists_of_members_with_dirty_frames_and_theirs_only() {
+    use super::layout::hdr;
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let fa = open(&a, &data);
+    let fb = open(&b, &data);
+    let mask = || {
+        a.hword(hdr::DIRTY_MEMBERS)
+            .load(crate::sync::Ordering::Acquire)
+    };
+    let bit_a = 1u64 << a.member_slot().unwrap();
+    let bit_b = 1u64 << b.member_slot().unwrap();
+    assert_eq!(mask(), 0, "no member has dirtied a frame");
+    // a's write marks a's list; b's sync finds it there and writes it
+    fa.write_at(&[7u8; 4096], 2 * 4096).unwrap();
+    assert_eq!(mask(), bit_a);
+    fb.sync().unwrap();
+    let disk = std::fs::read(&data).unwrap();
+    assert!(
+        disk[2 * 4096..3 * 4096].iter().all(|&x| x == 7),
+        "b's sync wrote a's page"
+    );
+    // a's own sync leaves its list empty: its bit goes
+    fa.write_at(&[8u8; 4096], 4 * 4096).unwrap();
+    fb.write_at(&[9u8; 4096], 5 * 4096).unwrap();
+    assert_eq!(mask(), bit_a | bit_b);
+    fa.sync().unwrap();
+    assert_eq!(mask() & bit_a, 0, "a's list is empty after its sync");
+    // b's entry was written back by a's sync; b's next writeback empties
+    // its list too
+    fb.sync().unwrap();
+    assert_eq!(mask(), 0);
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk[4 * 4096..5 * 4096].iter().all(|&x| x == 8));
+    assert!(disk[5 * 4096..6 * 4096].iter().all(|&x| x == 9));
+    // a member leaving with a dirty frame writes it back and clears its bit
+    fb.write_at(&[10u8; 4096], 6 * 4096).unwrap();
+    assert_eq!(mask(), bit_b);
+    drop(fb);
+    drop(b);
+    assert_eq!(mask(), 0, "the leaver's bit is cleared");
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk[6 * 4096..7 * 4096].iter().all(|&x| x == 10));
+}

@@ -37,7 +37,7 @@
 
 use super::files::{identify, read_path, w as fw};
 use super::frame::{FrameHeader, Owner, Tag, DIRTY, ERROR, VALID, WRITEBACK};
-use super::layout::{DIRTY_MAX, FILES, MEMBERS, PAGE64};
+use super::layout::{hdr, DIRTY_MAX, FILES, MEMBERS, PAGE64};
 use super::member::{self, DirtyEntry};
 use super::region::FileIo;
 use super::region::Region;
@@ -123,6 +123,7 @@ impl Region {
         let Some(me) = self.member_slot() else { return };
         {
             let _g = self.local.dirty.lock();
+            self.mark_dirty_member(me);
             let ok = self.map().member(me).dirty_push(DirtyEntry {
                 frame: f,
                 at: member::now_ms(),
@@ -141,6 +142,9 @@ impl Region {
         {
             let _g = self.local.dirty.lock();
             let ms = self.map().member(me.slot());
+            if !entries.is_empty() {
+                self.mark_dirty_member(me.slot());
+            }
             for &e in entries {
                 let r = self.local.reserved.load(Ordering::Relaxed);
                 if ms.dirty_len() + r >= DIRTY_MAX || !ms.dirty_push(e) {
@@ -379,15 +383,49 @@ impl Region {
         self.compact_own(me);
     }
 
+    /// [`compact_own`](Self::compact_own) when this member's list has
+    /// entries: called after each writeback of a file, so that the next
+    /// one reads only what was dirtied since (not every commit's since the
+    /// flusher's last pass).
+    pub(crate) fn compact_own_if_any(&self, me: Owner) {
+        if self.map().member(me.slot()).dirty_len() != 0 {
+            self.compact_own(me);
+        }
+    }
+
     /// Drop this member's list entries whose frames are neither dirty nor
     /// being written back.
     pub(crate) fn compact_own(&self, me: Owner) {
         let _g = self.local.dirty.lock();
         let map = self.map();
-        map.member(me.slot()).dirty_retain(|e| {
+        let left = map.member(me.slot()).dirty_retain(|e| {
             map.frame(e.frame)
                 .is_some_and(|h| h.state() & (DIRTY | WRITEBACK) != 0)
         });
+        if left == 0 {
+            // under the list's lock: no entry can come in between
+            self.clear_dirty_member(me.slot());
+        }
+    }
+
+    /// Say in the header that member slot `m`'s list may hold entries
+    /// (before its first entry goes in; under the list's lock).
+    pub(crate) fn mark_dirty_member(&self, m: usize) {
+        let bit = 1u64 << m;
+        let w = self.hword(hdr::DIRTY_MEMBERS);
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Say that member slot `m`'s list is empty (by whoever holds it: its
+    /// owner under the list's lock, a joiner or recoverer of the slot).
+    pub(crate) fn clear_dirty_member(&self, m: usize) {
+        let bit = 1u64 << m;
+        let w = self.hword(hdr::DIRTY_MEMBERS);
+        if w.load(Ordering::Relaxed) & bit != 0 {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
     }
 
     /// Every dirty frame of file slot `slot` (its epoch now), from every
@@ -398,7 +436,13 @@ impl Region {
         let mut dirty = Vec::new();
         let mut under = Vec::new();
         let mut list = Vec::new();
-        for m in 0..MEMBERS {
+        let mut members = self.hword(hdr::DIRTY_MEMBERS).load(Ordering::Acquire);
+        while members != 0 {
+            let m = members.trailing_zeros() as usize;
+            members &= members - 1;
+            if m >= MEMBERS {
+                break;
+            }
             let ms = map.member(m);
             if ms.dirty_len() == 0 {
                 continue;
@@ -447,6 +491,7 @@ impl Region {
         for f in under.into_iter().chain(dirty.iter().copied()) {
             self.wait_writeback(me, io, f);
         }
+        self.compact_own_if_any(me);
         let fd = io.fd.as_raw_fd();
         let r = if data {
             // SAFETY: a descriptor of ours.

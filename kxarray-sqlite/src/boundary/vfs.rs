@@ -384,15 +384,29 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let kind = flags & 0x000f_ff00;
     let uri_name = !name.is_null()
         && kind & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0;
-    let settings = Settings::from_uri_and_env(|k| {
-        if !uri_name {
-            return None;
-        }
-        let k = std::ffi::CString::new(k).ok()?;
-        // SAFETY: a main database, journal or WAL name from xOpen (see the
-        // caller's contract).
-        unsafe { api.uri_parameter(name, &k) }
-    })?;
+    // A journal or WAL reaches its database (open in this process, by the
+    // name SQLite derives it from) to write it back before its own
+    // contents may go (see `file::db_barrier`), follows its locking mode,
+    // and takes the settings its open resolved (the same URI parameters,
+    // and the environment as it was then: no variable read per journal).
+    let db = if !name.is_null() && kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
+        // SAFETY: a non-null name from xOpen is NUL-terminated.
+        db_of(&unsafe { path_of(name) })
+    } else {
+        None
+    };
+    let settings = match db.as_ref().and_then(|d| d.settings) {
+        Some(s) => s,
+        None => Settings::from_uri_and_env(|k| {
+            if !uri_name {
+                return None;
+            }
+            let k = std::ffi::CString::new(k).ok()?;
+            // SAFETY: a main database, journal or WAL name from xOpen (see
+            // the caller's contract).
+            unsafe { api.uri_parameter(name, &k) }
+        })?,
+    };
     if kind & SQLITE_OPEN_MAIN_DB != 0 {
         // A misspelt setting (a URI parameter or a variable) fails the
         // open rather than being ignored.
@@ -538,15 +552,6 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     } else {
         WritePolicy::Through
     };
-    // A journal or WAL reaches its database (open in this process, by the
-    // name SQLite derives it from) to write it back before its own
-    // contents may go (see `file::db_barrier`), and follows its locking
-    // mode.
-    let db = if kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
-        db_of(&path)
-    } else {
-        None
-    };
     let exclusive = db.as_ref().map_or(settings.exclusive, |d| d.exclusive);
     let inode = inode::open_or_insert(key, || {
         make_inode(
@@ -560,6 +565,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
             exclusive,
             settings.shared,
         )
+        .map(|i| if is_db { i.with_settings(settings) } else { i })
     })?;
     if is_db && inode.exclusive != settings.exclusive {
         api.log(
@@ -660,12 +666,17 @@ unsafe extern "C" fn x_open(
 }
 
 /// The database a journal or WAL belongs to, if the process has it open:
-/// its name is the database's with `-journal` or `-wal` appended.
+/// its name is the database's with `-journal` or `-wal` appended. The
+/// database open by that very name, without a system call; else (none,
+/// or several by the name) the one the name leads to now.
 pub(crate) fn db_of(path: &Path) -> Option<Arc<Inode>> {
     let name = path.as_os_str().as_bytes();
     let db = name
         .strip_suffix(b"-wal")
         .or_else(|| name.strip_suffix(b"-journal"))?;
+    if let Some(i) = inode::db_named(db) {
+        return Some(i);
+    }
     let meta = std::fs::metadata(OsStr::from_bytes(db)).ok()?;
     use std::os::unix::fs::MetadataExt;
     inode::find((meta.dev(), meta.ino())).filter(|i| i.is_db)

@@ -130,11 +130,13 @@ fn prefetch(bytes: &[u8]) {
 
 impl Fetches {
     pub(crate) fn new() -> Fetches {
+        // `hot` and `seen` are allocated at their first use: a journal's,
+        // a WAL's or a handle that never lends costs nothing at open.
         Fetches {
             out: Vec::new(),
-            hot: (0..SETS * WAYS).map(|_| None).collect(),
+            hot: Box::default(),
             nr_hot: 0,
-            seen: vec![-1; SEEN].into_boxed_slice(),
+            seen: Box::default(),
         }
     }
 
@@ -216,6 +218,9 @@ impl Fetches {
             return;
         };
         let o = self.out.swap_remove(i);
+        if self.seen.is_empty() {
+            self.seen = vec![-1; SEEN].into_boxed_slice();
+        }
         let s = seen_of(off);
         if self.seen[s] == off {
             self.admit(file, o);
@@ -229,6 +234,9 @@ impl Fetches {
     /// since the clock last passed first).
     #[cold]
     fn admit(&mut self, file: &CachedFile, o: Out) {
+        if self.hot.is_empty() {
+            self.hot = (0..SETS * WAYS).map(|_| None).collect();
+        }
         let set = set_of(o.off) * WAYS;
         if self.hot[set..set + WAYS]
             .iter()

@@ -54,6 +54,7 @@
 //!   (and keeps it) or none and no lock of the process's own in its way.
 
 use crate::locking::hold::Hold;
+use crate::sqlite::config::Settings;
 use crate::sqlite::ffi::{
     LOCK_RANGE_LEN, PENDING_BYTE, RESERVED_BYTE, SHARED_FIRST, SHARED_SIZE, SQLITE_BUSY,
     SQLITE_CANTOPEN, SQLITE_IOERR_CHECKRESERVEDLOCK, SQLITE_IOERR_LOCK, SQLITE_IOERR_RDLOCK,
@@ -70,7 +71,7 @@ use std::fs::File;
 use std::os::raw::c_int;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// A file's identity: `(st_dev, st_ino)`.
@@ -149,6 +150,9 @@ pub(crate) struct Inode {
     /// `coherence` last recorded it (set before the change is made; read
     /// at a hold's end, `Coherence::after_write`).
     pub(crate) wrote: AtomicBool,
+    /// A database: the settings of the open that made the inode, which
+    /// its journal's and WAL's opens take (see `vfs::open`).
+    pub(crate) settings: Option<Settings>,
     /// A database in the shared cache: this process holds the file's
     /// writer mark (set at its first change, `note_change`; cleared when
     /// the change is final, `change_final`).
@@ -231,9 +235,10 @@ extern "C" fn at_exit() {
 fn this_process(
     mut t: MutexGuard<'static, HashMap<Key, Arc<Inode>>>,
 ) -> MutexGuard<'static, HashMap<Key, Arc<Inode>>> {
-    static PID: AtomicU32 = AtomicU32::new(0);
-    let pid = std::process::id();
-    if PID.swap(pid, Ordering::Relaxed) != pid {
+    // the fork generation: one load, where `getpid` is a system call
+    static GEN: AtomicU64 = AtomicU64::new(0);
+    let gen = kxarray::fork::generation();
+    if GEN.swap(gen, Ordering::Relaxed) != gen {
         std::mem::forget(std::mem::take(&mut *t));
     }
     t
@@ -299,6 +304,20 @@ pub(crate) fn find(key: Key) -> Option<Arc<Inode>> {
     table().get(&key).cloned()
 }
 
+/// The one database the process has open by the name `name` (the name of
+/// its first open, which SQLite makes the names of its journal and WAL
+/// from): `None` when there is none, or several (a file replaced under
+/// its name, opened again).
+pub(crate) fn db_named(name: &[u8]) -> Option<Arc<Inode>> {
+    use std::os::unix::ffi::OsStrExt;
+    let t = table();
+    let mut found = t
+        .values()
+        .filter(|i| i.is_db && i.path.as_os_str().as_bytes() == name);
+    let one = found.next()?;
+    found.next().is_none().then(|| Arc::clone(one))
+}
+
 /// Files the process has open through the VFS (for tests and stats).
 pub fn open_files() -> usize {
     table().len()
@@ -338,6 +357,7 @@ impl Inode {
             uncached: false,
             coherence: Mutex::new(Coherence::default()),
             wrote: AtomicBool::new(false),
+            settings: None,
             marked: AtomicBool::new(false),
             hold: Arc::default(),
             locks: Mutex::new(LockState::default()),
@@ -573,6 +593,14 @@ impl Inode {
     /// The same inode with `wal` as its WAL's length ([`WalSize`]).
     pub(crate) fn with_wal(self, wal: Option<WalSize>) -> Inode {
         Inode { wal, ..self }
+    }
+
+    /// The same inode with the settings of the open that made it.
+    pub(crate) fn with_settings(self, settings: Settings) -> Inode {
+        Inode {
+            settings: Some(settings),
+            ..self
+        }
     }
 
     /// The same inode in exclusive locking mode (`exclusive`), and, for a
