@@ -754,3 +754,81 @@ fn a_sync_reads_the_lists_of_members_with_dirty_frames_and_theirs_only() {
     let disk = std::fs::read(&data).unwrap();
     assert!(disk[6 * 4096..7 * 4096].iter().all(|&x| x == 10));
 }
+
+/// Pages of `path` in the kernel's page cache (`mincore` over a mapping).
+fn kernel_pages(path: &Path) -> usize {
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a read-only shared mapping of a file we opened, unmapped
+    // below; no Rust reference is made into it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `vec` has a byte per page of the mapping.
+    assert_eq!(unsafe { libc::mincore(p, len, vec.as_mut_ptr()) }, 0);
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, len) };
+    vec.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+#[test]
+fn drop_behind_keeps_at_most_a_mebibyte_of_a_file_twice() {
+    use super::region::DROP_BEHIND_BYTES;
+    use std::os::fd::AsFd;
+    let d = dir();
+    // SAFETY: a statfs of a path we made, into a zeroed struct.
+    let on_tmpfs = unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        let c = std::ffi::CString::new(d.path().as_os_str().as_bytes()).unwrap();
+        libc::statfs(c.as_ptr(), &mut s) == 0 && s.f_type == libc::TMPFS_MAGIC
+    };
+    if on_tmpfs {
+        eprintln!("skipped: the temporary directory is on tmpfs (nothing to drop)");
+        return;
+    }
+    let a = Region::join(d.path(), "r", 4096).unwrap();
+    a.set_capacity(2048 * 4096).unwrap();
+    a.set_drop_behind(true);
+    let data = d.path().join("data");
+    let pages = 1024u64;
+    std::fs::write(&data, vec![0u8; (pages * 4096) as usize]).unwrap();
+    {
+        let f = std::fs::File::open(&data).unwrap();
+        f.sync_all().unwrap();
+        super::access::drop_kernel_copy(f.as_fd(), 0, 0);
+    }
+    let most = (DROP_BEHIND_BYTES / 4096) as usize;
+    let fa = open(&a, &data);
+    let mut peak = 0;
+    // commits of one page each, synced: the kernel's copy of what they
+    // wrote grows to the threshold, then goes
+    for i in 0..(3 * most as u64) {
+        fa.write_at(&[1u8; 4096], (1 + i % (pages - 1)) * 4096)
+            .unwrap();
+        fa.sync_data().unwrap();
+        let k = kernel_pages(&data);
+        assert!(
+            k <= most + 2,
+            "{k} pages in the kernel's cache after {} one-page syncs",
+            i + 1
+        );
+        peak = peak.max(k);
+    }
+    assert!(peak > 2, "the drops are batched (peak {peak})");
+    // closing drops what is left
+    drop(fa);
+    let k = kernel_pages(&data);
+    assert!(k <= 1, "{k} pages in the kernel's cache after the close");
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk[4096..2 * 4096].iter().all(|&x| x == 1));
+}
