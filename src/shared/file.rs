@@ -819,13 +819,18 @@ impl SharedFile {
         self.slot().get(fw::STAMP + i)
     }
 
-    /// Set stamp word `i` (`i` < 2).
+    /// Set stamp word `i` (`i` < 2). A stamp that already holds `v` is
+    /// left alone: members that find the file as it was write nothing to
+    /// the slot every other member reads.
     ///
     /// # Panics
     /// When `i` is 2 or more.
+    #[inline]
     pub fn set_stamp(&self, i: usize, v: u64) {
         assert!(i < files::STAMPS, "a file has {} stamps", files::STAMPS);
-        self.slot().set(fw::STAMP + i, v);
+        if self.slot().get(fw::STAMP + i) != v {
+            self.slot().set(fw::STAMP + i, v);
+        }
     }
 
     /// Retire every cached page of the file at once (a new epoch) when no
