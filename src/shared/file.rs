@@ -29,7 +29,7 @@ use super::access::{pread_into, Dropped, Fill, Got};
 use super::files::{self, find_or_claim, member_bit, w as fw, TableFull};
 use super::frame::{Owner, Tag, WRITEBACK};
 use super::layout::{hdr, PAGE, PAGE64};
-use super::region::{FileIo, DROP_BEHIND_BYTES};
+use super::region::FileIo;
 use super::region::{Region, RegionError};
 use crate::sync::{Lock, Ordering};
 use std::io;
@@ -190,7 +190,6 @@ impl SharedFile {
             slot: claimed.slot,
             fd: fd.into(),
             opener: Some(Arc::downgrade(&region)),
-            written: Default::default(),
         });
         region.local.register(&io);
         let since = slot.errseq();
@@ -662,9 +661,8 @@ impl SharedFile {
             .map_err(|e| io::Error::other(e.to_string()))?;
         let r = self.region.sync_file(me, &self.io, data);
         if r.is_ok() && self.region.drop_behind() {
-            // clean now: the kernel's copy goes (see `set_drop_behind`),
-            // once enough was written since the last time
-            self.io.drop_kernel_copy_after(DROP_BEHIND_BYTES);
+            // clean now: the kernel's copy goes (see `set_drop_behind`)
+            super::access::drop_kernel_copy(self.io.fd.as_fd(), PAGE64, 0);
         }
         if let Some(s) = files::look(self.io.fd.as_fd()) {
             self.slot().set_seen(s);

@@ -498,28 +498,6 @@ pub(crate) struct FileIo {
     /// openers (a handle's open; not a recoverer's reopen): dropping it
     /// writes back what this member dirtied in the file and clears the bit.
     pub(crate) opener: Option<Weak<Region>>,
-    /// Bytes written back through this descriptor since the kernel's copy
-    /// of the file was last dropped (see `Region::set_drop_behind`).
-    pub(crate) written: std::sync::atomic::AtomicU64,
-}
-
-/// Bytes a descriptor writes back before a sync drops the kernel's copy of
-/// its file (`Region::set_drop_behind`): the kernel holds at most this
-/// much of a file twice, and a database's commits, a few pages each, pay
-/// one `fadvise` in many.
-pub(crate) const DROP_BEHIND_BYTES: u64 = 1 << 20;
-
-impl FileIo {
-    /// Drop the kernel's copy of the file (its first page stays) if at
-    /// least `min` bytes were written back through this descriptor since
-    /// the last drop; dirty pages the kernel holds are left to it.
-    pub(crate) fn drop_kernel_copy_after(&self, min: u64) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if self.written.load(Relaxed) >= min.max(1) {
-            self.written.store(0, Relaxed);
-            super::access::drop_kernel_copy(self.fd.as_fd(), super::layout::PAGE64, 0);
-        }
-    }
 }
 
 /// This process's side of its membership.

@@ -188,11 +188,9 @@ impl Region {
 
     /// Make this process's fills and syncs drop the kernel's copy of the
     /// pages they read or wrote (`POSIX_FADV_DONTNEED` after a fill's read,
-    /// over the whole file after a sync once 1 MiB was written back through
-    /// this process's descriptor since the last drop, and when the process
-    /// closes the file), so that the machine holds one copy of a page the
-    /// region holds, not two (the region's and the kernel's page cache's),
-    /// but for at most 1 MiB of a file's recent writes. A file's first page is kept in both: the
+    /// and over the whole file after a sync), so that the machine holds
+    /// one copy of a page the region holds, not two (the region's and the
+    /// kernel's page cache's). A file's first page is kept in both: the
     /// header a database's lock gap reads from the file itself (a `pread`
     /// that would otherwise wait for the device at every transaction).
     /// The price is paid by a process outside the region reading the same

@@ -78,11 +78,6 @@ impl Drop for FileIo {
         if !pages.is_empty() {
             let _ = region.write_back_file(me, self, &pages);
         }
-        if region.drop_behind() {
-            // what this descriptor wrote since the last drop (the kernel
-            // writes back what is still dirty, and keeps only that)
-            self.drop_kernel_copy_after(1);
-        }
         region.compact_own(me);
         map.file(self.slot).words[fw::OPENERS]
             .fetch_and(!super::files::member_bit(me), Ordering::AcqRel);
@@ -196,7 +191,6 @@ impl Region {
             slot,
             fd: fd.into(),
             opener: None,
-            written: Default::default(),
         });
         self.local.register(&io);
         Some(io)
@@ -329,8 +323,6 @@ impl Region {
             });
             total += len;
         }
-        io.written
-            .fetch_add(total as u64, std::sync::atomic::Ordering::Relaxed);
         let mut done = 0usize;
         let mut first = 0usize;
         while done < total {
