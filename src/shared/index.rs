@@ -30,7 +30,7 @@
 //! bucket (15 frames: rare at three entries per frame of the region) makes
 //! the caller read without caching.
 
-use super::frame::{FrameHeader, Owner, Tag, OWNER};
+use super::frame::{FrameHeader, Owner, Tag};
 use super::layout::WAYS;
 use super::wait::{self, Backoff};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -39,10 +39,6 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 const SHADOW: u64 = 1 << 63;
 /// The fingerprint's mask (after shifting down by 32).
 const FP_MASK: u64 = 0x7fff_ffff;
-
-/// A bucket lock word's bit saying someone sleeps on it (the rest is the
-/// holder's [`Owner`] bits): its release wakes them, and only then.
-pub(crate) const LOCK_WAITERS: u32 = 1 << 31;
 
 /// One bucket: its lock word and [`WAYS`] entries.
 #[repr(C)]
@@ -141,9 +137,7 @@ impl Bucket {
         None
     }
 
-    /// Take the bucket's lock (see [`FrameHeader::lock`] for `stuck`). A
-    /// waiter that is about to sleep sets [`LOCK_WAITERS`] first, so that
-    /// only a release with sleepers makes a system call.
+    /// Take the bucket's lock (see [`FrameHeader::lock`] for `stuck`).
     pub(crate) fn lock(&self, me: Owner, stuck: &mut dyn FnMut(Owner)) -> BucketGuard<'_> {
         let mut backoff = Backoff::new();
         loop {
@@ -152,28 +146,13 @@ impl Bucket {
                 .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) => return BucketGuard { b: self, me },
-                Err(mut cur) => {
+                Err(cur) => {
                     if backoff.spin() {
                         continue;
                     }
-                    if cur & LOCK_WAITERS == 0 {
-                        if self
-                            .lock
-                            .compare_exchange(
-                                cur,
-                                cur | LOCK_WAITERS,
-                                Ordering::Relaxed,
-                                Ordering::Relaxed,
-                            )
-                            .is_err()
-                        {
-                            continue;
-                        }
-                        cur |= LOCK_WAITERS;
-                    }
                     wait::wait(&self.lock, cur, super::frame::WAIT_TICK);
                     if let Some(holder) = Owner::from_bits(self.lock.load(Ordering::Relaxed)) {
-                        if holder.bits() == cur & OWNER {
+                        if holder.bits() == cur {
                             stuck(holder);
                         }
                     }
@@ -192,21 +171,14 @@ impl Bucket {
     /// lock is one store, so the bucket is consistent as it stands).
     /// Whether `dead` held it.
     pub(crate) fn release_dead(&self, dead: Owner) -> bool {
-        let mut cur = self.lock.load(Ordering::Acquire);
-        while cur & OWNER == dead.bits() {
-            match self
-                .lock
-                .compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    wait::wake_all(&self.lock);
-                    return true;
-                }
-                // a waiter set its bit meanwhile
-                Err(now) => cur = now,
-            }
+        let ok = self
+            .lock
+            .compare_exchange(dead.bits(), 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if ok {
+            wait::wake_all(&self.lock);
         }
-        false
+        ok
     }
 
     /// Every way's word (for recovery and tests).
@@ -307,10 +279,8 @@ impl BucketGuard<'_> {
 impl Drop for BucketGuard<'_> {
     fn drop(&mut self) {
         let prev = self.b.lock.swap(0, Ordering::Release);
-        debug_assert_eq!(prev & OWNER, self.me.bits(), "released by its holder");
-        if prev & LOCK_WAITERS != 0 {
-            wait::wake_all(&self.b.lock);
-        }
+        debug_assert_eq!(prev, self.me.bits(), "released by its holder");
+        wait::wake_all(&self.b.lock);
     }
 }
 
@@ -409,49 +379,6 @@ mod tests {
         assert!(!b.release_dead(Owner::of_slot(8)));
         assert!(b.release_dead(dead));
         assert_eq!(b.holder(), None);
-    }
-
-    #[test]
-    fn a_sleeping_waiter_marks_the_lock_and_its_release_hands_it_over() {
-        let b = Bucket::default();
-        let holder = Owner::of_slot(1);
-        let g = b.lock(holder, &mut |_| {});
-        assert_eq!(
-            b.lock.load(Ordering::Relaxed),
-            holder.bits(),
-            "no waiter yet"
-        );
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let w = b.lock(Owner::of_slot(2), &mut |_| {});
-                assert_eq!(b.holder(), Some(Owner::of_slot(2)));
-                drop(w);
-            });
-            let start = std::time::Instant::now();
-            while b.lock.load(Ordering::Relaxed) & LOCK_WAITERS == 0 {
-                assert!(
-                    start.elapsed() < std::time::Duration::from_secs(30),
-                    "a waiter about to sleep sets the bit"
-                );
-                std::thread::yield_now();
-            }
-            assert_eq!(b.holder(), Some(holder), "the bit keeps the holder");
-            drop(g);
-            waiter.join().unwrap();
-        });
-        assert_eq!(b.lock.load(Ordering::Relaxed), 0, "released whole");
-    }
-
-    #[test]
-    fn a_dead_holders_lock_with_a_sleeper_is_released() {
-        let b = Bucket::default();
-        let dead = Owner::of_slot(9);
-        core::mem::forget(b.lock(dead, &mut |_| unreachable!()));
-        b.lock.fetch_or(LOCK_WAITERS, Ordering::Relaxed);
-        assert_eq!(b.holder(), Some(dead));
-        assert!(!b.release_dead(Owner::of_slot(8)));
-        assert!(b.release_dead(dead));
-        assert_eq!(b.lock.load(Ordering::Relaxed), 0);
     }
 
     #[test]
