@@ -594,7 +594,7 @@ impl SharedFile {
             .collect();
         list.sort_unstable();
         let r = self.region.write_back_file(me, &self.io, &list);
-        self.region.compact_own_if_any(me);
+        self.region.compact_own(me);
         self.check_errseq().and(r)
     }
 

@@ -25,6 +25,23 @@ fn open(region: &Arc<Region>, path: &Path) -> SharedFile {
     SharedFile::open(region.clone(), fd.into(), path.as_os_str().as_bytes()).unwrap()
 }
 
+/// Two members of one region of 64 frames, beside a file of 8 zero pages
+/// (the directory lives as long as the first value).
+fn two_members() -> (
+    tempfile::TempDir,
+    Arc<Region>,
+    Arc<Region>,
+    std::path::PathBuf,
+) {
+    let d = dir();
+    let a = Region::join(d.path(), "r", 1024).unwrap();
+    a.set_capacity(64 * 4096).unwrap();
+    let b = Region::join(d.path(), "r", 1024).unwrap();
+    let data = d.path().join("data");
+    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    (d, a, b, data)
+}
+
 #[test]
 fn two_members_share_one_copy() {
     let d = dir();
@@ -312,12 +329,7 @@ fn a_stale_hint_is_never_served() {
 #[test]
 fn a_frame_dirty_again_under_another_members_writeback_waits_for_its_end() {
     use super::frame::{FrameHeader, Owner, DIRTY, VALID, WRITEBACK};
-    let d = dir();
-    let a = Region::join(d.path(), "r", 1024).unwrap();
-    a.set_capacity(64 * 4096).unwrap();
-    let b = Region::join(d.path(), "r", 1024).unwrap();
-    let data = d.path().join("data");
-    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let (_d, a, b, data) = two_members();
     let fa = open(&a, &data);
     let fb = open(&b, &data);
     fa.write_at(&[1u8; 4096], 3 * 4096).unwrap();
@@ -362,12 +374,7 @@ fn a_write_with_no_room_on_the_dirty_list_goes_through_its_frame() {
     use super::frame::{FrameHeader, Owner, DIRTY, WRITEBACK};
     use super::layout::DIRTY_MAX;
     use super::member::DirtyEntry;
-    let d = dir();
-    let a = Region::join(d.path(), "r", 1024).unwrap();
-    a.set_capacity(64 * 4096).unwrap();
-    let b = Region::join(d.path(), "r", 1024).unwrap();
-    let data = d.path().join("data");
-    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let (_d, a, b, data) = two_members();
     let fa = open(&a, &data);
     // a's dirty list full of a frame it cannot write back (b's writeback
     // of it in flight, dirty again meanwhile)
@@ -708,12 +715,7 @@ fn every_hostile_name_is_refused_and_nothing_outside_is_written() {
 #[test]
 fn a_sync_reads_the_lists_of_members_with_dirty_frames_and_theirs_only() {
     use super::layout::hdr;
-    let d = dir();
-    let a = Region::join(d.path(), "r", 1024).unwrap();
-    a.set_capacity(64 * 4096).unwrap();
-    let b = Region::join(d.path(), "r", 1024).unwrap();
-    let data = d.path().join("data");
-    std::fs::write(&data, vec![0u8; 8 * 4096]).unwrap();
+    let (_d, a, b, data) = two_members();
     let fa = open(&a, &data);
     let fb = open(&b, &data);
     let mask = || {

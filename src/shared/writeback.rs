@@ -383,19 +383,15 @@ impl Region {
         self.compact_own(me);
     }
 
-    /// [`compact_own`](Self::compact_own) when this member's list has
-    /// entries: called after each writeback of a file, so that the next
-    /// one reads only what was dirtied since (not every commit's since the
-    /// flusher's last pass).
-    pub(crate) fn compact_own_if_any(&self, me: Owner) {
-        if self.map().member(me.slot()).dirty_len() != 0 {
-            self.compact_own(me);
-        }
-    }
-
     /// Drop this member's list entries whose frames are neither dirty nor
-    /// being written back.
+    /// being written back (nothing to do, and no lock taken, when the list
+    /// is empty). Called after each writeback of a file too, so that the
+    /// next one reads only what was dirtied since, not every commit's since
+    /// the flusher's last pass.
     pub(crate) fn compact_own(&self, me: Owner) {
+        if self.map().member(me.slot()).dirty_len() == 0 {
+            return;
+        }
         let _g = self.local.dirty.lock();
         let map = self.map();
         let left = map.member(me.slot()).dirty_retain(|e| {
@@ -491,7 +487,7 @@ impl Region {
         for f in under.into_iter().chain(dirty.iter().copied()) {
             self.wait_writeback(me, io, f);
         }
-        self.compact_own_if_any(me);
+        self.compact_own(me);
         let fd = io.fd.as_raw_fd();
         let r = if data {
             // SAFETY: a descriptor of ours.

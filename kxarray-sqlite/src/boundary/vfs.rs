@@ -384,16 +384,16 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let kind = flags & 0x000f_ff00;
     let uri_name = !name.is_null()
         && kind & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0;
+    // SAFETY: a non-null name from xOpen is NUL-terminated.
+    let named = (!name.is_null()).then(|| unsafe { path_of(name) });
     // A journal or WAL reaches its database (open in this process, by the
     // name SQLite derives it from) to write it back before its own
     // contents may go (see `file::db_barrier`), follows its locking mode,
     // and takes the settings its open resolved (the same URI parameters,
     // and the environment as it was then: no variable read per journal).
-    let db = if !name.is_null() && kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 {
-        // SAFETY: a non-null name from xOpen is NUL-terminated.
-        db_of(&unsafe { path_of(name) })
-    } else {
-        None
+    let db = match &named {
+        Some(p) if kind & (SQLITE_OPEN_MAIN_JOURNAL | SQLITE_OPEN_WAL) != 0 => db_of(p),
+        _ => None,
     };
     let settings = match db.as_ref().and_then(|d| d.settings) {
         Some(s) => s,
@@ -436,7 +436,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
     let is_db = kind & SQLITE_OPEN_MAIN_DB != 0;
     let mut out_flags = flags;
 
-    if name.is_null() {
+    let Some(path) = named else {
         // As the unix VFS's temporary name, counted for an injected fault.
         if let Some(rc) = crate::io::fault::inject(SQLITE_IOERR, "xOpen of a temporary file") {
             return Err(OpenError::new(rc, "injected fault in xOpen"));
@@ -457,10 +457,7 @@ unsafe fn open(name: *const c_char, flags: c_int) -> Result<(Handle, c_int), Ope
         )?;
         let h = Handle::new(Arc::new(inode), None, cache, settings, psow, false);
         return Ok((h, out_flags));
-    }
-
-    // SAFETY: a non-null name from xOpen is NUL-terminated.
-    let path = unsafe { path_of(name) };
+    };
     let create = flags & SQLITE_OPEN_CREATE != 0;
     let want_write = flags & SQLITE_OPEN_READWRITE != 0;
     let nofollow = flags & SQLITE_OPEN_NOFOLLOW != 0;
