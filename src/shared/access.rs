@@ -62,6 +62,10 @@ pub(crate) struct Locked {
     /// The change left open for an [`Fill::Overwrite`] claim (its version
     /// before): the caller stores the page and ends it.
     pub(crate) open: Option<u64>,
+    /// Whether this call claimed the frame for the page (filled from the
+    /// file, zeroed or left for an overwrite): `false` when a frame
+    /// already held it, which is a hit for the page cache's statistics.
+    pub(crate) filled: bool,
 }
 
 /// What [`Region::drop_clean_page`] did.
@@ -230,6 +234,7 @@ impl Region {
                     return Ok(Got::Frame(Locked {
                         frame: f,
                         open: None,
+                        filled: false,
                     }));
                 }
                 h.unlock(me, 0, 0);
@@ -269,6 +274,7 @@ impl Region {
                     return Ok(Got::Frame(Locked {
                         frame: f,
                         open: Some(s),
+                        filled: true,
                     }));
                 }
                 Fill::Zero => bytes.zero(0, PAGE),
@@ -305,6 +311,7 @@ impl Region {
             return Ok(Got::Frame(Locked {
                 frame: f,
                 open: None,
+                filled: true,
             }));
         }
     }

@@ -260,8 +260,7 @@ impl SharedFile {
             let len = (PAGE - off).min(n - done);
             let tag = Tag::new(self.io.slot, epoch, index);
             let dst = &mut buf[done..done + len];
-            if !self.region.read_cached(tag, off, dst) {
-                self.read_slow(tag, off, dst, size)?;
+            if !self.region.read_cached(tag, off, dst) && self.read_slow(tag, off, dst, size)? {
                 misses += 1;
             }
             pages += 1;
@@ -270,21 +269,25 @@ impl SharedFile {
         Ok((n, pages, misses))
     }
 
+    /// The page when the lock-free copy failed (no frame held it, or its
+    /// frame was changing): `true` when its bytes came from the file (a
+    /// miss), `false` when a frame held it after all (a hit).
     #[cold]
-    fn read_slow(&self, tag: Tag, off: usize, dst: &mut [u8], size: u64) -> io::Result<()> {
+    fn read_slow(&self, tag: Tag, off: usize, dst: &mut [u8], size: u64) -> io::Result<bool> {
         let me = match self.region.me() {
             Ok(me) => me,
-            Err(_) => return self.read_file(tag, off, dst),
+            Err(_) => return self.read_file(tag, off, dst).map(|()| true),
         };
         match self
             .region
             .get_locked(tag, me, Fill::Read, self.io.fd.as_fd(), size)?
         {
             Got::Frame(l) => {
+                let filled = l.filled;
                 self.region.read_locked(l, me, off, dst);
-                Ok(())
+                Ok(filled)
             }
-            Got::Uncached => self.read_file(tag, off, dst),
+            Got::Uncached => self.read_file(tag, off, dst).map(|()| true),
         }
     }
 
