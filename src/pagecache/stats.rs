@@ -231,6 +231,10 @@ pub(crate) fn drop_gauge(c: &AtomicU64, n: u64) {
 /// bytes; `hits` and `misses` count page lookups by reads, writes and
 /// [`read_folio`](super::CachedFile::read_folio).
 ///
+/// Each field is read on its own, not under one lock: while the flusher
+/// runs, bytes moving between `dirty_bytes` and `writeback_bytes` may
+/// count in both or in neither of one snapshot.
+///
 /// ```
 /// use kxarray::backend::RamDisk;
 /// use kxarray::pagecache::{CacheConfig, PageCache};
