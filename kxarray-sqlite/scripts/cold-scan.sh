@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The stock sqlite3 shell's cold full scan: one
 # `SELECT sum(length(v)) FROM t` over a database dropped from every cache
-# (a fresh shell process, so an empty kxarray cache, and the file dropped
+# (a fresh shell process with a runtime directory of its own, so an empty
+# kxarray cache, private or shared, and the file dropped
 # from the kernel's with posix_fadvise DONTNEED), through the unix VFS and
 # through the kxarray VFS with kx_direct=1 (O_DIRECT below the cache: its
 # own readahead is all there is) and kx_direct=0, interleaved in an order
@@ -11,6 +12,9 @@
 #   bash kxarray-sqlite/scripts/cold-scan.sh            # 5 rounds, 1,000,000 rows (about 456 MB)
 #   ROUNDS=3 ROWS=2400000 bash kxarray-sqlite/scripts/cold-scan.sh   # about 1.1 GB
 #   KEYS=scattered ROWS=400000 CONFIGS="unix kx-direct kx-direct-noprefetch" bash kxarray-sqlite/scripts/cold-scan.sh
+#
+# kx-private: kx_direct=0 with the process's own cache (kx_shared=0)
+# instead of the machine's shared one.
 #
 # kx-before, kx-direct-before: kx and kx-direct with another build of the
 # extension (KX_BEFORE=/path/to/libkxarray_sqlite, no suffix).
@@ -46,6 +50,7 @@ scan() { # config -> seconds
     kx-direct) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
     kx-direct-noprefetch) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1&kx_prefetch=0" ;;
     kx) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
+    kx-private) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0&kx_shared=0" ;;
     kx-before) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=0" ;;
     kx-direct-before) uri="file:$DB?vfs=kxarray&mode=ro&kx_direct=1" ;;
     *) echo "unknown config $1" >&2; exit 2 ;;
@@ -55,8 +60,14 @@ scan() { # config -> seconds
   t0=$(date +%s.%N)
   local lib=$LIB
   [ "${1%-before}" = "$1" ] || lib=${KX_BEFORE:?set KX_BEFORE to the other build of the extension}
-  out=$(sqlite3 -cmd ".load $lib" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
+  # A runtime directory of its own: the shared cache's region starts
+  # empty, as on a machine where no process has the database open (the
+  # kx_direct=1 configurations have a private cache anyway).
+  local rt
+  rt=$(mktemp -d /dev/shm/kx-cold-scan.XXXXXX)
+  out=$(XDG_RUNTIME_DIR=$rt sqlite3 -cmd ".load $lib" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
   t1=$(date +%s.%N)
+  rm -rf "$rt"
   [ "$out" = $((ROWS * 400)) ] || { echo "$1: wrong result $out" >&2; exit 1; }
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
 }
