@@ -730,6 +730,18 @@ impl SharedFile {
                     .compare_exchange(cur, mine, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
+                // Other members write back none of the file's frames from
+                // now on; one that looked at the mark before it was set
+                // has its run flagged by now, and is waited out here (with
+                // any frame still dirty from before, written back as this
+                // writer's). A file with no dirty frame has none in flight
+                // (a writeback's count goes at its end): one load.
+                crate::sync::fence(Ordering::SeqCst);
+                if self.slot().get(fw::DIRTY) != 0 {
+                    // A write error stays in the frames (`ERROR`) and the
+                    // file's error sequence, where a sync reports it.
+                    let _ = self.region.settle_file(me, &self.io);
+                }
                 return Ok(());
             }
         }

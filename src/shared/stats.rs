@@ -113,7 +113,10 @@ impl Region {
 
     /// Set the region's capacity (for every member): rounded down to
     /// frames, at most the region's most. Shrinking writes back and evicts
-    /// what lies above; the memory goes back to the system.
+    /// what lies above; the memory goes back to the system. A dirty frame
+    /// of a file another member holds the writer mark of is neither written
+    /// back nor evicted (its change may not be final): the capacity stays
+    /// above the highest such frame.
     ///
     /// # Errors
     /// The allocation's error when growing (a full tmpfs: the capacity
@@ -122,7 +125,16 @@ impl Region {
         let me = self
             .me()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let mut wb = |f: u32| self.write_back(me, &[f]).is_ok();
+        let map = self.map();
+        let mut wb = |f: u32| {
+            let theirs = map.frame(f).is_some_and(|h| {
+                let slot = h.tag().slot();
+                slot < super::layout::FILES && map.file(slot).writer().is_some_and(|o| o != me)
+            });
+            // (written back otherwise; a frame a writer marks meanwhile
+            // stays dirty and is looked at again)
+            !theirs && self.write_back(me, &[f]).is_ok()
+        };
         self.resize(bytes, me, &mut wb)
             .map(|frames| frames * PAGE64)
     }

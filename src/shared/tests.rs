@@ -370,6 +370,34 @@ fn a_frame_dirty_again_under_another_members_writeback_waits_for_its_end() {
 }
 
 #[test]
+fn no_member_writes_back_the_frames_of_a_file_another_holds_the_writer_mark_of() {
+    let (_d, a, b, data) = two_members();
+    let fa = open(&a, &data);
+    let fb = open(&b, &data);
+    // a's change, not final: it may yet be rolled back in the file by a
+    // process outside the region, which a writeback after that would undo
+    fa.mark_writer().unwrap();
+    for p in 0..8u64 {
+        fa.write_at(&[9u8; 4096], p * 4096).unwrap();
+    }
+    fb.sync().unwrap();
+    let cap = b.set_capacity(0).unwrap();
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk.iter().all(|&x| x == 0), "a's change reached the file");
+    assert!(
+        cap >= 4096,
+        "the shrink kept the dirty frames ({cap} bytes)"
+    );
+    assert_eq!(a.stats().dirty_frames, 8);
+    // final: anyone's sync writes it
+    fa.clear_writer();
+    fb.sync().unwrap();
+    let disk = std::fs::read(&data).unwrap();
+    assert!(disk.iter().all(|&x| x == 9));
+    assert_eq!(b.stats().dirty_frames, 0);
+}
+
+#[test]
 fn a_write_with_no_room_on_the_dirty_list_goes_through_its_frame() {
     use super::frame::{FrameHeader, Owner, DIRTY, WRITEBACK};
     use super::layout::DIRTY_MAX;

@@ -28,6 +28,16 @@
 //!   being written back by others (a dead writer's is made dirty again by
 //!   recovery, and then written here), then syncs the file's descriptor:
 //!   every byte any member wrote before the sync began is then durable.
+//! - **A writer's frames are its own.** While a member holds a file's
+//!   writer mark, no other member writes back a frame of the file: the
+//!   mark's frames may hold a change that is not final, which a process
+//!   outside the region may roll back in the file at any moment after the
+//!   writer's death, and a writeback landing after that rollback would put
+//!   the change back. A writeback looks at the mark after flagging its run
+//!   and before writing it (calling the run off if the mark is another's);
+//!   a new writer marks, then writes back or waits out every writeback of
+//!   the file in flight (`settle_file`): one of the two sees the other.
+//!   A shrink keeps such a frame (the capacity stays above it).
 //! - **The flusher**, one thread per member process started by its first
 //!   dirty frame, writes back this member's frames older than a second.
 //!
@@ -41,7 +51,7 @@ use super::layout::{hdr, DIRTY_MAX, FILES, MEMBERS, PAGE64};
 use super::member::{self, DirtyEntry};
 use super::region::FileIo;
 use super::region::Region;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -241,10 +251,28 @@ impl Region {
     ) -> io::Result<()> {
         let map = self.map();
         let slot = map.file(io.slot);
+        if slot.writer().is_some_and(|o| o != me) {
+            // another member's change under way (see the module notes)
+            return Ok(());
+        }
         let mut first = Ok(());
         let mut run: Vec<(u64, u32, Tag)> = Vec::with_capacity(MAX_RUN);
         let flush = |run: &mut Vec<(u64, u32, Tag)>| {
             if run.is_empty() {
+                return Ok(());
+            }
+            // The mark is looked at after every frame of the run is under
+            // writeback (a new writer marks, then waits for the
+            // writebacks of the file: `settle_file`), so either this sees
+            // its mark or it sees this run's flags.
+            fence(Ordering::SeqCst);
+            if slot.writer().is_some_and(|o| o != me) {
+                for &(_, f, tag) in run.iter() {
+                    if let Some(h) = map.frame(f) {
+                        abort_writeback(h, tag, slot);
+                    }
+                }
+                run.clear();
                 return Ok(());
             }
             let r = self.write_run(io, run);
@@ -474,20 +502,7 @@ impl Region {
     /// # Errors
     /// A write's error, or the sync's.
     pub(crate) fn sync_file(&self, me: Owner, io: &FileIo, data: bool) -> io::Result<()> {
-        let (dirty, under) = self.dirty_of(io.slot);
-        let mut first = Ok(());
-        if !dirty.is_empty() {
-            let mut pages: Vec<(u64, u32)> = dirty
-                .iter()
-                .filter_map(|&f| self.map().frame(f).map(|h| (h.tag().index, f)))
-                .collect();
-            pages.sort_unstable();
-            first = self.write_back_file(me, io, &pages);
-        }
-        for f in under.into_iter().chain(dirty.iter().copied()) {
-            self.wait_writeback(me, io, f);
-        }
-        self.compact_own(me);
+        let mut first = self.settle_file(me, io);
         let fd = io.fd.as_raw_fd();
         let r = if data {
             // SAFETY: a descriptor of ours.
@@ -502,11 +517,40 @@ impl Region {
         first
     }
 
+    /// Write back every frame of `io`'s file dirty now and wait for the
+    /// writebacks of others: afterwards none of the file's frames is dirty
+    /// or under writeback, unless another member's writer mark kept it.
+    ///
+    /// # Errors
+    /// A write's error.
+    pub(crate) fn settle_file(&self, me: Owner, io: &FileIo) -> io::Result<()> {
+        let (dirty, under) = self.dirty_of(io.slot);
+        let mut first = Ok(());
+        if !dirty.is_empty() {
+            let mut pages: Vec<(u64, u32)> = dirty
+                .iter()
+                .filter_map(|&f| self.map().frame(f).map(|h| (h.tag().index, f)))
+                .collect();
+            pages.sort_unstable();
+            first = self.write_back_file(me, io, &pages);
+        }
+        for f in under.into_iter().chain(dirty.iter().copied()) {
+            self.wait_writeback(me, io, f);
+        }
+        self.compact_own(me);
+        first
+    }
+
     /// Wait until frame `f` is not under writeback (a dead writer's is made
     /// dirty again by its recovery; then it is written here).
     fn wait_writeback(&self, me: Owner, io: &FileIo, f: u32) {
         let Some(h) = self.map().frame(f) else { return };
+        let slot = self.map().file(io.slot);
         for _ in 0..10_000 {
+            if slot.writer().is_some_and(|o| o != me) {
+                // another member's change: its frames are its own to write
+                return;
+            }
             let st = h.state();
             if st & WRITEBACK == 0 {
                 let tag = h.tag();
@@ -567,6 +611,20 @@ fn flusher(region: Weak<Region>, gen: u64) {
         let Ok(me) = r.me() else { return };
         r.flush_own(me, DIRTY_EXPIRE_MS, DIRTY_MAX);
         r.publish_counters();
+    }
+}
+
+/// Call off a writeback of frame `h` begun for `tag` before its write:
+/// the frame is dirty again, as it was (the count the writeback held
+/// becomes the dirty flag's, or is given back if a write made the frame
+/// dirty meanwhile).
+fn abort_writeback(h: &FrameHeader, tag: Tag, slot: &super::map::FileSlot) {
+    let st = h.state();
+    if st & VALID != 0 && h.tag() == tag && st & DIRTY == 0 {
+        h.end_writeback(DIRTY);
+    } else {
+        h.end_writeback(0);
+        slot.dirty_dec();
     }
 }
 

@@ -113,6 +113,10 @@ pub(crate) enum WritePolicy {
     Cached,
 }
 
+/// How long a SHARED lock waits for the recovery of a dead writer's mark
+/// before it fails (a recovery takes milliseconds).
+const WRITER_RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One file, shared by all of the process's handles of it.
 pub(crate) struct Inode {
     /// The path it was first opened by (for messages).
@@ -442,6 +446,60 @@ impl Inode {
         }
     }
 
+    /// [`check_writer`](Self::check_writer) at a SHARED lock taken from
+    /// none. In rollback-journal mode a member marks the file only under
+    /// EXCLUSIVE and clears the mark before releasing it, so with this
+    /// SHARED lock held a mark still standing is a dead member's whose
+    /// recovery is under way, though its owner looks alive: the recoverer
+    /// (or a joiner taking over its slot) holds its liveness byte while it
+    /// retires the frames, then clears the mark. Such a mark is waited out
+    /// before any frame is trusted. In WAL mode (the index mapped, or the
+    /// header saying WAL) a live checkpointer holds its mark beside
+    /// readers, and the pages it copies are ones every reader reads from
+    /// the WAL: nothing to wait for.
+    fn check_writer_at_shared(&self) -> Result<(), String> {
+        let Some(f) = self.file.shared_file() else {
+            return Ok(());
+        };
+        let err = |what: &str, e: std::io::Error| {
+            format!(
+                "kxarray: {what} of {} in the shared cache: {e}",
+                self.path.display()
+            )
+        };
+        if f.check_writer()
+            .map_err(|e| err("checking the writer", e))?
+        {
+            return Ok(());
+        }
+        let t0 = std::time::Instant::now();
+        loop {
+            if lock(&self.shm).strong_count() > 0 {
+                return Ok(());
+            }
+            // the file format's write version, byte 18: 2 is WAL (a file
+            // too short to say is not)
+            let mut v = [0u8; 1];
+            if crate::sys::fdio::pread_full(&self.fd, &mut v, 18).is_ok() && v[0] == 2 {
+                return Ok(());
+            }
+            if t0.elapsed() > WRITER_RECOVERY_WAIT {
+                return Err(format!(
+                    "kxarray: a writer mark on {} in the shared cache stayed held by a \
+                     process without the lock to write ({} s)",
+                    self.path.display(),
+                    WRITER_RECOVERY_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            if f.check_writer()
+                .map_err(|e| err("checking the writer", e))?
+            {
+                return Ok(());
+            }
+        }
+    }
+
     /// A database in the shared cache: look at the writer mark before
     /// trusting a frame (a dead member's unfinished change retires every
     /// frame of the file first; one load when there is no mark).
@@ -579,7 +637,7 @@ impl Inode {
                 // The process had no lock: what did others change since?
                 // A dead member's unfinished change first.
                 let checked = self
-                    .check_writer()
+                    .check_writer_at_shared()
                     .and_then(|()| lock(&self.coherence).after_gap(&self.db()));
                 if let Err(msg) = checked {
                     let _ = oslock::set(fd, Kind::Unlock, 0, 0);
