@@ -118,10 +118,10 @@ impl MemberSlot {
     }
 
     /// The entries now, read inside the list's sequence lock (retried while
-    /// the owner compacts; after a few tries, the entries as read, which
-    /// may repeat or miss one being moved: only used by callers for whom a
-    /// list is a hint).
-    pub(crate) fn dirty_snapshot(&self, out: &mut Vec<DirtyEntry>) {
+    /// the owner compacts). Whether they are exact: after a few tries, the
+    /// entries as read, which may repeat or miss one being moved (a caller
+    /// that must see every entry tries again, or holds the list's lock).
+    pub(crate) fn dirty_snapshot(&self, out: &mut Vec<DirtyEntry>) -> bool {
         for _ in 0..64 {
             out.clear();
             let s = self.words[w::DIRTY_SEQ].load(Ordering::Acquire);
@@ -134,11 +134,12 @@ impl MemberSlot {
                 );
                 fence(Ordering::Acquire);
                 if self.words[w::DIRTY_SEQ].load(Ordering::Relaxed) == s {
-                    return;
+                    return true;
                 }
             }
             std::thread::yield_now();
         }
+        false
     }
 
     /// Keep only the entries `keep` says to (the owner under its lock, or

@@ -398,6 +398,43 @@ fn no_member_writes_back_the_frames_of_a_file_another_holds_the_writer_mark_of()
 }
 
 #[test]
+fn a_sync_beside_compactions_of_the_dirty_list_writes_every_dirty_page() {
+    use std::sync::atomic::AtomicBool;
+    let (_d, a, _b, data) = two_members();
+    let f = open(&a, &data);
+    let m = a.member_slot().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // another thread of the member compacts its dirty list without pause
+    // (as a loop of writes and syncs of another file does), each pass slow
+    let busy = {
+        let (a, stop) = (Arc::clone(&a), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let g = a.local.dirty.lock();
+                a.map().member(m).dirty_retain(|_| {
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < std::time::Duration::from_micros(5) {}
+                    true
+                });
+                drop(g);
+                std::thread::yield_now();
+            }
+        })
+    };
+    for round in 1..=20u8 {
+        for p in 0..8u64 {
+            f.write_at(&[round; 4096], p * 4096).unwrap();
+        }
+        f.sync().unwrap();
+        let disk = std::fs::read(&data).unwrap();
+        let missed = (0..8).filter(|&p| disk[p * 4096] != round).count();
+        assert_eq!(missed, 0, "round {round}: pages the sync left unwritten");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.join().unwrap();
+}
+
+#[test]
 fn a_write_with_no_room_on_the_dirty_list_goes_through_its_frame() {
     use super::frame::{FrameHeader, Owner, DIRTY, WRITEBACK};
     use super::layout::DIRTY_MAX;

@@ -74,7 +74,11 @@ impl Drop for FileIo {
         let me = Owner::of_slot(m);
         let map = region.map();
         let mut list = Vec::new();
-        map.member(m).dirty_snapshot(&mut list);
+        {
+            // exact under the list's lock (no thread of ours compacts it)
+            let _g = region.local.dirty.lock();
+            map.member(m).dirty_snapshot(&mut list);
+        }
         let mut pages: Vec<(u64, u32)> = list
             .iter()
             .filter_map(|e| {
@@ -397,7 +401,8 @@ impl Region {
     pub(crate) fn flush_own(&self, me: Owner, age_ms: u32, max: usize) {
         let ms = self.map().member(me.slot());
         let mut list = Vec::new();
-        ms.dirty_snapshot(&mut list);
+        // (a hint: what a compaction moved meanwhile waits for the next pass)
+        let _ = ms.dirty_snapshot(&mut list);
         let now = member::now_ms();
         let old: Vec<u32> = list
             .iter()
@@ -471,7 +476,7 @@ impl Region {
             if ms.dirty_len() == 0 {
                 continue;
             }
-            ms.dirty_snapshot(&mut list);
+            self.exact_dirty_list(m, &mut list);
             for e in &list {
                 let Some(h) = map.frame(e.frame) else {
                     continue;
@@ -493,6 +498,35 @@ impl Region {
         under.sort_unstable();
         under.dedup();
         (dirty, under)
+    }
+
+    /// Every entry of member slot `m`'s dirty list: this member's own read
+    /// under the list's lock (its threads compact it under that lock, and
+    /// a snapshot beside a compaction in a loop could miss entries);
+    /// another's read again until the read is exact, recovering the owner
+    /// if it died in the middle of a compaction (then its recoverer has
+    /// the entries), or after about two seconds of a live owner
+    /// compacting without a pause, as read.
+    fn exact_dirty_list(&self, m: usize, out: &mut Vec<DirtyEntry>) {
+        let ms = self.map().member(m);
+        if self.member_slot() == Some(m) {
+            let _g = self.local.dirty.lock();
+            let exact = ms.dirty_snapshot(out);
+            debug_assert!(exact, "no compaction without the list's lock");
+            return;
+        }
+        for _ in 0..10_000 {
+            if ms.dirty_snapshot(out) {
+                return;
+            }
+            let o = Owner::of_slot(m);
+            if !self.alive(o) {
+                self.stuck(o);
+                let _ = ms.dirty_snapshot(out);
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Write back every frame of `io`'s file dirty now, wait for the
