@@ -511,8 +511,9 @@ impl Region {
         let ms = self.map().member(m);
         if self.member_slot() == Some(m) {
             let _g = self.local.dirty.lock();
-            let exact = ms.dirty_snapshot(out);
-            debug_assert!(exact, "no compaction without the list's lock");
+            // (not exact only when a dead member whose slot this one
+            // took died in the middle of a compaction: as read)
+            let _ = ms.dirty_snapshot(out);
             return;
         }
         for _ in 0..10_000 {
