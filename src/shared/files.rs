@@ -307,6 +307,14 @@ impl FileSlot {
         Owner::from_bits(self.get(w::WRITER) as u32)
     }
 
+    /// Whether a member other than `me` holds the file's writer mark: its
+    /// dirty frames may hold an unfinished transaction, so `me` must not
+    /// write them back or wait for them.
+    #[inline]
+    pub(crate) fn marked_by_other(&self, me: Owner) -> bool {
+        self.writer().is_some_and(|o| o != me)
+    }
+
     /// Retire every frame of the file left by writer `dead` (its changes
     /// were never made final: dirty ones are discarded, never written
     /// back), then clear the mark; whether this call did it. The caller

@@ -129,7 +129,7 @@ impl Region {
         let mut wb = |f: u32| {
             let theirs = map.frame(f).is_some_and(|h| {
                 let slot = h.tag().slot();
-                slot < super::layout::FILES && map.file(slot).writer().is_some_and(|o| o != me)
+                slot < super::layout::FILES && map.file(slot).marked_by_other(me)
             });
             // (written back otherwise; a frame a writer marks meanwhile
             // stays dirty and is looked at again)

@@ -255,7 +255,7 @@ impl Region {
     ) -> io::Result<()> {
         let map = self.map();
         let slot = map.file(io.slot);
-        if slot.writer().is_some_and(|o| o != me) {
+        if slot.marked_by_other(me) {
             // another member's change under way (see the module notes)
             return Ok(());
         }
@@ -270,7 +270,7 @@ impl Region {
             // writebacks of the file: `settle_file`), so either this sees
             // its mark or it sees this run's flags.
             fence(Ordering::SeqCst);
-            if slot.writer().is_some_and(|o| o != me) {
+            if slot.marked_by_other(me) {
                 for &(_, f, tag) in run.iter() {
                     if let Some(h) = map.frame(f) {
                         abort_writeback(h, tag, slot);
@@ -582,7 +582,7 @@ impl Region {
         let Some(h) = self.map().frame(f) else { return };
         let slot = self.map().file(io.slot);
         for _ in 0..10_000 {
-            if slot.writer().is_some_and(|o| o != me) {
+            if slot.marked_by_other(me) {
                 // another member's change: its frames are its own to write
                 return;
             }
