@@ -23,7 +23,16 @@
 //!
 //! Inserts and removals take the bucket's lock (an owner word like a
 //! frame's, taken over by whoever proves its holder dead; every change is a
-//! single store, so a bucket whose holder died is always consistent).
+//! single store, so a bucket whose holder died is always consistent). A
+//! waiter about to sleep on the lock counts itself in the bucket's
+//! `sleepers` word for the length of its sleep, and a release wakes only
+//! when that count is not 0 (a miss and a write each take bucket locks, and
+//! a shared futex's wake with no one asleep is a system call and a page
+//! walk). The lock word keeps only the holder's bits, so the recovery's
+//! compare-and-swap of a dead holder's word is exact; a waiter that dies
+//! asleep leaves the count above 0, which costs only the wakes it saves;
+//! a member built before the count never counts itself and sleeps at most
+//! one wait's tick (every wait is bounded).
 //! Under the lock an insert first looks for the tag (two members missing
 //! the same page meet here: the second finds the first's frame and waits
 //! for its fill), then takes an empty way or the oldest shadow. A full
@@ -45,7 +54,8 @@ const FP_MASK: u64 = 0x7fff_ffff;
 #[derive(Debug, Default)]
 pub(crate) struct Bucket {
     lock: AtomicU32,
-    _pad: AtomicU32,
+    /// Waiters asleep on `lock` now (see the module notes).
+    sleepers: AtomicU32,
     ways: [AtomicU64; WAYS],
 }
 
@@ -150,7 +160,12 @@ impl Bucket {
                     if backoff.spin() {
                         continue;
                     }
+                    // Counted before the kernel compares the word: either
+                    // the holder's release sees the count and wakes, or
+                    // the kernel sees the word changed and returns.
+                    self.sleepers.fetch_add(1, Ordering::SeqCst);
                     wait::wait(&self.lock, cur, super::frame::WAIT_TICK);
+                    self.sleepers.fetch_sub(1, Ordering::Relaxed);
                     if let Some(holder) = Owner::from_bits(self.lock.load(Ordering::Relaxed)) {
                         if holder.bits() == cur {
                             stuck(holder);
@@ -278,9 +293,11 @@ impl BucketGuard<'_> {
 
 impl Drop for BucketGuard<'_> {
     fn drop(&mut self) {
-        let prev = self.b.lock.swap(0, Ordering::Release);
+        let prev = self.b.lock.swap(0, Ordering::SeqCst);
         debug_assert_eq!(prev, self.me.bits(), "released by its holder");
-        wait::wake_all(&self.b.lock);
+        if self.b.sleepers.load(Ordering::SeqCst) != 0 {
+            wait::wake_all(&self.b.lock);
+        }
     }
 }
 
@@ -379,6 +396,34 @@ mod tests {
         assert!(!b.release_dead(Owner::of_slot(8)));
         assert!(b.release_dead(dead));
         assert_eq!(b.holder(), None);
+    }
+
+    #[test]
+    fn a_sleeping_waiter_is_counted_while_it_sleeps_and_gets_the_lock() {
+        let b = Bucket::default();
+        let holder = Owner::of_slot(1);
+        let g = b.lock(holder, &mut |_| {});
+        assert_eq!(b.sleepers.load(Ordering::Relaxed), 0, "no waiter yet");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let w = b.lock(Owner::of_slot(2), &mut |_| {});
+                assert_eq!(b.holder(), Some(Owner::of_slot(2)));
+                drop(w);
+            });
+            let start = std::time::Instant::now();
+            while b.sleepers.load(Ordering::Relaxed) == 0 {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(30),
+                    "a waiter past its spins counts itself"
+                );
+                std::thread::yield_now();
+            }
+            assert_eq!(b.holder(), Some(holder), "the count leaves the word alone");
+            drop(g);
+            waiter.join().unwrap();
+        });
+        assert_eq!(b.lock.load(Ordering::Relaxed), 0, "released");
+        assert_eq!(b.sleepers.load(Ordering::Relaxed), 0, "no one asleep");
     }
 
     #[test]
