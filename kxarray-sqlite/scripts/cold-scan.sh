@@ -65,9 +65,12 @@ scan() { # config -> seconds
   # kx_direct=1 configurations have a private cache anyway).
   local rt
   rt=$(mktemp -d /dev/shm/kx-cold-scan.XXXXXX)
+  # removed however the scan ends (an interrupt or a kill of the script too)
+  trap "rm -rf '$rt'" EXIT
   out=$(XDG_RUNTIME_DIR=$rt sqlite3 -cmd ".load $lib" -cmd ".open '$uri'" :memory: 'SELECT sum(length(v)) FROM t;')
   t1=$(date +%s.%N)
   rm -rf "$rt"
+  trap - EXIT
   [ "$out" = $((ROWS * 400)) ] || { echo "$1: wrong result $out" >&2; exit 1; }
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
 }
