@@ -84,35 +84,6 @@ impl std::fmt::Display for NotShared {
     }
 }
 
-/// Take an owner lock word (a file's, the file table's), recovering a dead
-/// holder.
-fn lock_word(region: &Region, word: &crate::sync::AtomicU32, me: Owner) {
-    let mut b = super::wait::Backoff::new();
-    while word
-        .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        if b.spin() {
-            continue;
-        }
-        let cur = word.load(Ordering::Relaxed);
-        if cur == 0 {
-            continue;
-        }
-        super::wait::wait(word, cur, super::frame::WAIT_TICK);
-        if let Some(o) = Owner::from_bits(word.load(Ordering::Relaxed)) {
-            if o == Owner::from_bits(cur).unwrap_or(o) {
-                region.stuck(o);
-            }
-        }
-    }
-}
-
-fn unlock_word(word: &crate::sync::AtomicU32) {
-    word.store(0, Ordering::Release);
-    super::wait::wake_all(word);
-}
-
 fn pages(range: Range<u64>) -> Range<u64> {
     range.start / PAGE64..range.end.div_ceil(PAGE64)
 }
@@ -153,12 +124,12 @@ impl SharedFile {
         let me = region.me().map_err(NotShared::Region)?;
         let map = region.map();
         let table = map.header_u32(hdr::FILES_LOCK);
-        lock_word(&region, table, me);
+        region.lock_word(table, me);
         let claimed = find_or_claim(map, &id, now, path, super::member::now_ms());
         let claimed = match claimed {
             Ok(c) => c,
             Err(TableFull) => {
-                unlock_word(table);
+                Region::unlock_word(table);
                 return Err(NotShared::TableFull);
             }
         };
@@ -185,7 +156,7 @@ impl SharedFile {
         }
         slot.words[fw::OPENERS].fetch_or(member_bit(me), Ordering::AcqRel);
         slot.set(fw::LAST_USE, u64::from(super::member::now_ms()));
-        unlock_word(table);
+        Region::unlock_word(table);
         let io = Arc::new(FileIo {
             slot: claimed.slot,
             fd: fd.into(),
@@ -323,12 +294,12 @@ impl SharedFile {
             return Ok(buf.len());
         }
         let lw = slot.lock_word();
-        lock_word(&self.region, lw, me);
+        self.region.lock_word(lw, me);
         let r = self.write_pages(me, buf, offset, true);
         if r.is_ok() {
             slot.grow_to(end);
         }
-        unlock_word(lw);
+        Region::unlock_word(lw);
         r.map(|_| buf.len())
     }
 
@@ -420,7 +391,7 @@ impl SharedFile {
             .map_err(|e| io::Error::other(e.to_string()))?;
         let slot = self.slot();
         let lw = slot.lock_word();
-        lock_word(&self.region, lw, me);
+        self.region.lock_word(lw, me);
         let old = slot.size();
         let r = (|| {
             if len < old {
@@ -451,7 +422,7 @@ impl SharedFile {
             }
             Ok(())
         })();
-        unlock_word(lw);
+        Region::unlock_word(lw);
         r
     }
 

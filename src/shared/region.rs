@@ -402,6 +402,36 @@ impl Region {
         self.with_fd(|fd| LIFE.is_alive(fd, o.slot()).unwrap_or(true))
     }
 
+    /// Take an owner lock word of the region (a file's, the file
+    /// table's), recovering a dead holder.
+    pub(crate) fn lock_word(&self, word: &crate::sync::AtomicU32, me: Owner) {
+        let mut b = super::wait::Backoff::new();
+        while word
+            .compare_exchange(0, me.bits(), Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            if b.spin() {
+                continue;
+            }
+            let cur = word.load(Ordering::Relaxed);
+            if cur == 0 {
+                continue;
+            }
+            super::wait::wait(word, cur, super::frame::WAIT_TICK);
+            if let Some(o) = Owner::from_bits(word.load(Ordering::Relaxed)) {
+                if o == Owner::from_bits(cur).unwrap_or(o) {
+                    self.stuck(o);
+                }
+            }
+        }
+    }
+
+    /// Release an owner lock word taken with [`lock_word`](Self::lock_word).
+    pub(crate) fn unlock_word(word: &crate::sync::AtomicU32) {
+        word.store(0, Ordering::Release);
+        super::wait::wake_all(word);
+    }
+
     /// A lock holder `o` makes no progress: if it is dead, recover it (the
     /// first to lock its liveness byte does; others return and wait again).
     pub(crate) fn stuck(&self, o: Owner) {

@@ -821,3 +821,37 @@ fn a_sync_reads_the_lists_of_members_with_dirty_frames_and_theirs_only() {
     let disk = std::fs::read(&data).unwrap();
     assert!(disk[6 * 4096..7 * 4096].iter().all(|&x| x == 10));
 }
+
+#[test]
+fn a_deleted_files_pages_go_at_the_regions_last_close_of_it() {
+    let (_d, a, b, data) = two_members();
+    let kept = data.with_file_name("kept");
+    std::fs::write(&kept, vec![0u8; 4 * 4096]).unwrap();
+    let fa = open(&a, &data);
+    let fb = open(&b, &data);
+    let fk = open(&a, &kept);
+    let mut buf = vec![0u8; 8 * 4096];
+    fa.read_at(&mut buf, 0).unwrap();
+    fk.read_at(&mut buf[..4 * 4096], 0).unwrap();
+    let (slot, kslot) = (fa.slot_index(), fk.slot_index());
+    let epoch = |s: usize| a.map().file(s).epoch();
+    let (e0, k0) = (epoch(slot), epoch(kslot));
+    std::fs::remove_file(&data).unwrap();
+    drop(fa);
+    assert_eq!(epoch(slot), e0, "another member has it open");
+    assert_eq!(fb.cached_pages(), 8, "and reads its pages from the frames");
+    drop(fb);
+    assert_ne!(
+        epoch(slot),
+        e0,
+        "the last close of a deleted file retires its pages"
+    );
+    drop(fk);
+    assert_eq!(
+        epoch(kslot),
+        k0,
+        "a file with a name keeps its pages after its last close"
+    );
+    let fk = open(&b, &kept);
+    assert_eq!(fk.cached_pages(), 4);
+}

@@ -93,9 +93,31 @@ impl Drop for FileIo {
             let _ = region.write_back_file(me, self, &pages);
         }
         region.compact_own(me);
-        map.file(self.slot).words[fw::OPENERS]
-            .fetch_and(!super::files::member_bit(me), Ordering::AcqRel);
+        let slot = map.file(self.slot);
+        let bit = super::files::member_bit(me);
+        let before = slot.words[fw::OPENERS].fetch_and(!bit, Ordering::AcqRel);
+        if before & !bit == 0 && unlinked(self.fd.as_fd()) {
+            // The region's last open of a file no name leads to any more:
+            // its pages go, as the kernel frees a deleted file's at its
+            // last close. Under the file table's lock, which an open takes
+            // to set its bit, so no member has it open or dirty meanwhile.
+            let table = map.header_u32(hdr::FILES_LOCK);
+            region.lock_word(table, me);
+            if slot.get(fw::OPENERS) == 0 && slot.get(fw::DIRTY) == 0 && slot.writer().is_none() {
+                slot.bump_epoch();
+            }
+            Region::unlock_word(table);
+        }
     }
+}
+
+/// Whether the file open at `fd` has no name left (`st_nlink` 0); false
+/// when `fstat` fails.
+fn unlinked(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    // SAFETY: `st` is a valid out-pointer; `fd` is open.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_nlink == 0 }
 }
 
 impl Region {
