@@ -23,7 +23,9 @@
 //!   this member's descriptor; the slot's error sequence reports a failed
 //!   writeback to every handle once (the kernel's `errseq_t`).
 //! - **Close.** The last handle of the process writes back what this
-//!   member dirtied in the file and clears its bit in the openers.
+//!   member dirtied in the file and clears its bit in the openers; the
+//!   region's last close of a file with no name left retires its frames
+//!   (a new epoch), as the kernel frees a deleted file's pages.
 
 use super::access::{pread_into, Dropped, Fill, Got};
 use super::files::{self, find_or_claim, member_bit, w as fw, TableFull};

@@ -114,9 +114,9 @@ impl Drop for FileIo {
 /// Whether the file open at `fd` has no name left (`st_nlink` 0); false
 /// when `fstat` fails.
 fn unlinked(fd: std::os::fd::BorrowedFd<'_>) -> bool {
-    // SAFETY: `st` is a valid out-pointer; `fd` is open.
+    // SAFETY: `libc::stat` is plain integers: all zeros is a value of it.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: `fd` is open and `st` a writable `stat` for the call.
     unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_nlink == 0 }
 }
 
